@@ -1,0 +1,140 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "revenue-relay",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "revenue-relay", targets: ["revenue-relay"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.1.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0", traits: []),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.0.0"),
+    ],
+    targets: [
+        // C libraries from Debian, found with pkg-config.
+        .systemLibrary(name: "CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+
+        // Pure-Swift core: the pipeline's vocabulary and the record-log interface. Imports no C.
+        .target(
+            name: "RelayCore",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The YAML configuration of DESIGN section 9.
+        .target(
+            name: "RelayConfig",
+            dependencies: ["RelayCore", .product(name: "Yams", package: "Yams")],
+            swiftSettings: swiftSettings
+        ),
+        // Kafka client over librdkafka: producer, consumer group, embedded mock broker.
+        .target(
+            name: "RelayKafka",
+            dependencies: [
+                "CRdKafka", "RelayCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Outgoing HTTP over libcurl.
+        .target(
+            name: "RelayHTTPClient",
+            dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        // Inbound HTTP: the store notification routes, health and metrics.
+        .target(
+            name: "RelayIngest",
+            dependencies: [
+                "RelayCore", "RelayConfig",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The worker: consumes raw notifications and runs the stages.
+        .target(
+            name: "RelayWorker",
+            dependencies: [
+                "RelayCore", "RelayConfig",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Wires the roles into one ServiceGroup: `run` and `dev`.
+        .target(
+            name: "RelayApp",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "revenue-relay",
+            dependencies: [
+                "RelayApp", "RelayConfig",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        .target(
+            name: "RelayTestSupport",
+            dependencies: ["RelayKafka", "RelayHTTPClient", "RelayCore"],
+            path: "Tests/RelayTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayKafkaTests",
+            dependencies: ["RelayKafka", "RelayTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayConfigTests",
+            dependencies: ["RelayConfig"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayCoreTests",
+            dependencies: ["RelayCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayAppTests",
+            dependencies: [
+                "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayConfig",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,249 @@
+import Foundation
+
+/// Reads each section of DESIGN section 9 into the typed configuration.
+enum ConfigParser {
+    static func configuration(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration {
+        let root = try node.mapping(known: ["kafka", "ingest", "backend", "apps", "endpoints", "delivery", "money", "shutdownTimeout"])
+        let apps = try root.optional("apps") { (node) throws(ConfigurationError) in try list(node, app) } ?? []
+        var seen = Set<String>()
+        for (index, app) in apps.enumerated() where !seen.insert(app.key).inserted {
+            throw ConfigurationError(key: "apps[\(index)].key", message: "duplicate app key")
+        }
+        let endpoints = try root.optional("endpoints") { (node) throws(ConfigurationError) in try list(node, endpoint) } ?? []
+        var endpointIDs = Set<String>()
+        for (index, endpoint) in endpoints.enumerated() {
+            guard endpointIDs.insert(endpoint.id).inserted else {
+                throw ConfigurationError(key: "endpoints[\(index)].id", message: "duplicate endpoint id")
+            }
+            guard seen.contains(endpoint.app) else {
+                throw ConfigurationError(key: "endpoints[\(index)].app", message: "no app with this key is configured")
+            }
+        }
+        return RelayConfiguration(
+            kafka: try root.optional("kafka", kafka) ?? .init(),
+            ingest: try root.optional("ingest", ingest) ?? .init(),
+            backend: try root.optional("backend", backend) ?? .init(),
+            apps: apps,
+            endpoints: endpoints,
+            delivery: try root.optional("delivery", delivery) ?? .init(),
+            money: try root.optional("money", money) ?? .init(),
+            shutdownTimeout: try root.optional("shutdownTimeout") { (node) throws(ConfigurationError) in try node.duration() } ?? .seconds(30)
+        )
+    }
+
+    static func list<T>(_ node: ConfigNode, _ read: (ConfigNode) throws(ConfigurationError) -> T) throws(ConfigurationError) -> [T] {
+        var result: [T] = []
+        for element in try node.sequence() { result.append(try read(element)) }
+        return result
+    }
+
+    static func kafka(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Kafka {
+        let map = try node.mapping(known: ["bootstrapServers", "properties", "topics"])
+        var kafka = RelayConfiguration.Kafka()
+        if let value = try map.optional("bootstrapServers", { (node) throws(ConfigurationError) in try node.nonEmptyString() }) { kafka.bootstrapServers = value }
+        if let value = try map.optional("properties", { (node) throws(ConfigurationError) in try node.stringMap() }) { kafka.properties = value }
+        if let topicsNode = try map.optional("topics", { $0 }) {
+            let topics = try topicsNode.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter"])
+            func topic(_ key: String, _ keyPath: WritableKeyPath<RelayConfiguration.Topics, String>) throws(ConfigurationError) {
+                if let value = try topics.optional(key, { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
+                    kafka.topics[keyPath: keyPath] = value
+                }
+            }
+            try topic("notifications", \.notifications)
+            try topic("rejected", \.rejected)
+            try topic("events", \.events)
+            try topic("deliveries", \.deliveries)
+            try topic("retryPrefix", \.retryPrefix)
+            try topic("deadLetter", \.deadLetter)
+        }
+        return kafka
+    }
+
+    static func ingest(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Ingest {
+        let map = try node.mapping(known: ["listen", "maxBodyBytes", "ackTimeout"])
+        var ingest = RelayConfiguration.Ingest()
+        if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { ingest.listen = value }
+        if let value = try map.optional("maxBodyBytes", { (node) throws(ConfigurationError) in try node.int(in: 1...64 * 1024 * 1024) }) { ingest.maxBodyBytes = value }
+        if let value = try map.optional("ackTimeout", { (node) throws(ConfigurationError) in try positive(node) }) { ingest.ackTimeout = value }
+        return ingest
+    }
+
+    static func positive(_ node: ConfigNode) throws(ConfigurationError) -> Duration {
+        let value = try node.duration()
+        guard value > .zero else { throw node.error("must be greater than zero") }
+        return value
+    }
+
+    static func backend(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend {
+        let map = try node.mapping(known: ["url", "apiKey", "database", "listen", "entitlementsTTL"])
+        var backend = RelayConfiguration.Backend()
+        if let value = try map.optional("url", { (node) throws(ConfigurationError) in try httpURL(node) }) { backend.url = value }
+        backend.apiKey = try map.optional("apiKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+        if let value = try map.optional("database", { (node) throws(ConfigurationError) in try node.path(mustExist: false) }) { backend.database = value }
+        if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { backend.listen = value }
+        if let value = try map.optional("entitlementsTTL", { (node) throws(ConfigurationError) in try node.duration() }) { backend.entitlementsTTL = value }
+        return backend
+    }
+
+    static func httpURL(_ node: ConfigNode) throws(ConfigurationError) -> String {
+        let text = try node.nonEmptyString()
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
+            throw node.error("expected an http:// or https:// URL")
+        }
+        return text
+    }
+
+    static func app(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.App {
+        let map = try node.mapping(known: ["key", "projectId", "applicationId", "apple", "google", "stripe", "paddle", "products"])
+        let key = try map.required("key") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+        guard key.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+            throw ConfigurationError(key: "\(node.path).key", message: "use letters, digits, - and _ only (it is part of the ingest URL)")
+        }
+        return RelayConfiguration.App(
+            key: key,
+            projectId: try map.required("projectId") { (node) throws(ConfigurationError) in try node.int(in: 0...Int.max) },
+            applicationId: try map.required("applicationId") { (node) throws(ConfigurationError) in try node.int(in: 0...Int.max) },
+            apple: try map.optional("apple", apple),
+            google: try map.optional("google", google),
+            stripe: try map.optional("stripe", stripe),
+            paddle: try map.optional("paddle", paddle),
+            products: try map.optional("products") { (node) throws(ConfigurationError) in try list(node, product) } ?? []
+        )
+    }
+
+    static let appleEnvironments = ["Sandbox", "Production", "Xcode", "LocalTesting"]
+
+    static func apple(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Apple {
+        let map = try node.mapping(known: ["bundleId", "appAppleId", "environments", "rootCertificates"])
+        let environments = try map.optional("environments") { (node) throws(ConfigurationError) in try node.stringList() } ?? ["Production"]
+        for (index, environment) in environments.enumerated() where !appleEnvironments.contains(environment) {
+            throw ConfigurationError(key: "\(node.path).environments[\(index)]", message: "expected one of \(appleEnvironments.joined(separator: ", "))")
+        }
+        let appAppleId = try map.optional("appAppleId") { (node) throws(ConfigurationError) in Int64(try node.int(in: 1...Int.max)) }
+        if environments.contains("Production") && appAppleId == nil {
+            throw ConfigurationError(key: "\(node.path).appAppleId", message: "is required when environments include Production")
+        }
+        let roots = try map.optional("rootCertificates") { (node) throws(ConfigurationError) in
+            try list(node) { (node) throws(ConfigurationError) in try node.path(mustExist: true) }
+        } ?? []
+        if environments.contains(where: { $0 == "Sandbox" || $0 == "Production" }) && roots.isEmpty {
+            throw ConfigurationError(key: "\(node.path).rootCertificates", message: "at least one root certificate is required to verify signed notifications")
+        }
+        return RelayConfiguration.Apple(
+            bundleId: try map.required("bundleId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            appAppleId: appAppleId, environments: environments, rootCertificates: roots)
+    }
+
+    static func google(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Google {
+        let map = try node.mapping(known: ["packageName", "pushAudience", "pushServiceAccount", "jwks", "playApi"])
+        let jwks = try map.required("jwks") { (node) throws(ConfigurationError) -> String in
+            let text = try node.nonEmptyString()
+            if text.lowercased().hasPrefix("https://") { return text }
+            if text.lowercased().hasPrefix("http://") { throw node.error("a JWKS URL must use https://") }
+            return try node.path(mustExist: true)
+        }
+        let playApi = try map.optional("playApi") { (node) throws(ConfigurationError) -> RelayConfiguration.PlayAPI in
+            let map = try node.mapping(known: ["baseUrl", "tokenUrl", "serviceAccountKey"])
+            var api = RelayConfiguration.PlayAPI()
+            if let value = try map.optional("baseUrl", httpURL) { api.baseUrl = value }
+            if let value = try map.optional("tokenUrl", httpURL) { api.tokenUrl = value }
+            api.serviceAccountKey = try map.optional("serviceAccountKey") { (node) throws(ConfigurationError) in try node.path(mustExist: true) }
+            return api
+        }
+        return RelayConfiguration.Google(
+            packageName: try map.required("packageName") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            pushAudience: try map.required("pushAudience") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            pushServiceAccount: try map.required("pushServiceAccount") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            jwks: jwks, playApi: playApi)
+    }
+
+    static func secrets(_ node: ConfigNode) throws(ConfigurationError) -> [String] {
+        let values = try list(node) { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+        guard !values.isEmpty else { throw node.error("at least one secret is required") }
+        return values
+    }
+
+    static func stripe(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Stripe {
+        let map = try node.mapping(known: ["signingSecrets", "tolerance"])
+        return RelayConfiguration.Stripe(
+            signingSecrets: try map.required("signingSecrets", secrets),
+            tolerance: try map.optional("tolerance", positive) ?? .seconds(300))
+    }
+
+    static func paddle(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Paddle {
+        let map = try node.mapping(known: ["secretKeys", "tolerance"])
+        return RelayConfiguration.Paddle(
+            secretKeys: try map.required("secretKeys", secrets),
+            tolerance: try map.optional("tolerance", positive) ?? .seconds(300))
+    }
+
+    static let productStores = ["APP_STORE", "PLAY_STORE", "STRIPE", "PADDLE"]
+
+    static func product(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Product {
+        let map = try node.mapping(known: ["productId", "store", "entitlements"])
+        let store = try map.required("store") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+        guard productStores.contains(store) else {
+            throw ConfigurationError(key: "\(node.path).store", message: "expected one of \(productStores.joined(separator: ", "))")
+        }
+        return RelayConfiguration.Product(
+            productId: try map.required("productId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            store: store,
+            entitlements: try map.required("entitlements") { (node) throws(ConfigurationError) in try node.stringList() })
+    }
+
+    static let endpointEnvironments = ["PRODUCTION", "SANDBOX"]
+
+    static func endpoint(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Endpoint {
+        let map = try node.mapping(known: ["id", "app", "url", "secrets", "events", "environments"])
+        let environments = try map.optional("environments") { (node) throws(ConfigurationError) in try node.stringList() } ?? endpointEnvironments
+        for (index, environment) in environments.enumerated() where !endpointEnvironments.contains(environment) {
+            throw ConfigurationError(key: "\(node.path).environments[\(index)]", message: "expected PRODUCTION or SANDBOX")
+        }
+        let secrets = try map.required("secrets", secrets)
+        for (index, secret) in secrets.enumerated() {
+            let encoded = secret.hasPrefix("whsec_") ? String(secret.dropFirst(6)) : secret
+            guard let bytes = Data(base64Encoded: encoded), !bytes.isEmpty else {
+                throw ConfigurationError(key: "\(node.path).secrets[\(index)]", message: "expected whsec_ followed by base64 (Standard Webhooks secret)")
+            }
+        }
+        return RelayConfiguration.Endpoint(
+            id: try map.required("id") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            app: try map.required("app") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+            url: try map.required("url", httpURL),
+            secrets: secrets,
+            events: try map.optional("events") { (node) throws(ConfigurationError) in try node.stringList() } ?? ["*"],
+            environments: environments)
+    }
+
+    static func delivery(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Delivery {
+        let map = try node.mapping(known: ["timeout", "retrySchedule", "maxInFlight", "maxInFlightPerEndpoint", "allowPrivateNetworks"])
+        var delivery = RelayConfiguration.Delivery()
+        if let value = try map.optional("timeout", positive) { delivery.timeout = value }
+        if let value = try map.optional("retrySchedule", { (node) throws(ConfigurationError) in try list(node, positive) }) { delivery.retrySchedule = value }
+        if let value = try map.optional("maxInFlight", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { delivery.maxInFlight = value }
+        if let value = try map.optional("maxInFlightPerEndpoint", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { delivery.maxInFlightPerEndpoint = value }
+        if let value = try map.optional("allowPrivateNetworks", { (node) throws(ConfigurationError) in try node.bool() }) { delivery.allowPrivateNetworks = value }
+        return delivery
+    }
+
+    static func money(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Money {
+        let map = try node.mapping(known: ["exchangeRates", "commission", "smallBusiness"])
+        var money = RelayConfiguration.Money()
+        money.exchangeRates = try map.optional("exchangeRates") { (node) throws(ConfigurationError) in try node.path(mustExist: true) }
+        if let commissionNode = try map.optional("commission", { $0 }) {
+            let known = ["APP_STORE", "APP_STORE_SMALL_BUSINESS", "PLAY_STORE", "STRIPE", "PADDLE"]
+            let commission = try commissionNode.mapping(known: known)
+            for key in known {
+                if let value = try commission.optional(key, { (node) throws(ConfigurationError) -> Double in
+                    let value = try node.double()
+                    guard (0...1).contains(value) else { throw node.error("must be between 0 and 1") }
+                    return value
+                }) {
+                    money.commission[key] = value
+                }
+            }
+        }
+        if let value = try map.optional("smallBusiness", { (node) throws(ConfigurationError) in try node.bool() }) { money.smallBusiness = value }
+        return money
+    }
+}

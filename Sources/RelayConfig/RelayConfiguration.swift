@@ -1,0 +1,185 @@
+public import RelayCore
+import Foundation
+import Yams
+
+/// `host:port` to listen on.
+public struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// The whole configuration (DESIGN section 9). Loaded once at startup; every problem is reported with
+/// the key that has it.
+public struct RelayConfiguration: Sendable {
+    public var kafka: Kafka
+    public var ingest: Ingest
+    public var backend: Backend
+    public var apps: [App]
+    public var endpoints: [Endpoint]
+    public var delivery: Delivery
+    public var money: Money
+    /// How long a graceful shutdown (SIGTERM/SIGINT) may take before remaining work is cancelled:
+    /// stop intake, finish in-flight work, commit offsets, leave the group. Default: 30 s.
+    public var shutdownTimeout: Duration
+
+    public struct Kafka: Sendable {
+        /// Default: `127.0.0.1:9092`. `dev` ignores it; `--bootstrap-servers` overrides it.
+        public var bootstrapServers: String = "127.0.0.1:9092"
+        /// Raw librdkafka settings, passed through. Default: none.
+        public var properties: [String: String] = [:]
+        public var topics = Topics()
+    }
+
+    public struct Topics: Sendable {
+        public var notifications = "relay.notifications"
+        public var rejected = "relay.notifications.rejected"
+        public var events = "relay.events"
+        public var deliveries = "relay.deliveries"
+        public var retryPrefix = "relay.deliveries.retry"
+        public var deadLetter = "relay.deliveries.dlq"
+
+        /// Every topic the pipeline uses, given the retry schedule's length.
+        public func all(retrySteps: Int) -> [String] {
+            [notifications, rejected, events, deliveries, deadLetter] + (0..<retrySteps).map { "\(retryPrefix).\($0)" }
+        }
+    }
+
+    public struct Ingest: Sendable {
+        /// Default: `127.0.0.1:8080`. Also serves `/health/*` and `/metrics` on every role.
+        public var listen = ListenAddress(host: "127.0.0.1", port: 8080)
+        /// Larger bodies get 413. Default: 262144 (256 KiB).
+        public var maxBodyBytes = 262_144
+        /// How long a request may wait for the broker's acknowledgement before it gets 503. Default: 10 s.
+        public var ackTimeout: Duration = .seconds(10)
+    }
+
+    public struct Backend: Sendable {
+        public var url = "http://127.0.0.1:8081"
+        public var apiKey: String?
+        public var database = "backend.sqlite"
+        public var listen = ListenAddress(host: "127.0.0.1", port: 8081)
+        public var entitlementsTTL: Duration = .seconds(60)
+    }
+
+    public struct App: Sendable {
+        public var key: String
+        public var projectId: Int
+        public var applicationId: Int
+        public var apple: Apple?
+        public var google: Google?
+        public var stripe: Stripe?
+        public var paddle: Paddle?
+        public var products: [Product]
+
+        /// Whether this app receives notifications from `store`.
+        public func accepts(_ store: Store) -> Bool {
+            switch store {
+            case .apple: apple != nil
+            case .google: google != nil
+            case .stripe: stripe != nil
+            case .paddle: paddle != nil
+            }
+        }
+    }
+
+    public struct Apple: Sendable {
+        public var bundleId: String
+        public var appAppleId: Int64?
+        /// Among `Sandbox`, `Production`, `Xcode`, `LocalTesting`.
+        public var environments: [String]
+        /// Absolute paths of DER or PEM root certificates.
+        public var rootCertificates: [String]
+    }
+
+    public struct Google: Sendable {
+        public var packageName: String
+        public var pushAudience: String
+        public var pushServiceAccount: String
+        /// An absolute file path or an `https://` URL.
+        public var jwks: String
+        public var playApi: PlayAPI?
+    }
+
+    public struct PlayAPI: Sendable {
+        public var baseUrl: String = "https://androidpublisher.googleapis.com"
+        public var tokenUrl: String = "https://oauth2.googleapis.com/token"
+        public var serviceAccountKey: String?
+    }
+
+    public struct Stripe: Sendable {
+        public var signingSecrets: [String]
+        public var tolerance: Duration = .seconds(300)
+    }
+
+    public struct Paddle: Sendable {
+        public var secretKeys: [String]
+        public var tolerance: Duration = .seconds(300)
+    }
+
+    public struct Product: Sendable {
+        public var productId: String
+        public var store: String
+        public var entitlements: [String]
+    }
+
+    public struct Endpoint: Sendable {
+        public var id: String
+        public var app: String
+        public var url: String
+        public var secrets: [String]
+        public var events: [String]
+        public var environments: [String]
+    }
+
+    public struct Delivery: Sendable {
+        public var timeout: Duration = .seconds(15)
+        public var retrySchedule: [Duration] = [.seconds(5), .seconds(300), .seconds(1800), .seconds(7200), .seconds(18000), .seconds(36000), .seconds(36000)]
+        public var maxInFlight = 1024
+        public var maxInFlightPerEndpoint = 64
+        public var allowPrivateNetworks = false
+    }
+
+    public struct Money: Sendable {
+        public var exchangeRates: String?
+        public var commission: [String: Double] = ["APP_STORE": 0.30, "APP_STORE_SMALL_BUSINESS": 0.15, "PLAY_STORE": 0.15, "STRIPE": 0.0, "PADDLE": 0.05]
+        public var smallBusiness = false
+    }
+
+    /// The app with this key, if configured.
+    public func app(_ key: String) -> App? { apps.first { $0.key == key } }
+}
+
+extension RelayConfiguration {
+    /// Loads and validates a configuration file.
+    public static func load(path: String, environment: [String: String]? = nil) throws(ConfigurationError) -> RelayConfiguration {
+        let url = URL(fileURLWithPath: path)
+        let text: String
+        do {
+            text = try String(contentsOf: url, encoding: .utf8)
+        } catch {
+            throw ConfigurationError(key: "", message: "cannot read \(path): \(error.localizedDescription)")
+        }
+        let base = url.standardizedFileURL.deletingLastPathComponent().path
+        return try parse(yaml: text, baseDirectory: base, environment: environment ?? ProcessInfo.processInfo.environment)
+    }
+
+    /// Parses configuration text; relative paths resolve against `baseDirectory`.
+    public static func parse(yaml: String, baseDirectory: String, environment: [String: String]) throws(ConfigurationError) -> RelayConfiguration {
+        let root: Yams.Node
+        do {
+            guard let parsed = try Yams.compose(yaml: yaml) else { throw ConfigurationError(key: "", message: "the file is empty") }
+            root = parsed
+        } catch let error as ConfigurationError {
+            throw error
+        } catch {
+            throw ConfigurationError(key: "", message: "not valid YAML: \(error)")
+        }
+        let node = ConfigNode(node: root, path: "", context: ConfigContext(environment: environment, baseDirectory: baseDirectory))
+        return try ConfigParser.configuration(node)
+    }
+}

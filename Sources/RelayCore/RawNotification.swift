@@ -1,0 +1,81 @@
+/// Header names of the raw notification record (DESIGN section 4).
+public enum RelayHeaderName {
+    public static let store = "relay-store"
+    public static let app = "relay-app"
+    public static let receivedAt = "relay-received-at"
+    public static let rejectReason = "relay-reject-reason"
+    public static let rejectDetail = "relay-reject-detail"
+    /// Request headers copied verbatim into the record when present.
+    public static let copiedRequestHeaders = ["stripe-signature", "paddle-signature", "authorization"]
+}
+
+/// A store notification as the ingest received it: the body byte for byte plus who sent it and when.
+/// Built from any Kafka record that carries the relay headers, whoever produced it.
+public struct RawNotification: Sendable {
+    public var store: Store
+    public var app: String
+    /// Receive time, Unix milliseconds. Timestamp tolerances are checked against this, not the worker's clock.
+    public var receivedAtMilliseconds: Int64
+    public var body: [UInt8]
+    /// The signature-carrying request headers (lower-case names).
+    public var requestHeaders: [String: String]
+
+    public init(store: Store, app: String, receivedAtMilliseconds: Int64, body: [UInt8], requestHeaders: [String: String]) {
+        self.store = store
+        self.app = app
+        self.receivedAtMilliseconds = receivedAtMilliseconds
+        self.body = body
+        self.requestHeaders = requestHeaders
+    }
+
+    /// The Kafka record for this notification: key `{store}:{subject}`, value the body, relay headers.
+    public func record(topic: String) -> OutgoingRecord {
+        let subject = NotificationSubject.extract(store: store, body: body)
+        var headers = [
+            RecordHeader(name: RelayHeaderName.store, value: store.rawValue),
+            RecordHeader(name: RelayHeaderName.app, value: app),
+            RecordHeader(name: RelayHeaderName.receivedAt, value: String(receivedAtMilliseconds)),
+        ]
+        for name in RelayHeaderName.copiedRequestHeaders {
+            if let value = requestHeaders[name] {
+                headers.append(RecordHeader(name: name, value: value))
+            }
+        }
+        return OutgoingRecord(topic: topic, key: Array("\(store.rawValue):\(subject)".utf8), value: body, headers: headers)
+    }
+
+    /// Why a record is not a raw notification.
+    public enum DecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+        case missingHeader(String)
+        case invalidHeader(String)
+
+        public var description: String {
+            switch self {
+            case .missingHeader(let name): "record has no \(name) header"
+            case .invalidHeader(let name): "record's \(name) header is not valid"
+            }
+        }
+    }
+
+    /// Reads the relay headers of a consumed record.
+    public init(record: ConsumedRecord) throws(DecodingError) {
+        func text(_ name: String) throws(DecodingError) -> String {
+            guard let header = record.headers.first(named: name) else { throw .missingHeader(name) }
+            guard let value = header.stringValue else { throw .invalidHeader(name) }
+            return value
+        }
+        guard let store = Store(rawValue: try text(RelayHeaderName.store)) else {
+            throw .invalidHeader(RelayHeaderName.store)
+        }
+        let app = try text(RelayHeaderName.app)
+        guard !app.isEmpty else { throw .invalidHeader(RelayHeaderName.app) }
+        guard let receivedAt = Int64(try text(RelayHeaderName.receivedAt)) else {
+            throw .invalidHeader(RelayHeaderName.receivedAt)
+        }
+        var requestHeaders: [String: String] = [:]
+        for name in RelayHeaderName.copiedRequestHeaders {
+            if let value = record.headers.first(named: name)?.stringValue { requestHeaders[name] = value }
+        }
+        self.init(store: store, app: app, receivedAtMilliseconds: receivedAt, body: record.value, requestHeaders: requestHeaders)
+    }
+}

@@ -1,0 +1,128 @@
+/// One header of a log record. Values are bytes; the relay's own headers are UTF-8 text.
+public struct RecordHeader: Sendable, Hashable {
+    public var name: String
+    public var value: [UInt8]
+
+    public init(name: String, value: [UInt8]) {
+        self.name = name
+        self.value = value
+    }
+
+    public init(name: String, value: String) {
+        self.init(name: name, value: Array(value.utf8))
+    }
+
+    public var stringValue: String? { String(validating: value, as: UTF8.self) }
+}
+
+extension Array where Element == RecordHeader {
+    /// The value of the first header with this name (names compare case-sensitively, as Kafka does).
+    public func first(named name: String) -> RecordHeader? { first { $0.name == name } }
+}
+
+/// A record to append to a log topic.
+public struct OutgoingRecord: Sendable, Hashable {
+    public var topic: String
+    public var key: [UInt8]?
+    public var value: [UInt8]
+    public var headers: [RecordHeader]
+
+    public init(topic: String, key: [UInt8]?, value: [UInt8], headers: [RecordHeader] = []) {
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
+    }
+}
+
+/// Where the log durably stored a record.
+public struct RecordPosition: Sendable, Hashable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(topic: String, partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
+}
+
+/// A record read from a log topic. Hand it back to `RecordConsumer.markDone` once everything it
+/// caused is durable; until then its offset is not stored and a restart redelivers it.
+public struct ConsumedRecord: Sendable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+    public var key: [UInt8]?
+    public var value: [UInt8]
+    public var headers: [RecordHeader]
+    /// Broker or producer timestamp, Unix milliseconds, when the log has one.
+    public var timestampMilliseconds: Int64?
+    /// Which assignment of the partition delivered this record; lets the consumer ignore completions
+    /// for a partition that was revoked and assigned again in between.
+    public var assignmentGeneration: UInt64
+
+    public init(
+        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8],
+        headers: [RecordHeader], timestampMilliseconds: Int64?, assignmentGeneration: UInt64
+    ) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestampMilliseconds = timestampMilliseconds
+        self.assignmentGeneration = assignmentGeneration
+    }
+
+    public var keyString: String? { key.flatMap { String(validating: $0, as: UTF8.self) } }
+}
+
+/// Appends records durably. `produce` returns only once the log acknowledged the record
+/// (for Kafka: acks=all, idempotent), and throws when it could not within its bound.
+public protocol RecordProducer: Sendable {
+    func produce(_ record: OutgoingRecord) async throws(RecordLogError) -> RecordPosition
+}
+
+/// Reads records with at-least-once semantics: a record's position is stored only after
+/// `markDone`, in order, even when records finish out of order.
+public protocol RecordConsumer: Sendable {
+    /// The records, in log order per partition. Ends when the consumer closes.
+    var records: AsyncStream<ConsumedRecord> { get }
+    /// The record and everything it caused is durable: its position may be stored.
+    func markDone(_ record: ConsumedRecord)
+}
+
+/// Why the record log could not do what was asked.
+public struct RecordLogError: Error, Sendable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        /// The log did not acknowledge in time (brokers unreachable, or overloaded).
+        case timedOut = "timed_out"
+        /// The local send queue is full; back off and try again.
+        case queueFull = "queue_full"
+        /// The client is shutting down or closed.
+        case closed
+        /// The record is larger than the log accepts.
+        case recordTooLarge = "record_too_large"
+        /// The client's configuration is wrong; fix the configuration.
+        case configuration
+        /// Anything else the log reported.
+        case other
+    }
+
+    public var code: Code
+    /// A human explanation, safe to log (never contains record contents).
+    public var reason: String
+    /// Whether the same call may succeed later unchanged.
+    public var isRetriable: Bool
+
+    public init(code: Code, reason: String, isRetriable: Bool) {
+        self.code = code
+        self.reason = reason
+        self.isRetriable = isRetriable
+    }
+
+    public var description: String { "\(code.rawValue): \(reason)" }
+}

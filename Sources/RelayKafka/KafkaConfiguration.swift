@@ -1,0 +1,60 @@
+/// How to reach Kafka and which raw librdkafka settings to pass through (DESIGN section 8).
+public struct KafkaConfiguration: Sendable {
+    /// `host:port[,host:port...]`.
+    public var bootstrapServers: String
+    /// Raw librdkafka settings (`kafka.properties`), applied after revenue-relay's own defaults so an
+    /// operator can override them (security.protocol, sasl.*, ssl.*, ...). The settings revenue-relay's
+    /// guarantees depend on (idempotence, acks, offset storing) are applied last and cannot be overridden.
+    public var properties: [String: String]
+    /// librdkafka `client.id`. Default: `revenue-relay`.
+    public var clientID: String
+
+    public init(bootstrapServers: String, properties: [String: String] = [:], clientID: String = "revenue-relay") {
+        self.bootstrapServers = bootstrapServers
+        self.properties = properties
+        self.clientID = clientID
+    }
+}
+
+/// Producer settings beyond the connection.
+public struct KafkaProducerConfiguration: Sendable {
+    /// How long a record may wait for the broker's acknowledgement before its send fails
+    /// (librdkafka `message.timeout.ms`). Default: 10 s.
+    public var deliveryTimeout: Duration = .seconds(10)
+    /// How often librdkafka reports statistics (broker state, queue depth). Default: 1 s.
+    public var statisticsInterval: Duration = .seconds(1)
+
+    public init(deliveryTimeout: Duration = .seconds(10), statisticsInterval: Duration = .seconds(1)) {
+        self.deliveryTimeout = deliveryTimeout
+        self.statisticsInterval = statisticsInterval
+    }
+}
+
+/// Consumer-group settings beyond the connection.
+public struct KafkaConsumerConfiguration: Sendable {
+    public var groupID: String
+    public var topics: [String]
+    /// Records handed out but not yet marked done before the consumer pauses its partitions.
+    /// Default: 1000.
+    public var maxInFlight: Int = 1000
+    /// librdkafka `session.timeout.ms`. Default: 45 s (librdkafka's).
+    public var sessionTimeout: Duration = .seconds(45)
+    /// Where a group with no committed offset starts. Default: earliest, so nothing already in the topic is skipped.
+    public var startFromEarliest: Bool = true
+    /// How often stored offsets are committed (librdkafka `auto.commit.interval.ms`). Default: 1 s.
+    public var commitInterval: Duration = .seconds(1)
+    /// How often librdkafka reports statistics (consumer lag). Default: 5 s.
+    public var statisticsInterval: Duration = .seconds(5)
+
+    public init(groupID: String, topics: [String]) {
+        self.groupID = groupID
+        self.topics = topics
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}

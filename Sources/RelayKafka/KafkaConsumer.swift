@@ -1,0 +1,359 @@
+public import CoreMetrics
+public import Logging
+public import RelayCore
+internal import CRdKafka
+import Synchronization
+
+/// A topic partition.
+public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
+    public var topic: String
+    public var partition: Int32
+
+    public init(topic: String, partition: Int32) {
+        self.topic = topic
+        self.partition = partition
+    }
+
+    public var description: String { "\(topic)[\(partition)]" }
+}
+
+/// A consumer-group member with at-least-once semantics (DESIGN section 8).
+///
+/// - Offsets are stored only when the caller marks a record done (`enable.auto.offset.store=false`),
+///   in order per partition even when records finish out of order; librdkafka's auto commit then
+///   commits what was stored.
+/// - Cooperative-sticky assignment. A revoked partition keeps what was done (already stored, and
+///   committed by librdkafka on unassign) and drops the rest: completions that arrive later for it
+///   are ignored, and its new owner gets those records again.
+/// - Back-pressure: once `maxInFlight` records are out and not done, the assigned partitions are
+///   paused; they resume when half of those are done. Polling continues, so group membership holds.
+/// - Polling runs on a dedicated thread, never on Swift's cooperative pool.
+public final class KafkaConsumer: RecordConsumer, Sendable {
+    public let records: AsyncStream<ConsumedRecord>
+    private let client: RDKafkaClient
+    private let shared: ConsumerShared
+    private let pollThread: PollThread
+    private let logger: Logger
+
+    public init(
+        configuration: KafkaConfiguration,
+        consumer: KafkaConsumerConfiguration,
+        logger: Logger,
+        metrics: any MetricsFactory = MetricsSystem.factory
+    ) throws(KafkaError) {
+        var groupLogger = logger
+        groupLogger[metadataKey: LogKey.kafkaGroup] = "\(consumer.groupID)"
+        let logger = groupLogger
+        let config = RDKafkaConfig()
+        try config.set("bootstrap.servers", configuration.bootstrapServers)
+        try config.set("client.id", configuration.clientID)
+        try config.set("group.id", consumer.groupID)
+        try config.set("session.timeout.ms", String(consumer.sessionTimeout.milliseconds))
+        try config.set("auto.offset.reset", consumer.startFromEarliest ? "earliest" : "latest")
+        try config.set("auto.commit.interval.ms", String(consumer.commitInterval.milliseconds))
+        try config.set("statistics.interval.ms", String(consumer.statisticsInterval.milliseconds))
+        try config.set("partition.assignment.strategy", "cooperative-sticky")
+        try config.set(configuration.properties)
+        // At-least-once depends on these; operators' properties cannot turn them off.
+        try config.set("enable.auto.offset.store", "false")
+        try config.set("enable.auto.commit", "true")
+
+        let shared = ConsumerShared(maxInFlight: max(1, consumer.maxInFlight), logger: logger, metrics: metrics)
+        let lagGauges = LagGauges(metrics: metrics)
+        let events = RDKafkaEvents(
+            logger: logger,
+            onRebalance: { rk, error, partitions in shared.rebalance(rk, error, partitions) },
+            onStatistics: { statistics in lagGauges.record(statistics.consumerLag) }
+        )
+        let client = try RDKafkaClient.make(kind: .consumer, config: config, events: events)
+        // Serve logs, errors, statistics and rebalances from rd_kafka_consumer_poll on our thread.
+        rd_kafka_poll_set_consumer(client.pointer)
+
+        let list = rd_kafka_topic_partition_list_new(Int32(consumer.topics.count))
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for topic in consumer.topics {
+            rd_kafka_topic_partition_list_add(list, topic, RD_KAFKA_PARTITION_UA)
+        }
+        let subscribed = rd_kafka_subscribe(client.pointer, list)
+        guard subscribed == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(subscribed, context: "could not subscribe to \(consumer.topics.joined(separator: ","))")
+        }
+
+        let (stream, continuation) = AsyncStream.makeStream(of: ConsumedRecord.self, bufferingPolicy: .unbounded)
+        let consumed = ConsumedCounters(metrics: metrics)
+        self.records = stream
+        self.client = client
+        self.shared = shared
+        self.logger = logger
+        self.pollThread = PollThread(
+            name: "kafka-consumer-poll",
+            body: {
+                if let message = rd_kafka_consumer_poll(client.pointer, 100) {
+                    if let record = shared.handOut(message) {
+                        consumed.increment(topic: record.topic)
+                        continuation.yield(record)
+                    }
+                    rd_kafka_message_destroy(message)
+                }
+                shared.applyBackPressure(client.pointer)
+            },
+            finish: {
+                // Commit what was stored, then leave the group: consumer_close runs the revoke
+                // callback here, on this thread, and librdkafka commits stored offsets on unassign.
+                let committed = rd_kafka_commit(client.pointer, nil, 0)
+                if committed != RD_KAFKA_RESP_ERR_NO_ERROR && committed != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                    logger.warning("final offset commit failed", metadata: [LogKey.error: "\(KafkaError(committed, context: "commit"))"])
+                }
+                let closed = rd_kafka_consumer_close(client.pointer)
+                if closed != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    logger.warning("consumer close failed", metadata: [LogKey.error: "\(KafkaError(closed, context: "close"))"])
+                }
+                continuation.finish()
+            }
+        )
+    }
+
+    public func markDone(_ record: ConsumedRecord) {
+        shared.markDone(record, client.pointer)
+    }
+
+    /// Records handed out and not yet marked done, over all partitions this member still owns.
+    public var inFlightCount: Int { shared.inFlightCount }
+
+    /// The partitions currently assigned to this member.
+    public var assignment: Set<TopicPartition> {
+        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(client.pointer, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return [] }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        return Set(list.elements.map { TopicPartition(topic: String(cString: $0.topic), partition: $0.partition) })
+    }
+
+    /// Whether a broker connection was up at the last statistics report.
+    public var isConnected: Bool { client.events.brokersReachable.load(ordering: .relaxed) }
+
+    /// Stops fetching, commits the stored offsets and leaves the group. Records handed out and not
+    /// done by now are redelivered to whoever owns their partition next. The `records` stream ends.
+    public func close() async {
+        await pollThread.stop()
+        logger.debug("kafka consumer closed")
+    }
+}
+
+extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t {
+    var elements: UnsafeMutableBufferPointer<rd_kafka_topic_partition_t> {
+        UnsafeMutableBufferPointer(start: pointee.elems, count: Int(pointee.cnt))
+    }
+}
+
+/// Per-partition tracking shared by the poll thread, the rebalance callback and `markDone` callers.
+private final class ConsumerShared: Sendable {
+    struct Assigned {
+        var generation: UInt64
+        var tracker = OffsetTracker()
+    }
+
+    struct State {
+        var partitions: [TopicPartition: Assigned] = [:]
+        var nextGeneration: UInt64 = 1
+        var inFlight = 0
+        var paused = false
+    }
+
+    private let state = Mutex(State())
+    private let maxInFlight: Int
+    private let logger: Logger
+    private let inFlightGauge: Gauge
+
+    init(maxInFlight: Int, logger: Logger, metrics: any MetricsFactory) {
+        self.maxInFlight = maxInFlight
+        self.logger = logger
+        self.inFlightGauge = Gauge(label: "relay_kafka_consumer_in_flight", dimensions: [], factory: metrics)
+    }
+
+    var inFlightCount: Int { state.withLock { $0.inFlight } }
+
+    /// Turns a polled message into a record, tracking its offset. Nil for errors and events.
+    func handOut(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> ConsumedRecord? {
+        let value = message.pointee
+        guard value.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            if value.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                logger.warning("kafka consume error", metadata: [LogKey.error: "\(KafkaError(value.err, context: "consume"))"])
+            }
+            return nil
+        }
+        let topic = String(cString: rd_kafka_topic_name(value.rkt))
+        let key = TopicPartition(topic: topic, partition: value.partition)
+        let generation = state.withLock { state -> UInt64 in
+            if state.partitions[key] == nil {
+                state.partitions[key] = Assigned(generation: state.nextGeneration)
+                state.nextGeneration += 1
+            }
+            state.partitions[key]!.tracker.handedOut(value.offset)
+            state.inFlight += 1
+            inFlightGauge.record(state.inFlight)
+            return state.partitions[key]!.generation
+        }
+        return ConsumedRecord(
+            topic: topic, partition: value.partition, offset: value.offset,
+            key: value.key.map { Array(UnsafeRawBufferPointer(start: $0, count: value.key_len)) },
+            value: value.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: value.len)) } ?? [],
+            headers: Self.headers(of: message), timestampMilliseconds: Self.timestamp(of: message),
+            assignmentGeneration: generation)
+    }
+
+    private static func headers(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> [RecordHeader] {
+        var headers: OpaquePointer?
+        guard rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR, let headers else { return [] }
+        var result: [RecordHeader] = []
+        var index = 0
+        var name: UnsafePointer<CChar>?
+        var value: UnsafeRawPointer?
+        var size = 0
+        while rd_kafka_header_get_all(headers, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+            if let name {
+                let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+                result.append(RecordHeader(name: String(cString: name), value: bytes))
+            }
+            index += 1
+        }
+        return result
+    }
+
+    private static func timestamp(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> Int64? {
+        var type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(message, &type)
+        return type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
+    }
+
+    func markDone(_ record: ConsumedRecord, _ rk: OpaquePointer) {
+        let key = TopicPartition(topic: record.topic, partition: record.partition)
+        state.withLock { state in
+            // A record from a partition since revoked (or revoked and assigned again) is not ours to store.
+            guard var assigned = state.partitions[key], assigned.generation == record.assignmentGeneration else { return }
+            let (store, wasPending) = assigned.tracker.markDone(record.offset)
+            state.partitions[key] = assigned
+            if wasPending {
+                state.inFlight -= 1
+                inFlightGauge.record(state.inFlight)
+            }
+            // Stored under the lock so that two completions can never store out of order.
+            if let store { Self.storeOffset(rk, key, store, logger: logger) }
+        }
+    }
+
+    private static func storeOffset(_ rk: OpaquePointer, _ key: TopicPartition, _ offset: Int64, logger: Logger) {
+        guard let list = rd_kafka_topic_partition_list_new(1) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        rd_kafka_topic_partition_list_add(list, key.topic, key.partition).pointee.offset = offset
+        let result = rd_kafka_offsets_store(rk, list)
+        let partitionResult = list.elements.first?.err ?? RD_KAFKA_RESP_ERR_NO_ERROR
+        if result != RD_KAFKA_RESP_ERR_NO_ERROR || partitionResult != RD_KAFKA_RESP_ERR_NO_ERROR {
+            // _STATE: the partition was revoked meanwhile; its new owner redelivers the record.
+            logger.debug(
+                "offset not stored",
+                metadata: [
+                    LogKey.kafkaTopic: "\(key.topic)", LogKey.kafkaPartition: "\(key.partition)",
+                    LogKey.error: "\(KafkaError(partitionResult != RD_KAFKA_RESP_ERR_NO_ERROR ? partitionResult : result, context: "store"))",
+                ])
+        }
+    }
+
+    /// Called on the poll thread (from rd_kafka_consumer_poll or rd_kafka_consumer_close).
+    func rebalance(_ rk: OpaquePointer, _ error: rd_kafka_resp_err_t, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
+        let keys = partitions.elements.map { TopicPartition(topic: String(cString: $0.topic), partition: $0.partition) }
+        let description = keys.map(\.description).sorted().joined(separator: ",")
+        switch error {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            let paused = state.withLock { state -> Bool in
+                for key in keys {
+                    state.inFlight -= state.partitions[key]?.tracker.pendingCount ?? 0
+                    state.partitions[key] = Assigned(generation: state.nextGeneration)
+                    state.nextGeneration += 1
+                }
+                return state.paused
+            }
+            if cooperative {
+                if let failure = rd_kafka_incremental_assign(rk, partitions) { logAndDestroy(failure, "incremental assign") }
+            } else {
+                _ = rd_kafka_assign(rk, partitions)
+            }
+            if paused { _ = rd_kafka_pause_partitions(rk, partitions) }
+            logger.info("partitions assigned", metadata: ["kafka.partitions": "\(description)"])
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let lost = rd_kafka_assignment_lost(rk) != 0
+            state.withLock { state in
+                for key in keys {
+                    // What was done is stored already; what was not is dropped and will be redelivered.
+                    if let assigned = state.partitions.removeValue(forKey: key) { state.inFlight -= assigned.tracker.pendingCount }
+                }
+                inFlightGauge.record(state.inFlight)
+            }
+            if cooperative {
+                if let failure = rd_kafka_incremental_unassign(rk, partitions) { logAndDestroy(failure, "incremental unassign") }
+            } else {
+                _ = rd_kafka_assign(rk, nil)
+            }
+            logger.info("partitions revoked", metadata: ["kafka.partitions": "\(description)", "kafka.lost": "\(lost)"])
+        default:
+            logger.error("rebalance failed", metadata: [LogKey.error: "\(KafkaError(error, context: "rebalance"))"])
+            if cooperative {
+                if let failure = rd_kafka_incremental_unassign(rk, partitions) { logAndDestroy(failure, "incremental unassign") }
+            } else {
+                _ = rd_kafka_assign(rk, nil)
+            }
+        }
+    }
+
+    private func logAndDestroy(_ failure: OpaquePointer, _ what: String) {
+        let text = String(cString: rd_kafka_error_string(failure))
+        rd_kafka_error_destroy(failure)
+        logger.error("rebalance step failed", metadata: ["kafka.step": "\(what)", LogKey.error: "\(text)"])
+    }
+
+    /// Pauses all assigned partitions at the high-water mark, resumes them at half of it.
+    func applyBackPressure(_ rk: OpaquePointer) {
+        enum Action { case pause, resume }
+        let action = state.withLock { state -> Action? in
+            if !state.paused && state.inFlight >= maxInFlight {
+                state.paused = true
+                return .pause
+            }
+            if state.paused && state.inFlight <= maxInFlight / 2 {
+                state.paused = false
+                return .resume
+            }
+            return nil
+        }
+        guard let action else { return }
+        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        switch action {
+        case .pause:
+            _ = rd_kafka_pause_partitions(rk, list)
+            logger.debug("consumer paused for back-pressure")
+        case .resume:
+            _ = rd_kafka_resume_partitions(rk, list)
+            logger.debug("consumer resumed")
+        }
+    }
+}
+
+private final class ConsumedCounters: Sendable {
+    private let metrics: any MetricsFactory
+    init(metrics: any MetricsFactory) { self.metrics = metrics }
+    func increment(topic: String) {
+        Counter(label: "relay_kafka_consumed_total", dimensions: [("topic", topic)], factory: metrics).increment()
+    }
+}
+
+private final class LagGauges: Sendable {
+    private let metrics: any MetricsFactory
+    init(metrics: any MetricsFactory) { self.metrics = metrics }
+    func record(_ lag: [String: Int64]) {
+        for (topic, value) in lag {
+            Gauge(label: "relay_kafka_consumer_lag", dimensions: [("topic", topic)], factory: metrics).record(value)
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import DequeModule
+
+/// Tracks the records of one partition that were handed out and not yet done, and says which offset
+/// may be stored: the first offset not yet done, so a crash redelivers exactly the unfinished records
+/// and everything after them. Records finish in any order; the stored offset only ever moves forward
+/// over a contiguous done prefix.
+struct OffsetTracker: Sendable {
+    /// Handed-out offsets, ascending, with whether each is done.
+    private var pending: Deque<(offset: Int64, done: Bool)> = []
+    /// The highest offset already returned for storing (exclusive: the next offset to consume).
+    private(set) var storedOffset: Int64?
+
+    var pendingCount: Int { pending.count }
+
+    /// A record at `offset` was handed out. Offsets arrive in increasing order within one assignment.
+    mutating func handedOut(_ offset: Int64) {
+        if let last = pending.last, offset <= last.offset { return }  // a duplicate delivery; already tracked
+        pending.append((offset, false))
+    }
+
+    /// Marks `offset` done. Returns the offset to store (next offset to consume) when the done prefix
+    /// grew, or nil when nothing new may be stored (an earlier record is still in flight, or the offset
+    /// is unknown). Also returns whether the offset was pending at all.
+    mutating func markDone(_ offset: Int64) -> (store: Int64?, wasPending: Bool) {
+        guard let index = index(of: offset), !pending[index].done else { return (nil, false) }
+        pending[index].done = true
+        var advancedTo: Int64?
+        while let first = pending.first, first.done {
+            pending.removeFirst()
+            advancedTo = first.offset + 1
+        }
+        guard let advancedTo, advancedTo > (storedOffset ?? Int64.min) else { return (nil, true) }
+        storedOffset = advancedTo
+        return (advancedTo, true)
+    }
+
+    /// Binary search: pending offsets are ascending.
+    private func index(of offset: Int64) -> Int? {
+        var low = 0
+        var high = pending.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            let value = pending[middle].offset
+            if value == offset { return middle }
+            if value < offset { low = middle + 1 } else { high = middle - 1 }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,189 @@
+internal import CRdKafka
+import Foundation
+import Logging
+import Synchronization
+
+/// Receives what librdkafka reports from its threads. Lives as long as the `rd_kafka_t` it belongs to:
+/// `RDKafkaClient` retains it for librdkafka (as the conf opaque) and releases it after `rd_kafka_destroy`.
+final class RDKafkaEvents: Sendable {
+    let logger: Logger
+    /// Set once, before `rd_kafka_new`; called on the thread that serves the queue (our poll thread).
+    let onRebalance: (@Sendable (OpaquePointer, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)?
+    let onStatistics: (@Sendable (RDKafkaStatistics) -> Void)?
+    /// Whether any broker connection was up in the latest statistics report (false until the first).
+    let brokersReachable = Atomic<Bool>(false)
+
+    init(
+        logger: Logger,
+        onRebalance: (@Sendable (OpaquePointer, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)? = nil,
+        onStatistics: (@Sendable (RDKafkaStatistics) -> Void)? = nil
+    ) {
+        self.logger = logger
+        self.onRebalance = onRebalance
+        self.onStatistics = onStatistics
+    }
+
+    static func from(_ rk: OpaquePointer?) -> RDKafkaEvents? {
+        guard let rk, let opaque = rd_kafka_opaque(rk) else { return nil }
+        return Unmanaged<RDKafkaEvents>.fromOpaque(opaque).takeUnretainedValue()
+    }
+}
+
+/// The part of librdkafka's statistics JSON revenue-relay uses.
+struct RDKafkaStatistics: Sendable {
+    /// Brokers whose connection state is `UP`.
+    var brokersUp: Int
+    /// Messages waiting in the producer's queue (librdkafka `msg_cnt`).
+    var queuedMessages: Int
+    /// Sum of `consumer_lag` per topic over the partitions where it is known.
+    var consumerLag: [String: Int64]
+
+    init?(json: UnsafeRawBufferPointer) {
+        guard let base = json.baseAddress,
+            let root = try? JSONSerialization.jsonObject(with: Data(bytes: base, count: json.count)) as? [String: Any]
+        else { return nil }
+        var up = 0
+        for case let broker as [String: Any] in (root["brokers"] as? [String: Any] ?? [:]).values
+        where broker["state"] as? String == "UP" {
+            up += 1
+        }
+        brokersUp = up
+        queuedMessages = root["msg_cnt"] as? Int ?? 0
+        var lag: [String: Int64] = [:]
+        for case let (topic, value as [String: Any]) in root["topics"] as? [String: Any] ?? [:] {
+            var sum: Int64 = 0
+            var known = false
+            for case let (id, partition as [String: Any]) in value["partitions"] as? [String: Any] ?? [:] where id != "-1" {
+                if let partitionLag = (partition["consumer_lag"] as? NSNumber)?.int64Value, partitionLag >= 0 {
+                    sum += partitionLag
+                    known = true
+                }
+            }
+            if known { lag[topic] = sum }
+        }
+        consumerLag = lag
+    }
+}
+
+/// Owns one `rd_kafka_t`. librdkafka handles are thread-safe, so the pointer may be used from any thread.
+final class RDKafkaClient: @unchecked Sendable {
+    enum Kind { case producer, consumer }
+
+    let pointer: OpaquePointer
+    let events: RDKafkaEvents
+    private let eventsOpaque: Unmanaged<RDKafkaEvents>
+
+    private init(pointer: OpaquePointer, events: RDKafkaEvents, eventsOpaque: Unmanaged<RDKafkaEvents>) {
+        self.pointer = pointer
+        self.events = events
+        self.eventsOpaque = eventsOpaque
+    }
+
+    deinit {
+        rd_kafka_destroy(pointer)
+        // Only now can no librdkafka thread call back into the events object.
+        eventsOpaque.release()
+    }
+
+    /// Creates the handle. `config` is consumed on success (rd_kafka_new takes the conf only then).
+    static func make(
+        kind: Kind, config: RDKafkaConfig, events: RDKafkaEvents, deliveryReports: Bool = false
+    ) throws(KafkaError) -> RDKafkaClient {
+        guard let conf = config.pointer else { throw .configuration("configuration already used") }
+        let opaque = Unmanaged.passRetained(events)
+        rd_kafka_conf_set_opaque(conf, opaque.toOpaque())
+        rd_kafka_conf_set_log_cb(conf, relayKafkaLog)
+        rd_kafka_conf_set_error_cb(conf, relayKafkaError)
+        rd_kafka_conf_set_stats_cb(conf, relayKafkaStatistics)
+        if deliveryReports { rd_kafka_conf_set_dr_msg_cb(conf, relayKafkaDeliveryReport) }
+        if events.onRebalance != nil { rd_kafka_conf_set_rebalance_cb(conf, relayKafkaRebalance) }
+
+        var errorBuffer = [CChar](repeating: 0, count: 512)
+        guard
+            let handle = rd_kafka_new(
+                kind == .producer ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER, conf, &errorBuffer, errorBuffer.count)
+        else {
+            opaque.release()
+            let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw .configuration("could not create the Kafka client: \(detail)")
+        }
+        _ = config.release()  // now owned by the handle
+        return RDKafkaClient(pointer: handle, events: events, eventsOpaque: opaque)
+    }
+}
+
+// MARK: - C callbacks (file scope, no captures; context through rd_kafka_opaque)
+
+private func relayKafkaLog(_ rk: OpaquePointer?, _ level: Int32, _ facility: UnsafePointer<CChar>?, _ message: UnsafePointer<CChar>?) {
+    guard let events = RDKafkaEvents.from(rk) else { return }
+    let logLevel: Logger.Level =
+        switch level {
+        case 0...2: .critical
+        case 3: .error
+        case 4: .warning
+        case 5, 6: .info
+        default: .debug
+        }
+    let facilityText = facility.map { String(cString: $0) } ?? "-"
+    let text = message.map { String(cString: $0) } ?? ""
+    events.logger.log(level: logLevel, "librdkafka", metadata: ["librdkafka.facility": "\(facilityText)", "librdkafka.message": "\(text)"])
+}
+
+private func relayKafkaError(_ rk: OpaquePointer?, _ error: Int32, _ reason: UnsafePointer<CChar>?, _ opaque: UnsafeMutableRawPointer?) {
+    guard let events = RDKafkaEvents.from(rk) else { return }
+    let code = rd_kafka_resp_err_t(error)
+    if code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN { events.brokersReachable.store(false, ordering: .relaxed) }
+    let name = String(cString: rd_kafka_err2name(code))
+    let text = reason.map { String(cString: $0) } ?? ""
+    let isFatal = code == RD_KAFKA_RESP_ERR__FATAL
+    events.logger.log(level: isFatal ? .critical : .warning, "kafka client error", metadata: ["kafka.error": "\(name)", "kafka.reason": "\(text)"])
+}
+
+private func relayKafkaStatistics(_ rk: OpaquePointer?, _ json: UnsafeMutablePointer<CChar>?, _ length: Int, _ opaque: UnsafeMutableRawPointer?) -> Int32 {
+    guard let events = RDKafkaEvents.from(rk), let json else { return 0 }
+    if let statistics = RDKafkaStatistics(json: UnsafeRawBufferPointer(start: json, count: length)) {
+        events.brokersReachable.store(statistics.brokersUp > 0, ordering: .relaxed)
+        events.onStatistics?(statistics)
+    }
+    return 0  // librdkafka frees the JSON
+}
+
+private func relayKafkaRebalance(
+    _ rk: OpaquePointer?, _ error: rd_kafka_resp_err_t, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?,
+    _ opaque: UnsafeMutableRawPointer?
+) {
+    guard let rk, let partitions, let events = RDKafkaEvents.from(rk), let handler = events.onRebalance else { return }
+    handler(rk, error, partitions)
+}
+
+private func relayKafkaDeliveryReport(_ rk: OpaquePointer?, _ message: UnsafePointer<rd_kafka_message_t>?, _ opaque: UnsafeMutableRawPointer?) {
+    guard let message, let pending = relay_rd_kafka_message_opaque(message) else { return }
+    // Balances the passRetained in KafkaProducer.send: each record gets exactly one report.
+    let box = Unmanaged<DeliveryBox>.fromOpaque(pending).takeRetainedValue()
+    let report = message.pointee
+    if report.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+        let topic = String(cString: rd_kafka_topic_name(report.rkt))
+        box.complete(.success(RecordPositionValue(topic: topic, partition: report.partition, offset: report.offset)))
+    } else {
+        box.complete(.failure(KafkaError(report.err, context: "the broker did not acknowledge the record")))
+    }
+}
+
+struct RecordPositionValue: Sendable {
+    var topic: String
+    var partition: Int32
+    var offset: Int64
+}
+
+/// Carries one send's continuation through librdkafka as the message opaque.
+final class DeliveryBox: Sendable {
+    let continuation: CheckedContinuation<RecordPositionValue, any Error>
+
+    init(_ continuation: CheckedContinuation<RecordPositionValue, any Error>) {
+        self.continuation = continuation
+    }
+
+    func complete(_ result: Result<RecordPositionValue, KafkaError>) {
+        continuation.resume(with: result.mapError { $0 as any Error })
+    }
+}
