@@ -93,6 +93,8 @@ public protocol RecordConsumer: Sendable {
     var records: AsyncStream<ConsumedRecord> { get }
     /// The record and everything it caused is durable: its position may be stored.
     func markDone(_ record: ConsumedRecord)
+    /// Stops reading, stores what was marked done and leaves the group. `records` ends.
+    func close() async
 }
 
 /// Why the record log could not do what was asked.

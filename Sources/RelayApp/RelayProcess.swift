@@ -1,0 +1,125 @@
+public import CoreMetrics
+import Foundation
+public import Logging
+public import Prometheus
+public import RelayConfig
+import RelayCore
+public import RelayIngest
+public import RelayKafka
+import RelayWorker
+public import ServiceLifecycle
+
+/// One revenue-relay process: the chosen roles as services in one `ServiceGroup`.
+///
+/// Graceful shutdown (SIGTERM/SIGINT, or `triggerGracefulShutdown`) runs in reverse order of start:
+/// readiness flips to not-ready; the HTTP server stops accepting and finishes in-flight requests;
+/// the worker stops taking records, finishes the dispatched ones and closes its consumer (stores,
+/// commits, leaves the group); the producer flushes. All within `shutdownTimeout`, after which
+/// what is left is cancelled (and redelivered later, never lost).
+public final class RelayProcess: Sendable {
+    public let group: ServiceGroup
+    public let health: HealthState
+    public let registry: PrometheusCollectorRegistry
+    private let listening: ListeningAddress
+
+    /// - Parameters:
+    ///   - bootstrapServers: overrides `kafka.bootstrapServers` (the `--bootstrap-servers` option, and dev).
+    ///   - installSignalHandlers: false in tests, which trigger shutdown themselves.
+    public init(
+        configuration: RelayConfiguration, roles: [Role], bootstrapServers: String? = nil, logger: Logger,
+        installSignalHandlers: Bool = true
+    ) throws(KafkaError) {
+        let registry = PrometheusCollectorRegistry()
+        let metrics = PrometheusMetricsFactory(registry: registry)
+        let health = HealthState()
+        let listening = ListeningAddress()
+        let kafka = KafkaConfiguration(
+            bootstrapServers: bootstrapServers ?? configuration.kafka.bootstrapServers, properties: configuration.kafka.properties)
+
+        // Start order; shutdown runs backwards through this list.
+        var services: [any Service] = []
+        var producer: KafkaProducer?
+        if roles.contains(.ingest) {
+            let ingestProducer = try KafkaProducer(
+                configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: configuration.ingest.ackTimeout),
+                logger: logger, metrics: metrics)
+            health.addReadinessCheck("kafka_unreachable") { ingestProducer.isConnected }
+            services.append(ProducerService(producer: ingestProducer))
+            producer = ingestProducer
+        }
+        if roles.contains(.worker) {
+            var consumerConfiguration = KafkaConsumerConfiguration(groupID: "relay-worker", topics: [configuration.kafka.topics.notifications])
+            consumerConfiguration.maxInFlight = 1000
+            let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
+            if producer == nil { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
+            let pipeline = NotificationPipeline(configuration: configuration, logger: logger, metrics: metrics)
+            services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
+        }
+        let server = RelayHTTPServer(
+            listen: configuration.ingest.listen, health: health, registry: registry,
+            ingest: producer.map { RelayHTTPServer.IngestRoutes(configuration: configuration, producer: $0) }, logger: logger)
+        services.append(server.makeService(onListening: { port in listening.set(port) }))
+        services.append(ReadinessService(health: health))
+
+        var groupConfiguration = ServiceGroupConfiguration(services: services, logger: logger)
+        if installSignalHandlers {
+            groupConfiguration.gracefulShutdownSignals = [.sigterm, .sigint]
+        }
+        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownTimeout
+        groupConfiguration.maximumCancellationDuration = .seconds(5)
+        self.group = ServiceGroup(configuration: groupConfiguration)
+        self.health = health
+        self.registry = registry
+        self.listening = listening
+    }
+
+    /// Runs until shutdown.
+    public func run() async throws {
+        try await group.run()
+    }
+
+    /// The HTTP port once the server listens (the configured one, or the one chosen for port 0).
+    public func waitForHTTPPort() async -> Int {
+        await listening.wait()
+    }
+
+    public func triggerGracefulShutdown() async {
+        await group.triggerGracefulShutdown()
+    }
+}
+
+/// The HTTP server's bound port, published once.
+final class ListeningAddress: Sendable {
+    private let state = LockedState()
+
+    func set(_ port: Int) { state.publish(port) }
+    func wait() async -> Int { await state.wait() }
+
+    private final class LockedState: @unchecked Sendable {
+        private let lock = NSLock()
+        private var port: Int?
+        private var waiters: [CheckedContinuation<Int, Never>] = []
+
+        func publish(_ value: Int) {
+            lock.lock()
+            port = value
+            let pending = waiters
+            waiters = []
+            lock.unlock()
+            for waiter in pending { waiter.resume(returning: value) }
+        }
+
+        func wait() async -> Int {
+            await withCheckedContinuation { continuation in
+                lock.lock()
+                if let port {
+                    lock.unlock()
+                    continuation.resume(returning: port)
+                } else {
+                    waiters.append(continuation)
+                    lock.unlock()
+                }
+            }
+        }
+    }
+}

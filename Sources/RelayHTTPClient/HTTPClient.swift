@@ -1,0 +1,137 @@
+internal import CCurl
+import Dispatch
+import Foundation
+
+/// An HTTP response.
+public struct HTTPClientResponse: Sendable {
+    public var status: Int
+    /// Header names lower-cased, in arrival order.
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public func header(_ name: String) -> String? {
+        let lowered = name.lowercased()
+        return headers.first { $0.name == lowered }?.value
+    }
+
+    public var bodyText: String { String(decoding: body, as: UTF8.self) }
+}
+
+/// Why a request got no HTTP response.
+public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        case setup, invalidRequest = "invalid_request", connect, timeout, transfer
+    }
+
+    public var kind: Kind
+    /// libcurl's explanation; never contains the request body or headers.
+    public var message: String
+    public var isRetriable: Bool { kind == .connect || kind == .timeout || kind == .transfer }
+
+    public var description: String { "\(kind.rawValue): \(message)" }
+}
+
+/// A small HTTP client over libcurl. Each request runs `curl_easy_perform` on a dispatch queue, never
+/// on Swift's cooperative pool.
+public struct HTTPClient: Sendable {
+    /// Connection timeout. Default: 5 s.
+    public var connectTimeout: Duration = .seconds(5)
+    /// Whole-request timeout. Default: 30 s.
+    public var timeout: Duration = .seconds(30)
+
+    public init(connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(30)) {
+        self.connectTimeout = connectTimeout
+        self.timeout = timeout
+    }
+
+    private static let queue = DispatchQueue(label: "revenue-relay.http-client", attributes: .concurrent)
+
+    public func send(
+        _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil
+    ) async throws(HTTPClientError) -> HTTPClientResponse {
+        let result: Result<HTTPClientResponse, HTTPClientError> = await withCheckedContinuation { continuation in
+            Self.queue.async {
+                continuation.resume(returning: Result { () throws(HTTPClientError) in try perform(method, url, headers: headers, body: body) })
+            }
+        }
+        return try result.get()
+    }
+
+    private func perform(_ method: String, _ url: String, headers: [(String, String)], body: [UInt8]?) throws(HTTPClientError) -> HTTPClientResponse {
+        let easy = try CurlEasy()
+        let sink = ResponseSink()
+        try easy.set(CURLOPT_URL, url)
+        try easy.set(CURLOPT_NOSIGNAL, 1)
+        try easy.set(CURLOPT_CUSTOMREQUEST, method)
+        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeout.components.seconds * 1000 + connectTimeout.components.attoseconds / 1_000_000_000_000_000))
+        try easy.set(CURLOPT_TIMEOUT_MS, Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        try easy.setHeaders(headers + [("Expect", "")])
+        let bodyBytes = body ?? []
+        let result = bodyBytes.withUnsafeBytes { bodyPointer in
+            Result { () throws(HTTPClientError) -> HTTPClientResponse in try transfer(easy, sink, body: body == nil ? nil : bodyPointer) }
+        }
+        return try result.get()
+    }
+
+    private func transfer(_ easy: CurlEasy, _ sink: ResponseSink, body: UnsafeRawBufferPointer?) throws(HTTPClientError) -> HTTPClientResponse {
+        if let body {
+            guard relay_curl_setopt_off_t(easy.handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else {
+                throw HTTPClientError(kind: .setup, message: "could not set the request body size")
+            }
+            // libcurl reads the body from this pointer during curl_easy_perform only.
+            guard relay_curl_setopt_pointer(easy.handle, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: body.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!)) == CURLE_OK else {
+                throw HTTPClientError(kind: .setup, message: "could not set the request body")
+            }
+        }
+        let context = Unmanaged.passUnretained(sink).toOpaque()
+        _ = relay_curl_setopt_write_function(easy.handle, relayCurlWriteBody)
+        _ = relay_curl_setopt_pointer(easy.handle, CURLOPT_WRITEDATA, context)
+        _ = relay_curl_setopt_header_function(easy.handle, relayCurlWriteHeader)
+        _ = relay_curl_setopt_pointer(easy.handle, CURLOPT_HEADERDATA, context)
+        let code = curl_easy_perform(easy.handle)
+        guard code == CURLE_OK else {
+            let message = String(cString: curl_easy_strerror(code))
+            let kind: HTTPClientError.Kind =
+                switch code {
+                case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST: .connect
+                case CURLE_OPERATION_TIMEDOUT: .timeout
+                case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL: .invalidRequest
+                default: .transfer
+                }
+            throw HTTPClientError(kind: kind, message: message)
+        }
+        var status = 0
+        _ = relay_curl_getinfo_long(easy.handle, CURLINFO_RESPONSE_CODE, &status)
+        return HTTPClientResponse(status: status, headers: sink.headers, body: sink.body)
+    }
+}
+
+/// Collects one response; lives on the performing thread for the duration of curl_easy_perform.
+private final class ResponseSink {
+    var body: [UInt8] = []
+    var headers: [(name: String, value: String)] = []
+
+    func addHeaderLine(_ line: String) {
+        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+        if trimmed.hasPrefix("HTTP/") {
+            headers = []  // a new response (after 100 Continue or a redirect) starts over
+            return
+        }
+        guard let colon = trimmed.firstIndex(of: ":") else { return }
+        headers.append((trimmed[..<colon].lowercased(), trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+    }
+}
+
+private func relayCurlWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let context else { return 0 }
+    let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
+    sink.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: size * count))
+    return size * count
+}
+
+private func relayCurlWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let context else { return 0 }
+    let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
+    sink.addHeaderLine(String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self))
+    return size * count
+}

@@ -1,0 +1,117 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RelayApp
+import RelayConfig
+import RelayCore
+
+@main
+struct RevenueRelay: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revenue-relay",
+        abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications and relays them through Kafka.",
+        version: RelayVersion.current,
+        subcommands: [Dev.self, Run.self]
+    )
+}
+
+enum RelayVersion {
+    static let current = "0.1.0"
+}
+
+/// Exit codes of DESIGN section 2 (sysexits): 64 bad arguments, 78 bad configuration.
+enum Exit {
+    static let badConfiguration = ExitCode(78)
+    static let badArguments = ExitCode(64)
+}
+
+func bootstrapLogging() {
+    let level = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+    // stdout is for the lines other programs read (dev's addresses); logs go to stderr.
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = level
+        return handler
+    }
+}
+
+func loadConfiguration(_ path: String) throws -> RelayConfiguration {
+    do {
+        return try RelayConfiguration.load(path: path)
+    } catch {
+        FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
+        throw Exit.badConfiguration
+    }
+}
+
+func printLine(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+struct Dev: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run everything in one process on loopback: an embedded Kafka broker (in memory), the ingest and the worker."
+    )
+
+    @Option(help: "Configuration file.")
+    var config = "config/dev.yaml"
+
+    func run() async throws {
+        bootstrapLogging()
+        let configuration = try loadConfiguration(config)
+        let logger = Logger(label: "revenue-relay")
+        let environment = try DevEnvironment(configuration: configuration, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await environment.process.run() }
+            group.addTask {
+                let port = await environment.process.waitForHTTPPort()
+                printLine("ingest: http://127.0.0.1:\(port)")
+                printLine("kafka: \(environment.cluster.bootstrapServers)")
+            }
+            try await group.waitForAll()
+        }
+    }
+}
+
+struct Run: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run in production against Apache Kafka.",
+        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer; this build provides ingest and worker)."
+    )
+
+    @Option(help: "Configuration file.")
+    var config: String
+
+    @Option(name: .customLong("role"), help: "Comma-separated roles to run.")
+    var roles: String?
+
+    @Option(name: .customLong("bootstrap-servers"), help: "Overrides kafka.bootstrapServers.")
+    var bootstrapServers: String?
+
+    func run() async throws {
+        bootstrapLogging()
+        let logger = Logger(label: "revenue-relay")
+        var selected: [Role]
+        if let roles {
+            do {
+                selected = try Role.parse(roles)
+            } catch {
+                throw ValidationError(error.message)
+            }
+            let missing = selected.filter { !Role.available.contains($0) }
+            guard missing.isEmpty else {
+                throw ValidationError("role \(missing.map(\.rawValue).joined(separator: ", ")) is not available in this build of revenue-relay")
+            }
+        } else {
+            selected = Role.defaultRoles.filter(Role.available.contains)
+            let absent = Role.defaultRoles.filter { !Role.available.contains($0) }
+            if !absent.isEmpty {
+                logger.notice("default role not in this build", metadata: ["roles": "\(absent.map(\.rawValue).joined(separator: ","))"])
+            }
+        }
+        let configuration = try loadConfiguration(config)
+        let process = try RelayProcess(configuration: configuration, roles: selected, bootstrapServers: bootstrapServers, logger: logger)
+        logger.info("starting", metadata: [LogKey.role: "\(selected.map(\.rawValue).joined(separator: ","))"])
+        try await process.run()
+    }
+}
