@@ -133,8 +133,9 @@ let package = Package(
         .testTarget(
             name: "RelayAppTests",
             dependencies: [
-                "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayConfig",
+                "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayConfig", "RelayCore", "RelayWorker",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,5 +1,4 @@
 internal import CCurl
-import Dispatch
 import Foundation
 
 /// An HTTP response.
@@ -31,8 +30,9 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
     public var description: String { "\(kind.rawValue): \(message)" }
 }
 
-/// A small HTTP client over libcurl. Each request runs `curl_easy_perform` on a dispatch queue, never
-/// on Swift's cooperative pool.
+/// A small HTTP client over libcurl. Each request runs `curl_easy_perform` on its own OS thread:
+/// never on Swift's cooperative pool, and not on a dispatch queue either, because on Linux the
+/// cooperative pool shares libdispatch's global threads and blocking transfers there starve every task.
 public struct HTTPClient: Sendable {
     /// Connection timeout. Default: 5 s.
     public var connectTimeout: Duration = .seconds(5)
@@ -44,15 +44,15 @@ public struct HTTPClient: Sendable {
         self.timeout = timeout
     }
 
-    private static let queue = DispatchQueue(label: "revenue-relay.http-client", attributes: .concurrent)
-
     public func send(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil
     ) async throws(HTTPClientError) -> HTTPClientResponse {
         let result: Result<HTTPClientResponse, HTTPClientError> = await withCheckedContinuation { continuation in
-            Self.queue.async {
+            let thread = Thread {
                 continuation.resume(returning: Result { () throws(HTTPClientError) in try perform(method, url, headers: headers, body: body) })
             }
+            thread.name = "http-client"
+            thread.start()
         }
         return try result.get()
     }

@@ -1,0 +1,153 @@
+import Foundation
+import RelayApp
+import RelayCore
+import RelayHTTPClient
+import RelayKafka
+import RelayTestSupport
+import Synchronization
+import Testing
+
+func base64URL(_ text: String) -> String {
+    Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        .replacingOccurrences(of: "=", with: "")
+}
+
+/// The ingest contract (DESIGN sections 3 and 4) over real HTTP and the embedded broker.
+@Suite struct IngestTests {
+    struct Case: Sendable, CustomStringConvertible {
+        var store: String
+        var body: String
+        var headers: [(String, String)]
+        var expectedKey: String
+        var description: String { store }
+    }
+
+    static var cases: [Case] {
+        let transaction = "\(base64URL(#"{"alg":"ES256"}"#)).\(base64URL(#"{"originalTransactionId":"2000000123","transactionId":"2000000999"}"#)).c2ln"
+        let payload = base64URL(#"{"notificationType":"DID_RENEW","notificationUUID":"6a8f-uuid","data":{"signedTransactionInfo":"\#(transaction)"}}"#)
+        let developerNotification = Data(#"{"version":"1.0","packageName":"com.example.app","subscriptionNotification":{"notificationType":4,"purchaseToken":"token-abc","subscriptionId":"pro"}}"#.utf8).base64EncodedString()
+        return [
+            Case(store: "apple", body: #"{"signedPayload":"\#(base64URL(#"{"alg":"ES256"}"#)).\#(payload).c2ln"}"#, headers: [], expectedKey: "apple:2000000123"),
+            Case(
+                store: "google", body: #"{"message":{"data":"\#(developerNotification)","messageId":"136969346945"},"subscription":"projects/p/subscriptions/s"}"#,
+                headers: [("Authorization", "Bearer eyJ.test.jwt")], expectedKey: "google:token-abc"),
+            Case(
+                store: "stripe", body: #"{"id":"evt_1","type":"invoice.paid","data":{"object":{"object":"invoice","customer":"cus_9","parent":{"subscription_details":{"subscription":"sub_42"}}}}}"#,
+                headers: [("Stripe-Signature", "t=1700000000,v1=abc,v1=def")], expectedKey: "stripe:sub_42"),
+            Case(
+                store: "paddle", body: #"{"event_id":"evt_01","event_type":"transaction.completed","data":{"id":"txn_1","subscription_id":"sub_01h","customer_id":"ctm_1"}}"#,
+                headers: [("Paddle-Signature", "ts=1700000000;h1=abc")], expectedKey: "paddle:sub_01h"),
+        ]
+    }
+
+    @Test(arguments: cases)
+    func acceptedNotificationIsTheExactRecordInKafka(_ testCase: Case) async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let response = try await relay.post("/v1/notifications/\(testCase.store)/demo", body: testCase.body, headers: testCase.headers)
+        let after = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(response.status == 200)
+
+        let (reader, collector) = try relay.notificationsReader()
+        let record = try #require(try await collector.waitFor(count: 1).first)
+        #expect(record.keyString == testCase.expectedKey)
+        #expect(record.value == Array(testCase.body.utf8))
+        #expect(record.headers.first(named: "relay-store")?.stringValue == testCase.store)
+        #expect(record.headers.first(named: "relay-app")?.stringValue == "demo")
+        let receivedAt = try #require(record.headers.first(named: "relay-received-at")?.stringValue.flatMap { Int64($0) })
+        #expect((before...after).contains(receivedAt))
+        for (name, value) in testCase.headers {
+            #expect(record.headers.first(named: name.lowercased())?.stringValue == value)
+        }
+        // Only the documented headers: nothing else from the request leaks into the record.
+        #expect(Set(record.headers.map(\.name)).isSubset(of: ["relay-store", "relay-app", "relay-received-at", "stripe-signature", "paddle-signature", "authorization"]))
+        await reader.close()
+        try await relay.stop()
+    }
+
+    @Test func rejectsUnknownAppsOversizeBodiesAndNonJSON() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration(maxBodyBytes: 1024))
+        #expect(try await relay.post("/v1/notifications/stripe/nope", body: "{}").status == 404)
+        // The app exists but does not receive Apple notifications.
+        #expect(try await relay.post("/v1/notifications/apple/stripe-only", body: "{}").status == 404)
+        #expect(try await relay.post("/v1/notifications/amazon/demo", body: "{}").status == 404)
+        let large = #"{"pad":""# + String(repeating: "x", count: 2000) + #""}"#
+        let tooLarge = try await relay.post("/v1/notifications/stripe/demo", body: large)
+        #expect(tooLarge.status == 413)
+        #expect(tooLarge.bodyText.contains("too_large"))
+        let notJSON = try await relay.post("/v1/notifications/stripe/demo", body: "id=evt_1&type=x")
+        #expect(notJSON.status == 400)
+        #expect(notJSON.bodyText.contains("not_json"))
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: "").status == 400)
+        // Nothing of the above reached Kafka; a valid one does, and is the first record there.
+        #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_ok"}"#).status == 200)
+        let (reader, collector) = try relay.notificationsReader()
+        let records = try await collector.waitFor(count: 1)
+        #expect(records.map(\.keyString) == ["stripe:evt_ok"])
+        await reader.close()
+        try await relay.stop()
+    }
+
+    @Test func answers503WhileEveryBrokerIsDownAnd200AfterTheyReturn() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration(ackTimeout: "1500ms"))
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_before"}"#).status == 200)
+        try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
+
+        try relay.environment.cluster.takeDown()
+        let during = try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_during"}"#)
+        #expect(during.status == 503)
+        try await waitUntil("not ready while Kafka is unreachable") { try await relay.get("/health/ready").status == 503 }
+        #expect(try await relay.get("/health/live").status == 200)
+
+        try relay.environment.cluster.bringUp()
+        // The store retries; once the producer has reconnected, the retry is accepted.
+        try await waitUntil("a 200 after the brokers returned") {
+            try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_after"}"#).status == 200
+        }
+        try await waitUntil("ready again") { try await relay.get("/health/ready").status == 200 }
+        try await relay.stop()
+    }
+
+    @Test func gracefulShutdownLeavesNoAcceptedRequestUnwritten() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        let accepted = LockedBox<[String]>([])
+        let answered = LockedBox<Int>(0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<60 {
+                group.addTask {
+                    let id = "evt_\(index)"
+                    // Requests after the server stopped fail to connect or get 503: the store retries those.
+                    let response = try? await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"\#(id)"}"#)
+                    if response?.status == 200 { accepted.withLock { $0.append("stripe:\(id)") } }
+                    answered.withLock { $0 += 1 }
+                }
+            }
+            group.addTask {
+                try await waitUntil("some requests answered") { answered.value >= 10 }
+                await relay.environment.process.triggerGracefulShutdown()
+            }
+            try await group.waitForAll()
+        }
+        try await relay.runTask.value
+        let acceptedKeys = Set(accepted.value)
+        #expect(acceptedKeys.count >= 10)
+
+        // The broker outlives the process in this test: read what the ingest wrote.
+        let (reader, collector) = try relay.notificationsReader()
+        let records = try await collector.waitFor(count: acceptedKeys.count)
+        #expect(acceptedKeys.isSubset(of: Set(records.compactMap(\.keyString))))
+        await reader.close()
+    }
+
+    @Test func operationalRoutesAnswer() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        #expect(try await relay.get("/health/live").status == 200)
+        try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
+        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_m"}"#).status == 200)
+        let metrics = try await relay.get("/metrics")
+        #expect(metrics.status == 200)
+        #expect(metrics.header("content-type")?.hasPrefix("text/plain") == true)
+        #expect(metrics.bodyText.contains(#"relay_ingest_requests_total{store="paddle",status="200"} 1"#))
+        try await relay.stop()
+    }
+}

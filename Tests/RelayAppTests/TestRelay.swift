@@ -1,0 +1,70 @@
+import Foundation
+import Logging
+import RelayApp
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+import RelayKafka
+import RelayTestSupport
+
+/// A whole relay (embedded broker, ingest, worker) on loopback with port 0, for one test.
+final class TestRelay: Sendable {
+    let environment: DevEnvironment
+    let configuration: RelayConfiguration
+    let baseURL: String
+    let runTask: Task<Void, any Error>
+    let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30))
+
+    static func configuration(ackTimeout: String = "10s", maxBodyBytes: Int = 262144) throws -> RelayConfiguration {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-config"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Data(#"{"keys": []}"#.utf8).write(to: directory.appendingPathComponent("jwks.json"))
+        let yaml = """
+            ingest: { listen: "127.0.0.1:0", maxBodyBytes: \(maxBodyBytes), ackTimeout: \(ackTimeout) }
+            apps:
+              - key: demo
+                projectId: 1
+                applicationId: 1
+                apple: { bundleId: com.example.app, environments: [Xcode] }
+                google: { packageName: com.example.app, pushAudience: "https://relay.test/google", pushServiceAccount: "push@example.iam.gserviceaccount.com", jwks: jwks.json }
+                stripe: { signingSecrets: ["whsec_test"] }
+                paddle: { secretKeys: ["pdl_test"] }
+              - key: stripe-only
+                projectId: 1
+                applicationId: 2
+                stripe: { signingSecrets: ["whsec_test"] }
+            shutdownTimeout: 20s
+            """
+        return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
+    }
+
+    init(configuration: RelayConfiguration) async throws {
+        self.configuration = configuration
+        environment = try DevEnvironment(configuration: configuration, logger: testLogger("relay"), installSignalHandlers: false)
+        let process = environment.process
+        runTask = Task { try await process.run() }
+        baseURL = "http://127.0.0.1:\(await process.waitForHTTPPort())"
+    }
+
+    func post(_ path: String, body: String, headers: [(String, String)] = []) async throws -> HTTPClientResponse {
+        try await http.send("POST", baseURL + path, headers: [("Content-Type", "application/json")] + headers, body: Array(body.utf8))
+    }
+
+    func get(_ path: String) async throws -> HTTPClientResponse {
+        try await http.send("GET", baseURL + path)
+    }
+
+    /// A fresh consumer group over the raw notifications topic, reading from the beginning.
+    func notificationsReader() throws -> (KafkaConsumer, RecordCollector) {
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConfiguration(bootstrapServers: environment.cluster.bootstrapServers),
+            consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [configuration.kafka.topics.notifications]),
+            logger: testLogger())
+        return (consumer, RecordCollector(consumer.records))
+    }
+
+    func stop() async throws {
+        await environment.process.triggerGracefulShutdown()
+        try await runTask.value
+    }
+}
