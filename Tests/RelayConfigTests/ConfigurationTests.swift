@@ -1,0 +1,98 @@
+import Foundation
+import RelayConfig
+import Testing
+
+@Suite struct ConfigurationTests {
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    func parse(_ yaml: String, environment: [String: String] = [:]) throws(ConfigurationError) -> RelayConfiguration {
+        try RelayConfiguration.parse(yaml: yaml, baseDirectory: Self.repositoryRoot.appendingPathComponent("config").path, environment: environment)
+    }
+
+    func error(_ yaml: String, environment: [String: String] = [:]) -> ConfigurationError? {
+        do {
+            _ = try parse(yaml, environment: environment)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func devConfigurationLoadsAsShipped() throws {
+        let configuration = try RelayConfiguration.load(path: Self.repositoryRoot.appendingPathComponent("config/dev.yaml").path, environment: [:])
+        let demo = try #require(configuration.app("demo"))
+        #expect(demo.apple?.rootCertificates.first?.hasSuffix("config/certs/AppleRootCA-G3.der") == true)
+        #expect(configuration.ingest.listen.description == "127.0.0.1:8080")
+        #expect(configuration.delivery.allowPrivateNetworks)
+    }
+
+    @Test func exampleConfigurationLoadsWithItsSecretsFromTheEnvironment() throws {
+        let environment = ["RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+        let configuration = try RelayConfiguration.load(path: Self.repositoryRoot.appendingPathComponent("config/example.yaml").path, environment: environment)
+        #expect(configuration.app("demo")?.stripe?.signingSecrets == ["whsec_s"])
+        #expect(configuration.endpoints.first?.id == "analytics")
+        #expect(configuration.delivery.allowPrivateNetworks == false)
+        #expect(configuration.app("demo")?.apple?.environments.contains("Xcode") == false)
+    }
+
+    @Test func defaultsApplyWhenSectionsAreAbsent() throws {
+        let configuration = try parse("kafka: { bootstrapServers: \"broker:9092\" }")
+        #expect(configuration.kafka.bootstrapServers == "broker:9092")
+        #expect(configuration.kafka.topics.notifications == "relay.notifications")
+        #expect(configuration.kafka.topics.all(retrySteps: 2).contains("relay.deliveries.retry.1"))
+        #expect(configuration.ingest.maxBodyBytes == 262_144)
+        #expect(configuration.ingest.ackTimeout == .seconds(10))
+        #expect(configuration.delivery.timeout == .seconds(15))
+        #expect(configuration.delivery.retrySchedule.count == 7)
+        #expect(configuration.shutdownTimeout == .seconds(30))
+    }
+
+    @Test func unknownKeysAreRejectedByName() {
+        #expect(error("kafka: { bootstrapServer: x }")?.key == "kafka.bootstrapServer")
+        #expect(error("ingset: {}")?.key == "ingset")
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x], tolerence: 5s } }]")?.key == "apps[0].stripe.tolerence")
+    }
+
+    @Test func badValuesNameTheirKey() {
+        #expect(error("ingest: { maxBodyBytes: lots }")?.key == "ingest.maxBodyBytes")
+        #expect(error("ingest: { listen: \"8080\" }")?.key == "ingest.listen")
+        #expect(error("delivery: { timeout: 15 }")?.key == "delivery.timeout")
+        #expect(error("delivery: { retrySchedule: [5s, soon] }")?.key == "delivery.retrySchedule[1]")
+        #expect(error("apps: [{ key: a, projectId: 1 }]")?.key == "apps[0].applicationId")
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, apple: { bundleId: b, environments: [Prod] } }]")?.key == "apps[0].apple.environments[0]")
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, apple: { bundleId: b, environments: [Production], rootCertificates: [certs/AppleRootCA-G3.der] } }]")?.key == "apps[0].apple.appAppleId")
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, apple: { bundleId: b, appAppleId: 1, environments: [Production], rootCertificates: [nope.der] } }]")?.key == "apps[0].apple.rootCertificates[0]")
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1 }, { key: a, projectId: 1, applicationId: 2 }]")?.key == "apps[1].key")
+        #expect(error("endpoints: [{ id: e, app: missing, url: \"https://x.test\", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw] }]")?.key == "endpoints[0].app")
+        #expect(error("kafka: [1, 2]")?.key == "kafka")
+        #expect(error("kafka: {")?.key == "")
+    }
+
+    @Test func durationsAcceptTheDocumentedUnits() throws {
+        let configuration = try parse("delivery: { retrySchedule: [250ms, 15s, 5m, 2h] }")
+        #expect(configuration.delivery.retrySchedule == [.milliseconds(250), .seconds(15), .seconds(300), .seconds(7200)])
+    }
+
+    @Test func environmentVariablesAreSubstitutedAndUnsetOnesAreErrors() throws {
+        let yaml = "apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [\"${STRIPE_SECRET}\", \"pre-${OTHER}-post\"] } }]"
+        let configuration = try parse(yaml, environment: ["STRIPE_SECRET": "whsec_abc", "OTHER": "x"])
+        #expect(configuration.apps[0].stripe?.signingSecrets == ["whsec_abc", "pre-x-post"])
+
+        let failure = error(yaml, environment: ["OTHER": "x"])
+        #expect(failure?.key == "apps[0].stripe.signingSecrets[0]")
+        #expect(failure?.message.contains("STRIPE_SECRET") == true)
+    }
+
+    @Test func errorsNeverEchoSecretValues() {
+        let failure = error("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [\"${S}\"], tolerance: \"${S}\" } }]", environment: ["S": "whsec_supersecret"])
+        #expect(failure?.key == "apps[0].stripe.tolerance")
+        #expect(failure.map { !"\($0)".contains("supersecret") } == true)
+    }
+
+    @Test func pathsResolveAgainstTheConfigurationFolder() throws {
+        let configuration = try parse("backend: { database: data/backend.sqlite }")
+        #expect(configuration.backend.database == Self.repositoryRoot.appendingPathComponent("config/data/backend.sqlite").path)
+        let absolute = try parse("backend: { database: /var/lib/relay.sqlite }")
+        #expect(absolute.backend.database == "/var/lib/relay.sqlite")
+    }
+}
