@@ -27,7 +27,8 @@ public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
 ///   are ignored, and its new owner gets those records again.
 /// - Back-pressure: once `maxInFlight` records are out and not done, the assigned partitions are
 ///   paused; they resume when half of those are done. Polling continues, so group membership holds.
-/// - Polling runs on a dedicated thread, never on Swift's cooperative pool.
+/// - Polling runs on a dedicated thread, never on Swift's cooperative pool. That thread keeps the
+///   consumer alive and in its group: call `close()` when done with it.
 public final class KafkaConsumer: RecordConsumer, Sendable {
     public let records: AsyncStream<ConsumedRecord>
     private let client: RDKafkaClient
@@ -156,7 +157,10 @@ private final class ConsumerShared: Sendable {
         var partitions: [TopicPartition: Assigned] = [:]
         var nextGeneration: UInt64 = 1
         var inFlight = 0
+        /// Back-pressure is on: every assigned partition that has started delivering is to be paused.
         var paused = false
+        /// The partitions currently paused by us.
+        var pausedPartitions: Set<TopicPartition> = []
     }
 
     private let state = Mutex(State())
@@ -183,16 +187,19 @@ private final class ConsumerShared: Sendable {
         }
         let topic = String(cString: rd_kafka_topic_name(value.rkt))
         let key = TopicPartition(topic: topic, partition: value.partition)
-        let generation = state.withLock { state -> UInt64 in
+        let generation = state.withLock { state -> UInt64? in
             if state.partitions[key] == nil {
                 state.partitions[key] = Assigned(generation: state.nextGeneration)
                 state.nextGeneration += 1
             }
-            state.partitions[key]!.tracker.handedOut(value.offset)
+            // A refetched offset is already done or still in flight: handing it out again could let
+            // its copy store an offset past the unfinished original.
+            guard state.partitions[key]!.tracker.handOut(value.offset) else { return nil }
             state.inFlight += 1
             inFlightGauge.record(state.inFlight)
             return state.partitions[key]!.generation
         }
+        guard let generation else { return nil }
         return ConsumedRecord(
             topic: topic, partition: value.partition, offset: value.offset,
             key: value.key.map { Array(UnsafeRawBufferPointer(start: $0, count: value.key_len)) },
@@ -267,9 +274,10 @@ private final class ConsumerShared: Sendable {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             let paused = state.withLock { state -> Bool in
                 for key in keys {
-                    state.inFlight -= state.partitions[key]?.tracker.pendingCount ?? 0
+                    state.inFlight -= state.partitions[key]?.tracker.undoneCount ?? 0
                     state.partitions[key] = Assigned(generation: state.nextGeneration)
                     state.nextGeneration += 1
+                    if state.paused { state.pausedPartitions.insert(key) } else { state.pausedPartitions.remove(key) }
                 }
                 return state.paused
             }
@@ -278,17 +286,19 @@ private final class ConsumerShared: Sendable {
             } else {
                 _ = rd_kafka_assign(rk, partitions)
             }
-            if paused { _ = rd_kafka_pause_partitions(rk, partitions) }
+            // librdkafka keeps an application pause on a partition across unassign and reassign, so
+            // set the state we want explicitly (fetching has not started yet, so either is safe).
+            if paused {
+                _ = rd_kafka_pause_partitions(rk, partitions)
+            } else {
+                _ = rd_kafka_resume_partitions(rk, partitions)
+            }
             logger.info("partitions assigned", metadata: ["kafka.partitions": "\(description)"])
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             let lost = rd_kafka_assignment_lost(rk) != 0
-            state.withLock { state in
-                for key in keys {
-                    // What was done is stored already; what was not is dropped and will be redelivered.
-                    if let assigned = state.partitions.removeValue(forKey: key) { state.inFlight -= assigned.tracker.pendingCount }
-                }
-                inFlightGauge.record(state.inFlight)
-            }
+            let paused = dropTracking(keys)
+            // Leave no application pause behind on a partition that may come back to us later.
+            if paused { _ = rd_kafka_resume_partitions(rk, partitions) }
             if cooperative {
                 if let failure = rd_kafka_incremental_unassign(rk, partitions) { logAndDestroy(failure, "incremental unassign") }
             } else {
@@ -297,11 +307,26 @@ private final class ConsumerShared: Sendable {
             logger.info("partitions revoked", metadata: ["kafka.partitions": "\(description)", "kafka.lost": "\(lost)"])
         default:
             logger.error("rebalance failed", metadata: [LogKey.error: "\(KafkaError(error, context: "rebalance"))"])
+            _ = dropTracking(keys)
             if cooperative {
                 if let failure = rd_kafka_incremental_unassign(rk, partitions) { logAndDestroy(failure, "incremental unassign") }
             } else {
                 _ = rd_kafka_assign(rk, nil)
             }
+        }
+    }
+
+    /// Forgets revoked partitions: what was done is stored already; what was not is dropped and will be
+    /// redelivered to the partition's next owner. Returns whether any of them was paused by us.
+    private func dropTracking(_ keys: [TopicPartition]) -> Bool {
+        state.withLock { state in
+            var anyPaused = false
+            for key in keys {
+                if let assigned = state.partitions.removeValue(forKey: key) { state.inFlight -= assigned.tracker.undoneCount }
+                if state.pausedPartitions.remove(key) != nil { anyPaused = true }
+            }
+            inFlightGauge.record(state.inFlight)
+            return anyPaused
         }
     }
 
@@ -311,32 +336,38 @@ private final class ConsumerShared: Sendable {
         logger.error("rebalance step failed", metadata: ["kafka.step": "\(what)", LogKey.error: "\(text)"])
     }
 
-    /// Pauses all assigned partitions at the high-water mark, resumes them at half of it.
+    /// Pauses the assigned partitions at the high-water mark, resumes them at half of it.
+    ///
+    /// Only partitions that delivered a record in this assignment are paused: pausing makes
+    /// librdkafka's consumed position the resume point, and before the first record that position may
+    /// still be one from an earlier ownership of the partition. Partitions that start delivering while
+    /// back-pressure is on are paused on the next poll, so the overshoot is at most a fetch each.
     func applyBackPressure(_ rk: OpaquePointer) {
-        enum Action { case pause, resume }
-        let action = state.withLock { state -> Action? in
+        let (toPause, toResume) = state.withLock { state -> ([TopicPartition], [TopicPartition]) in
             if !state.paused && state.inFlight >= maxInFlight {
                 state.paused = true
-                return .pause
-            }
-            if state.paused && state.inFlight <= maxInFlight / 2 {
+                logger.debug("consumer paused for back-pressure")
+            } else if state.paused && state.inFlight <= maxInFlight / 2 {
                 state.paused = false
-                return .resume
+                let resumed = Array(state.pausedPartitions)
+                state.pausedPartitions = []
+                logger.debug("consumer resumed")
+                return ([], resumed)
             }
-            return nil
+            guard state.paused else { return ([], []) }
+            let started = state.partitions.filter { $0.value.tracker.hasHandedOut && !state.pausedPartitions.contains($0.key) }.map(\.key)
+            state.pausedPartitions.formUnion(started)
+            return (started, [])
         }
-        guard let action else { return }
-        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
-        guard rd_kafka_assignment(rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return }
+        if !toPause.isEmpty { Self.withList(toPause) { _ = rd_kafka_pause_partitions(rk, $0) } }
+        if !toResume.isEmpty { Self.withList(toResume) { _ = rd_kafka_resume_partitions(rk, $0) } }
+    }
+
+    private static func withList(_ partitions: [TopicPartition], _ body: (UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void) {
+        guard let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else { return }
         defer { rd_kafka_topic_partition_list_destroy(list) }
-        switch action {
-        case .pause:
-            _ = rd_kafka_pause_partitions(rk, list)
-            logger.debug("consumer paused for back-pressure")
-        case .resume:
-            _ = rd_kafka_resume_partitions(rk, list)
-            logger.debug("consumer resumed")
-        }
+        for partition in partitions { rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition) }
+        body(list)
     }
 }
 

@@ -9,7 +9,7 @@ import Synchronization
 /// knows the record is durable.
 ///
 /// Delivery reports are served on a dedicated thread; no blocking librdkafka call runs on Swift's
-/// cooperative pool.
+/// cooperative pool. That thread keeps the producer alive: call `close()` when done with it.
 public final class KafkaProducer: RecordProducer, Sendable {
     private let client: RDKafkaClient
     private let pollThread: PollThread

@@ -9,13 +9,20 @@ struct OffsetTracker: Sendable {
     private var pending: Deque<(offset: Int64, done: Bool)> = []
     /// The highest offset already returned for storing (exclusive: the next offset to consume).
     private(set) var storedOffset: Int64?
+    /// The highest offset handed out in this assignment.
+    private var lastHandedOut: Int64?
+    /// Handed out and not yet done (done records waiting behind an earlier unfinished one are not counted).
+    private(set) var undoneCount = 0
 
-    var pendingCount: Int { pending.count }
-
-    /// A record at `offset` was handed out. Offsets arrive in increasing order within one assignment.
-    mutating func handedOut(_ offset: Int64) {
-        if let last = pending.last, offset <= last.offset { return }  // a duplicate delivery; already tracked
+    /// A record at `offset` is about to be handed out. Returns false for an offset at or below one
+    /// already handed out in this assignment (librdkafka refetched it): that record is either done or
+    /// still being processed, so it must not be handed out, counted or tracked a second time.
+    mutating func handOut(_ offset: Int64) -> Bool {
+        if let lastHandedOut, offset <= lastHandedOut { return false }
+        lastHandedOut = offset
         pending.append((offset, false))
+        undoneCount += 1
+        return true
     }
 
     /// Marks `offset` done. Returns the offset to store (next offset to consume) when the done prefix
@@ -24,6 +31,7 @@ struct OffsetTracker: Sendable {
     mutating func markDone(_ offset: Int64) -> (store: Int64?, wasPending: Bool) {
         guard let index = index(of: offset), !pending[index].done else { return (nil, false) }
         pending[index].done = true
+        undoneCount -= 1
         var advancedTo: Int64?
         while let first = pending.first, first.done {
             pending.removeFirst()
@@ -33,6 +41,10 @@ struct OffsetTracker: Sendable {
         storedOffset = advancedTo
         return (advancedTo, true)
     }
+
+    /// Whether a record was handed out in this assignment, i.e. librdkafka's fetch position for the
+    /// partition reflects this assignment rather than an earlier one.
+    var hasHandedOut: Bool { lastHandedOut != nil }
 
     /// Binary search: pending offsets are ascending.
     private func index(of offset: Int64) -> Int? {
