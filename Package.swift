@@ -59,7 +59,7 @@ let package = Package(
         // Outgoing HTTP over libcurl.
         .target(
             name: "RelayHTTPClient",
-            dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CCurl", "RelayCore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         // Inbound HTTP: the store notification routes, health and metrics.

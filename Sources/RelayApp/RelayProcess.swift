@@ -1,5 +1,5 @@
 public import CoreMetrics
-import Foundation
+import Synchronization
 public import Logging
 public import Prometheus
 public import RelayConfig
@@ -90,36 +90,24 @@ public final class RelayProcess: Sendable {
 
 /// The HTTP server's bound port, published once.
 final class ListeningAddress: Sendable {
-    private let state = LockedState()
+    private let state = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, Never>])>((nil, []))
 
-    func set(_ port: Int) { state.publish(port) }
-    func wait() async -> Int { await state.wait() }
-
-    private final class LockedState: @unchecked Sendable {
-        private let lock = NSLock()
-        private var port: Int?
-        private var waiters: [CheckedContinuation<Int, Never>] = []
-
-        func publish(_ value: Int) {
-            lock.lock()
-            port = value
-            let pending = waiters
-            waiters = []
-            lock.unlock()
-            for waiter in pending { waiter.resume(returning: value) }
+    func set(_ port: Int) {
+        let waiters = state.withLock { state in
+            state.port = port
+            defer { state.waiters = [] }
+            return state.waiters
         }
+        for waiter in waiters { waiter.resume(returning: port) }
+    }
 
-        func wait() async -> Int {
-            await withCheckedContinuation { continuation in
-                lock.lock()
-                if let port {
-                    lock.unlock()
-                    continuation.resume(returning: port)
-                } else {
-                    waiters.append(continuation)
-                    lock.unlock()
-                }
+    func wait() async -> Int {
+        await withCheckedContinuation { continuation in
+            let port = state.withLock { state -> Int? in
+                if state.port == nil { state.waiters.append(continuation) }
+                return state.port
             }
+            if let port { continuation.resume(returning: port) }
         }
     }
 }

@@ -9,7 +9,12 @@ public enum NotificationSubject {
     public static let unknown = "unknown"
 
     public static func extract(store: Store, body: [UInt8]) -> String {
-        guard let object = JSONValue.object(from: body) else { return unknown }
+        extract(store: store, document: JSONValue.parse(body))
+    }
+
+    /// The subject from an already parsed body (`JSONValue.parse`), so the ingest parses each body once.
+    public static func extract(store: Store, document: JSONValue.Document?) -> String {
+        guard let object = document?.value as? [String: Any] else { return unknown }
         let subject: String? =
             switch store {
             case .apple: apple(object)
@@ -90,9 +95,15 @@ public enum JSONValue {
         (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any]
     }
 
-    /// Whether the bytes are one JSON value (any kind, as RFC 8259 allows at top level).
-    public static func isValid(_ bytes: [UInt8]) -> Bool {
-        (try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])) != nil
+    /// A parsed JSON document of any kind (RFC 8259 allows any value at top level).
+    public struct Document: @unchecked Sendable {
+        // Foundation's JSON values (dictionaries, arrays, strings, numbers) are immutable once parsed.
+        public let value: Any
+    }
+
+    /// The bytes parsed as one JSON value, or nil when they are not JSON.
+    public static func parse(_ bytes: [UInt8]) -> Document? {
+        (try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])).map(Document.init)
     }
 }
 

@@ -29,8 +29,9 @@ public struct RawNotification: Sendable {
     }
 
     /// The Kafka record for this notification: key `{store}:{subject}`, value the body, relay headers.
-    public func record(topic: String) -> OutgoingRecord {
-        let subject = NotificationSubject.extract(store: store, body: body)
+    /// Pass `subject` when the body was already parsed (`NotificationSubject.extract(store:document:)`).
+    public func record(topic: String, subject: String? = nil) -> OutgoingRecord {
+        let subject = subject ?? NotificationSubject.extract(store: store, body: body)
         var headers = [
             RecordHeader(name: RelayHeaderName.store, value: store.rawValue),
             RecordHeader(name: RelayHeaderName.app, value: app),

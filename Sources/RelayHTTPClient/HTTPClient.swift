@@ -1,5 +1,6 @@
 internal import CCurl
 import Foundation
+import RelayCore
 
 /// An HTTP response.
 public struct HTTPClientResponse: Sendable {
@@ -63,8 +64,8 @@ public struct HTTPClient: Sendable {
         try easy.set(CURLOPT_URL, url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_CUSTOMREQUEST, method)
-        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeout.components.seconds * 1000 + connectTimeout.components.attoseconds / 1_000_000_000_000_000))
-        try easy.set(CURLOPT_TIMEOUT_MS, Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeout.wholeMilliseconds))
+        try easy.set(CURLOPT_TIMEOUT_MS, Int(timeout.wholeMilliseconds))
         try easy.setHeaders(headers + [("Expect", "")])
         let bodyBytes = body ?? []
         let result = bodyBytes.withUnsafeBytes { bodyPointer in

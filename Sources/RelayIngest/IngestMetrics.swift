@@ -12,6 +12,6 @@ struct IngestMetrics: Sendable {
 
     func acknowledged(store: Store, after duration: Duration) {
         Timer(label: "relay_ingest_ack_duration", dimensions: [("store", store.rawValue)], factory: factory)
-            .recordNanoseconds(duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+            .recordNanoseconds(duration.wholeNanoseconds)
     }
 }

@@ -54,7 +54,7 @@ struct NotificationIngest: Sendable {
         } catch {
             return jsonResponse(.badRequest, ["error": "unreadable_body", "detail": "the request body could not be read"])
         }
-        guard JSONValue.isValid(body) else {
+        guard let document = JSONValue.parse(body) else {
             return jsonResponse(.badRequest, ["error": "not_json", "detail": "the body is not JSON"])
         }
         guard !health.isShuttingDown else {
@@ -66,7 +66,8 @@ struct NotificationIngest: Sendable {
             if let fieldName = HTTPField.Name(name), let value = request.headers[fieldName] { copied[name] = value }
         }
         let notification = RawNotification(store: store, app: app.key, receivedAtMilliseconds: receivedAt, body: body, requestHeaders: copied)
-        let record = notification.record(topic: configuration.kafka.topics.notifications)
+        let record = notification.record(
+            topic: configuration.kafka.topics.notifications, subject: NotificationSubject.extract(store: store, document: document))
         do {
             _ = try await producer.produce(record)
         } catch {

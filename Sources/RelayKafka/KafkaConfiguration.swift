@@ -51,10 +51,3 @@ public struct KafkaConsumerConfiguration: Sendable {
         self.topics = topics
     }
 }
-
-extension Duration {
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-}

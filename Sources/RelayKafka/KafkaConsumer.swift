@@ -49,10 +49,10 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         try config.set("bootstrap.servers", configuration.bootstrapServers)
         try config.set("client.id", configuration.clientID)
         try config.set("group.id", consumer.groupID)
-        try config.set("session.timeout.ms", String(consumer.sessionTimeout.milliseconds))
+        try config.set("session.timeout.ms", String(consumer.sessionTimeout.wholeMilliseconds))
         try config.set("auto.offset.reset", consumer.startFromEarliest ? "earliest" : "latest")
-        try config.set("auto.commit.interval.ms", String(consumer.commitInterval.milliseconds))
-        try config.set("statistics.interval.ms", String(consumer.statisticsInterval.milliseconds))
+        try config.set("auto.commit.interval.ms", String(consumer.commitInterval.wholeMilliseconds))
+        try config.set("statistics.interval.ms", String(consumer.statisticsInterval.wholeMilliseconds))
         try config.set("partition.assignment.strategy", "cooperative-sticky")
         try config.set(configuration.properties)
         // At-least-once depends on these; operators' properties cannot turn them off.

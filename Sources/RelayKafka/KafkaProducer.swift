@@ -31,12 +31,12 @@ public final class KafkaProducer: RecordProducer, Sendable {
         // Reconnect within a second of a broker's return (librdkafka's default backoff grows to 10 s),
         // so the ingest stops answering 503 soon after Kafka is back.
         try config.set("reconnect.backoff.max.ms", "1000")
-        try config.set("statistics.interval.ms", String(producer.statisticsInterval.milliseconds))
+        try config.set("statistics.interval.ms", String(producer.statisticsInterval.wholeMilliseconds))
         try config.set(configuration.properties)
         // The guarantees below are the point of this type; operators' properties cannot turn them off.
         try config.set("enable.idempotence", "true")
         try config.set("acks", "all")
-        try config.set("message.timeout.ms", String(max(1, producer.deliveryTimeout.milliseconds)))
+        try config.set("message.timeout.ms", String(max(1, producer.deliveryTimeout.wholeMilliseconds)))
 
         let queuedGauge = Gauge(label: "relay_kafka_producer_queued_messages", dimensions: [], factory: metrics)
         let events = RDKafkaEvents(
@@ -53,7 +53,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
             finish: {
                 // Give queued records a chance to be acknowledged, then fail what is left so every
                 // waiting send gets its answer (purged records report _PURGE_QUEUE/_PURGE_INFLIGHT).
-                _ = rd_kafka_flush(client.pointer, Int32(clamping: producer.deliveryTimeout.milliseconds))
+                _ = rd_kafka_flush(client.pointer, Int32(clamping: producer.deliveryTimeout.wholeMilliseconds))
                 _ = rd_kafka_purge(client.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
                 while rd_kafka_outq_len(client.pointer) > 0 { _ = rd_kafka_poll(client.pointer, 100) }
                 _ = rd_kafka_poll(client.pointer, 0)
