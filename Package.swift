@@ -62,6 +62,16 @@ let package = Package(
             dependencies: ["CCurl", "RelayCore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
+        // Verification of every store's notifications, all cryptography through OpenSSL.
+        .target(
+            name: "RelayVerification",
+            dependencies: [
+                "COpenSSL", "RelayCore", "RelayConfig", "RelayHTTPClient",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // Inbound HTTP: the store notification routes, health and metrics.
         .target(
             name: "RelayIngest",

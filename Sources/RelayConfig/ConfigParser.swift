@@ -139,7 +139,14 @@ enum ConfigParser {
         let jwks = try map.required("jwks") { (node) throws(ConfigurationError) -> String in
             let text = try node.nonEmptyString()
             if text.lowercased().hasPrefix("https://") { return text }
-            if text.lowercased().hasPrefix("http://") { throw node.error("a JWKS URL must use https://") }
+            if text.lowercased().hasPrefix("http://") {
+                // Plain HTTP only on loopback (a local key server in development and tests).
+                let host = URL(string: text)?.host?.lowercased() ?? ""
+                guard ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host) else {
+                    throw node.error("a JWKS URL must use https:// (http:// only for 127.0.0.1 or localhost)")
+                }
+                return text
+            }
             return try node.path(mustExist: true)
         }
         let playApi = try map.optional("playApi") { (node) throws(ConfigurationError) -> RelayConfiguration.PlayAPI in

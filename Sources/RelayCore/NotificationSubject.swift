@@ -9,120 +9,110 @@ public enum NotificationSubject {
     public static let unknown = "unknown"
 
     public static func extract(store: Store, body: [UInt8]) -> String {
-        extract(store: store, document: JSONValue.parse(body))
+        extract(store: store, document: try? JSON.parse(body))
     }
 
-    /// The subject from an already parsed body (`JSONValue.parse`), so the ingest parses each body once.
-    public static func extract(store: Store, document: JSONValue.Document?) -> String {
-        guard let object = document?.value as? [String: Any] else { return unknown }
+    /// The subject from an already parsed body, so the ingest parses each body once.
+    public static func extract(store: Store, document: JSON?) -> String {
+        guard let document, case .object = document else { return unknown }
         let subject: String? =
             switch store {
-            case .apple: apple(object)
-            case .google: google(object)
-            case .stripe: stripe(object)
-            case .paddle: paddle(object)
+            case .apple: apple(document)
+            case .google: google(document)
+            case .stripe: stripe(document)
+            case .paddle: paddle(document)
             }
         guard let subject, !subject.isEmpty else { return unknown }
         return subject
     }
 
     /// `originalTransactionId` from the payload or its nested transaction/renewal JWS, else `notificationUUID`.
-    static func apple(_ body: [String: Any]) -> String? {
-        guard let jws = body["signedPayload"] as? String, let payload = JWSPayload.decode(jws) else { return nil }
-        let data = payload["data"] as? [String: Any]
-        if let id = data?["originalTransactionId"] as? String { return id }
+    static func apple(_ body: JSON) -> String? {
+        guard let jws = body["signedPayload"]?.stringValue, let payload = JWSPayload.decode(jws) else { return nil }
+        let data = payload["data"]
+        if let id = data?["originalTransactionId"]?.stringValue { return id }
         for nestedKey in ["signedTransactionInfo", "signedRenewalInfo"] {
-            if let nested = data?[nestedKey] as? String, let decoded = JWSPayload.decode(nested),
-                let id = decoded["originalTransactionId"] as? String
-            {
+            if let nested = data?[nestedKey]?.stringValue, let id = JWSPayload.decode(nested)?["originalTransactionId"]?.stringValue {
                 return id
             }
         }
-        return payload["notificationUUID"] as? String
+        return payload["notificationUUID"]?.stringValue
     }
 
     /// `purchaseToken` of the DeveloperNotification in `message.data`, else the Pub/Sub `messageId`.
-    static func google(_ body: [String: Any]) -> String? {
-        guard let message = body["message"] as? [String: Any] else { return nil }
-        if let data = message["data"] as? String, let bytes = Base64.decode(data),
-            let notification = JSONValue.object(from: bytes)
+    static func google(_ body: JSON) -> String? {
+        guard let message = body["message"] else { return nil }
+        if let data = message["data"]?.stringValue, let bytes = Base64.decode(data),
+            let notification = try? JSON.parse(bytes)
         {
             for kind in ["subscriptionNotification", "oneTimeProductNotification", "voidedPurchaseNotification"] {
-                if let token = (notification[kind] as? [String: Any])?["purchaseToken"] as? String { return token }
+                if let token = notification[kind]?["purchaseToken"]?.stringValue { return token }
             }
         }
-        return (message["messageId"] as? String) ?? (message["message_id"] as? String)
+        return message["messageId"]?.stringValue ?? message["message_id"]?.stringValue
     }
 
     /// The subscription id (also `parent.subscription_details.subscription` on newer invoices), else the
     /// customer id, else the event id.
-    static func stripe(_ event: [String: Any]) -> String? {
-        let object = (event["data"] as? [String: Any])?["object"] as? [String: Any]
-        if let object {
-            if object["object"] as? String == "subscription", let id = object["id"] as? String { return id }
+    static func stripe(_ event: JSON) -> String? {
+        if let object = event["data"]?["object"] {
+            let kind = object["object"]?.stringValue
+            if kind == "subscription", let id = object["id"]?.stringValue { return id }
             if let id = idOrExpanded(object["subscription"]) { return id }
-            let parent = (object["parent"] as? [String: Any])?["subscription_details"] as? [String: Any]
-            if let id = idOrExpanded(parent?["subscription"]) { return id }
-            if object["object"] as? String == "customer", let id = object["id"] as? String { return id }
+            if let id = idOrExpanded(object["parent"]?["subscription_details"]?["subscription"]) { return id }
+            if kind == "customer", let id = object["id"]?.stringValue { return id }
             if let id = idOrExpanded(object["customer"]) { return id }
         }
-        return event["id"] as? String
+        return event["id"]?.stringValue
     }
 
     /// The subscription id, else the customer id, else the event id.
-    static func paddle(_ event: [String: Any]) -> String? {
-        let type = event["event_type"] as? String ?? ""
-        if let data = event["data"] as? [String: Any] {
-            if type.hasPrefix("subscription."), let id = data["id"] as? String { return id }
-            if let id = data["subscription_id"] as? String { return id }
-            if type.hasPrefix("customer."), let id = data["id"] as? String { return id }
-            if let id = data["customer_id"] as? String { return id }
+    static func paddle(_ event: JSON) -> String? {
+        let type = event["event_type"]?.stringValue ?? ""
+        if let data = event["data"] {
+            if type.hasPrefix("subscription."), let id = data["id"]?.stringValue { return id }
+            if let id = data["subscription_id"]?.stringValue { return id }
+            if type.hasPrefix("customer."), let id = data["id"]?.stringValue { return id }
+            if let id = data["customer_id"]?.stringValue { return id }
         }
-        return (event["event_id"] as? String) ?? (event["notification_id"] as? String)
+        return event["event_id"]?.stringValue ?? event["notification_id"]?.stringValue
     }
 
     /// Stripe fields are either an id string or the expanded object with an `id`.
-    private static func idOrExpanded(_ value: Any?) -> String? {
-        if let id = value as? String { return id }
-        return (value as? [String: Any])?["id"] as? String
-    }
-}
-
-/// Small JSON helpers over Foundation's parser.
-public enum JSONValue {
-    /// The top-level object of a JSON document, or nil when it is not a JSON object.
-    public static func object(from bytes: [UInt8]) -> [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any]
-    }
-
-    /// A parsed JSON document of any kind (RFC 8259 allows any value at top level).
-    public struct Document: @unchecked Sendable {
-        // Foundation's JSON values (dictionaries, arrays, strings, numbers) are immutable once parsed.
-        public let value: Any
-    }
-
-    /// The bytes parsed as one JSON value, or nil when they are not JSON.
-    public static func parse(_ bytes: [UInt8]) -> Document? {
-        (try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])).map(Document.init)
+    private static func idOrExpanded(_ value: JSON?) -> String? {
+        value?.stringValue ?? value?["id"]?.stringValue
     }
 }
 
 /// The payload (middle part) of a compact JWS, decoded without verifying anything.
 public enum JWSPayload {
-    public static func decode(_ jws: String) -> [String: Any]? {
+    public static func decode(_ jws: String) -> JSON? {
         let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let bytes = Base64.decode(String(parts[1])) else { return nil }
-        return JSONValue.object(from: bytes)
+        guard parts.count == 3, let bytes = Base64.decode(parts[1]) else { return nil }
+        return try? JSON.parse(bytes)
     }
 }
 
 /// Base64 decoding that accepts both the standard and the URL-safe alphabet, with or without padding.
 public enum Base64 {
-    public static func decode(_ text: String) -> [UInt8]? {
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
         var normalized = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         let remainder = normalized.utf8.count % 4
         if remainder == 1 { return nil }
         if remainder > 0 { normalized += String(repeating: "=", count: 4 - remainder) }
         return Data(base64Encoded: normalized).map(Array.init)
+    }
+
+    /// Standard base64 with padding.
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        Data(bytes).base64EncodedString()
+    }
+
+    /// Base64url without padding (RFC 7515 section 2), as JWS uses it.
+    public static func encodeURL(_ bytes: some Collection<UInt8>) -> String {
+        var text = Data(bytes).base64EncodedString()
+        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        while text.hasSuffix("=") { text.removeLast() }
+        return text
     }
 }

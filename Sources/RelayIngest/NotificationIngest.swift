@@ -54,7 +54,7 @@ struct NotificationIngest: Sendable {
         } catch {
             return jsonResponse(.badRequest, ["error": "unreadable_body", "detail": "the request body could not be read"])
         }
-        guard let document = JSONValue.parse(body) else {
+        guard let document = try? JSON.parse(body) else {
             return jsonResponse(.badRequest, ["error": "not_json", "detail": "the body is not JSON"])
         }
         guard !health.isShuttingDown else {

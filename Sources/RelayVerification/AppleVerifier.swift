@@ -1,0 +1,262 @@
+import DequeModule
+import Foundation
+public import RelayConfig
+import RelayCore
+import Synchronization
+
+/// Verifies App Store Server Notifications V2 (`{"signedPayload": JWS}`) the way Apple's own
+/// SignedDataVerifier does with online checks off, for one app:
+///
+/// 1. the JWS: three base64url parts, `alg` ES256 only, `x5c` with exactly three certificates;
+/// 2. the chain leaf → `x5c[1]` → a configured root (never `x5c[2]`), built by OpenSSL at the payload's
+///    `signedDate`, with Apple's marker OIDs on the leaf and the intermediate;
+/// 3. the ES256 signature over `header.payload` with the leaf key;
+/// 4. bundleId, environment (in the app's `environments`) and, for Production, appAppleId;
+/// 5. the nested `signedTransactionInfo` and `signedRenewalInfo`, verified the same way and required to
+///    be of the notification's environment (and the transaction of the app's bundle).
+///
+/// `Xcode` and `LocalTesting` data is unsigned; like Apple's verifier, it is decoded without signature
+/// checks, and only when the app lists that environment.
+public struct AppleVerifier: Sendable {
+    public static let leafOID = "1.2.840.113635.100.6.11.1"
+    public static let intermediateOID = "1.2.840.113635.100.6.2.1"
+    /// Environments whose data carries no Apple signature.
+    public static let unsignedEnvironments: Set<String> = ["Xcode", "LocalTesting"]
+
+    private let app: String
+    private let bundleId: String
+    private let appAppleId: Int64?
+    private let environments: Set<String>
+    private let trust: TrustStore
+    private let cache: AppleChainCache
+
+    /// - Parameter chainCacheCapacity: verified chains kept (0 disables the cache, as the uncached benchmark does).
+    public init(app: String, configuration: RelayConfiguration.Apple, chainCacheCapacity: Int = 64) throws(ConfigurationError) {
+        var roots: [Certificate] = []
+        for path in configuration.rootCertificates {
+            do {
+                roots += try Certificate.load(contentsOf: path)
+            } catch {
+                throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "\(path): \(error)")
+            }
+        }
+        guard !roots.isEmpty else {
+            throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "at least one root certificate is required")
+        }
+        do {
+            self.trust = try TrustStore(roots: roots)
+        } catch {
+            throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "\(error)")
+        }
+        self.app = app
+        self.bundleId = configuration.bundleId
+        self.appAppleId = configuration.appAppleId
+        self.environments = Set(configuration.environments)
+        self.cache = AppleChainCache(capacity: chainCacheCapacity)
+    }
+
+    /// Verifies one request body.
+    public func verify(body: [UInt8]) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(body), let signedPayload = document["signedPayload"]?.stringValue else {
+            throw Rejection(.malformed, #"body is not {"signedPayload": "<JWS>"}"#)
+        }
+        let jws = try CompactJWS(signedPayload, what: "signedPayload")
+        let identity = try Self.identity(of: jws.payload)
+        try verify(jws, claimedEnvironment: identity.environment, what: "signedPayload")
+
+        // Business checks, in Apple's order: the app, then the environment.
+        guard identity.bundleId == bundleId else {
+            throw Rejection(.wrongBundleId, "bundleId \(identity.bundleId.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(bundleId)\"")
+        }
+        guard let environment = identity.environment, environments.contains(environment) else {
+            throw Rejection(
+                .wrongEnvironment,
+                "environment \(identity.environment.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
+        }
+        if environment == "Production" {
+            guard let configured = appAppleId else {
+                throw Rejection(.wrongAppAppleId, "Production notifications need apps.\(app).apple.appAppleId to be configured")
+            }
+            guard identity.appAppleId == configured else {
+                throw Rejection(
+                    .wrongAppAppleId, "appAppleId \(identity.appAppleId.map(String.init) ?? "missing") is not this app's \(configured)")
+            }
+        }
+
+        // The nested JWSs, replaced in place by their verified payloads.
+        var payload = jws.payload
+        if case .object(var data) = payload["data"] {
+            for (key, checkBundle) in [("signedTransactionInfo", true), ("signedRenewalInfo", false)] {
+                guard let value = data[key] else { continue }
+                guard let nestedText = value.stringValue else { throw Rejection(.malformed, "data.\(key) is not a JWS string") }
+                let nested = try CompactJWS(nestedText, what: "data.\(key)")
+                let nestedEnvironment = nested.payload["environment"]?.stringValue ?? environment
+                guard nestedEnvironment == environment else {
+                    throw Rejection(.wrongEnvironment, "data.\(key) is from \(nestedEnvironment), the notification from \(environment)")
+                }
+                try verify(nested, claimedEnvironment: nestedEnvironment, what: "data.\(key)")
+                if checkBundle, let nestedBundle = nested.payload["bundleId"]?.stringValue, nestedBundle != bundleId {
+                    throw Rejection(.wrongBundleId, "data.\(key) bundleId \"\(nestedBundle)\" is not this app's \"\(bundleId)\"")
+                }
+                data[key] = nested.payload
+            }
+            if case .object(var members) = payload {
+                members["data"] = .object(data)
+                payload = .object(members)
+            }
+        }
+        return VerifiedNotification(
+            store: .apple, app: app, payload: payload, notificationId: payload["notificationUUID"]?.stringValue,
+            type: payload["notificationType"]?.stringValue, subtype: payload["subtype"]?.stringValue, environment: environment)
+    }
+
+    /// Who a notification claims to be for, from whichever of Apple's forms it has.
+    private static func identity(of payload: JSON) throws(Rejection) -> (bundleId: String?, appAppleId: Int64?, environment: String?) {
+        for form in ["data", "summary", "appData"] {
+            if let section = payload[form], case .object = section {
+                return (section["bundleId"]?.stringValue, section["appAppleId"]?.int64Value, section["environment"]?.stringValue)
+            }
+        }
+        if let token = payload["externalPurchaseToken"], case .object = token {
+            // As Apple's verifier: the environment is told by the purchase id's prefix.
+            let sandbox = token["externalPurchaseId"]?.stringValue?.hasPrefix("SANDBOX") ?? false
+            return (token["bundleId"]?.stringValue, token["appAppleId"]?.int64Value, sandbox ? "Sandbox" : "Production")
+        }
+        throw Rejection(.malformed, "signedPayload has none of data, summary, externalPurchaseToken or appData")
+    }
+
+    /// Checks one JWS: algorithm, chain at `signedDate`, signature. Unsigned environments skip the
+    /// cryptography, but only when the app lists them.
+    private func verify(_ jws: CompactJWS, claimedEnvironment: String?, what: String) throws(Rejection) {
+        guard let signedDate = jws.payload["signedDate"]?.doubleValue else {
+            throw Rejection(.malformed, "\(what) has no signedDate")
+        }
+        if let claimedEnvironment, Self.unsignedEnvironments.contains(claimedEnvironment) {
+            guard environments.contains(claimedEnvironment) else {
+                throw Rejection(.wrongEnvironment, "\(what) is unsigned \(claimedEnvironment) data, which this app does not accept")
+            }
+            return
+        }
+        let algorithm = jws.header["alg"]?.stringValue
+        guard algorithm == "ES256" else {
+            throw Rejection(.unsupportedAlgorithm, "\(what) alg is \(algorithm.map { "\"\($0)\"" } ?? "missing"); only ES256 is accepted")
+        }
+        guard let chain = jws.header["x5c"]?.arrayValue else { throw Rejection(.malformed, "\(what) header has no x5c") }
+        guard chain.count == 3, let leafText = chain[0].stringValue, let intermediateText = chain[1].stringValue, chain[2].stringValue != nil
+        else { throw Rejection(.malformed, "\(what) x5c must hold exactly three certificates") }
+        guard jws.signature.count == 64 else {
+            throw Rejection(.badSignature, "\(what) signature is \(jws.signature.count) bytes; ES256 signatures are 64")
+        }
+        let time = Int64((signedDate / 1000).rounded(.down))
+        let key = try leafKey(leaf: leafText, intermediate: intermediateText, at: time, what: what)
+        guard key.verifyES256(jws.signingInput, rawSignature: jws.signature) else {
+            throw Rejection(.badSignature, "\(what) signature does not verify with its leaf certificate")
+        }
+    }
+
+    /// The leaf's public key once the chain is trusted at `time`; from the cache when this chain was
+    /// verified before and `time` is within every certificate's validity.
+    private func leafKey(leaf leafText: String, intermediate intermediateText: String, at time: Int64, what: String) throws(Rejection) -> PublicKey {
+        let cacheKey = AppleChainCache.Key(leaf: leafText, intermediate: intermediateText)
+        if let key = cache.lookup(cacheKey, at: time) { return key }
+
+        guard let leafDER = Base64.decode(leafText), let intermediateDER = Base64.decode(intermediateText) else {
+            throw Rejection(.malformed, "\(what) x5c is not base64")
+        }
+        let leaf: Certificate
+        let intermediate: Certificate
+        do {
+            leaf = try Certificate(der: leafDER)
+            intermediate = try Certificate(der: intermediateDER)
+        } catch {
+            throw Rejection(.malformed, "\(what) x5c holds a certificate OpenSSL cannot parse")
+        }
+        let chain: [Certificate]
+        switch trust.verify(leaf: leaf, intermediates: [intermediate], at: time) {
+        case .success(let built): chain = built
+        case .failure(.outsideValidity(let message)):
+            throw Rejection(.certificateExpired, "\(what) chain is not valid at signedDate \(Self.iso8601(time)): \(message)")
+        case .failure(.untrusted(let message)):
+            throw Rejection(.untrustedChain, "\(what) chain does not lead to a configured root: \(message)")
+        }
+        // Exactly leaf → x5c[1] → root: OpenSSL may not skip or substitute the intermediate.
+        guard chain.count == 3, chain[1].isSame(as: intermediate) else {
+            throw Rejection(.untrustedChain, "\(what) chain must be leaf → x5c[1] → a configured root (OpenSSL built \(chain.count) certificates)")
+        }
+        guard leaf.hasExtension(oid: Self.leafOID) else {
+            throw Rejection(.missingAppleOID, "\(what) leaf certificate lacks Apple's OID \(Self.leafOID)")
+        }
+        guard intermediate.hasExtension(oid: Self.intermediateOID) else {
+            throw Rejection(.missingAppleOID, "\(what) intermediate certificate lacks Apple's OID \(Self.intermediateOID)")
+        }
+        let key: PublicKey
+        do {
+            key = try leaf.publicKey()
+        } catch {
+            throw Rejection(.malformed, "\(what) leaf certificate has no usable public key")
+        }
+        guard key.kind == .ecP256 else {
+            throw Rejection(.unsupportedAlgorithm, "\(what) leaf key is \(key.kind), not the P-256 key ES256 needs")
+        }
+        let validity = chain.map(\.validity)
+        let window = validity.map(\.lowerBound).max()!...validity.map(\.upperBound).min()!
+        cache.insert(cacheKey, key: key, validity: window, now: Int64(Date().timeIntervalSince1970))
+        return key
+    }
+
+    static func iso8601(_ seconds: Int64) -> String {
+        Date(timeIntervalSince1970: TimeInterval(seconds)).formatted(.iso8601)
+    }
+}
+
+/// Chains that passed verification, so steady state costs one ES256 verification per JWS. Bounded
+/// (oldest entries go first) and tied to the certificates' validity: an entry serves only times
+/// within every certificate's validity, and entries expired by the wall clock are dropped.
+final class AppleChainCache: Sendable {
+    struct Key: Hashable, Sendable {
+        var leaf: String
+        var intermediate: String
+    }
+
+    private struct Entry {
+        var key: PublicKey
+        var validity: ClosedRange<Int64>
+    }
+
+    private struct State {
+        var entries: [Key: Entry] = [:]
+        var order: Deque<Key> = []
+    }
+
+    private let capacity: Int
+    private let state = Mutex(State())
+
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    func lookup(_ key: Key, at time: Int64) -> PublicKey? {
+        guard capacity > 0 else { return nil }
+        return state.withLock { state in
+            guard let entry = state.entries[key], entry.validity.contains(time) else { return nil }
+            return entry.key
+        }
+    }
+
+    func insert(_ key: Key, key publicKey: PublicKey, validity: ClosedRange<Int64>, now: Int64) {
+        guard capacity > 0 else { return }
+        state.withLock { state in
+            if state.entries.updateValue(Entry(key: publicKey, validity: validity), forKey: key) != nil { return }
+            state.order.append(key)
+            if state.order.count > capacity {
+                // Expired chains go first, then the oldest.
+                let expired = state.order.filter { state.entries[$0].map { $0.validity.upperBound < now } ?? true }
+                for stale in expired { state.entries[stale] = nil }
+                state.order.removeAll { state.entries[$0] == nil }
+                while state.order.count > capacity, let oldest = state.order.popFirst() { state.entries[oldest] = nil }
+            }
+        }
+    }
+
+    var count: Int { state.withLock { $0.entries.count } }
+}

@@ -1,0 +1,162 @@
+import Foundation
+public import RelayConfig
+public import RelayCore
+
+/// Verifies Google Play real-time developer notifications delivered by a Pub/Sub push subscription
+/// with authentication, for one app:
+///
+/// 1. the `Authorization: Bearer` OIDC token: RS256 only, key by `kid` from the app's key set,
+///    `iss` accounts.google.com (either spelling), `aud` the app's `pushAudience`, `email` the app's
+///    `pushServiceAccount` with `email_verified`, `exp`/`iat` within 60 s of skew of the receive time;
+/// 2. `message.data`: base64 of a DeveloperNotification whose `packageName` is the app's.
+public struct GoogleVerifier: Sendable {
+    /// Allowed clock difference for `exp` and `iat`.
+    public static let skewSeconds: Int64 = 60
+    public static let issuers: Set<String> = ["accounts.google.com", "https://accounts.google.com"]
+
+    private let app: String
+    private let configuration: RelayConfiguration.Google
+    private let keys: GoogleKeySet
+
+    public init(app: String, configuration: RelayConfiguration.Google, keys: GoogleKeySet) {
+        self.app = app
+        self.configuration = configuration
+        self.keys = keys
+    }
+
+    public func verify(body: [UInt8], authorization: String?, receivedAtSeconds: Int64) async throws(VerificationUnavailable) -> Verdict {
+        let token: CompactJWS
+        let kid: String
+        do {
+            (token, kid) = try Self.parseToken(authorization)
+        } catch {
+            return .rejected(error)
+        }
+        guard let key = try await keys.key(for: kid) else {
+            return .rejected(Rejection(.unknownKey, "push token kid \"\(kid)\" is not among the keys of \(keys.source)"))
+        }
+        do {
+            try checkToken(token, key: key, receivedAtSeconds: receivedAtSeconds)
+            return .accepted(try decodeMessage(body))
+        } catch {
+            return .rejected(error)
+        }
+    }
+
+    private static func parseToken(_ authorization: String?) throws(Rejection) -> (CompactJWS, String) {
+        guard let authorization, !authorization.isEmpty else {
+            throw Rejection(.missingSignature, "no Authorization header; enable authentication on the Pub/Sub push subscription")
+        }
+        let parts = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+            throw Rejection(.missingSignature, "the Authorization header is not a Bearer token")
+        }
+        let token = try CompactJWS(String(parts[1]).trimmingCharacters(in: .whitespaces), what: "push token")
+        let algorithm = token.header["alg"]?.stringValue
+        guard algorithm == "RS256" else {
+            throw Rejection(.unsupportedAlgorithm, "push token alg is \(algorithm.map { "\"\($0)\"" } ?? "missing"); only RS256 is accepted")
+        }
+        guard let kid = token.header["kid"]?.stringValue else { throw Rejection(.unknownKey, "push token has no kid") }
+        return (token, kid)
+    }
+
+    private func checkToken(_ token: CompactJWS, key: PublicKey, receivedAtSeconds: Int64) throws(Rejection) {
+        guard case .rsa(let bits) = key.kind, bits >= 2048 else {
+            throw Rejection(.unsupportedAlgorithm, "key \(token.header["kid"]?.stringValue ?? "") is not an RSA key of at least 2048 bits")
+        }
+        guard key.verifyRS256(token.signingInput, signature: token.signature) else {
+            throw Rejection(.badSignature, "push token signature does not verify")
+        }
+        let claims = token.payload
+        let issuer = claims["iss"]?.stringValue
+        guard let issuer, Self.issuers.contains(issuer) else {
+            throw Rejection(.wrongIssuer, "push token iss \(issuer.map { "\"\($0)\"" } ?? "missing") is not accounts.google.com")
+        }
+        let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        guard audiences.contains(configuration.pushAudience) else {
+            throw Rejection(.wrongAudience, "push token aud \(audiences) is not apps.\(app).google.pushAudience")
+        }
+        let email = claims["email"]?.stringValue
+        guard email == configuration.pushServiceAccount else {
+            throw Rejection(.wrongServiceAccount, "push token email \(email.map { "\"\($0)\"" } ?? "missing") is not apps.\(app).google.pushServiceAccount")
+        }
+        let verified = claims["email_verified"]?.boolValue ?? (claims["email_verified"]?.stringValue == "true")
+        guard verified else { throw Rejection(.wrongServiceAccount, "push token email is not verified (email_verified is not true)") }
+        guard let expires = claims["exp"]?.int64Value, let issued = claims["iat"]?.int64Value else {
+            throw Rejection(.malformed, "push token lacks exp or iat")
+        }
+        guard receivedAtSeconds <= expires + Self.skewSeconds else {
+            throw Rejection(.tokenExpired, "push token expired at \(AppleVerifier.iso8601(expires)), received \(AppleVerifier.iso8601(receivedAtSeconds))")
+        }
+        guard issued <= receivedAtSeconds + Self.skewSeconds else {
+            throw Rejection(.tokenExpired, "push token is issued at \(AppleVerifier.iso8601(issued)), after it was received (\(AppleVerifier.iso8601(receivedAtSeconds)))")
+        }
+    }
+
+    private func decodeMessage(_ body: [UInt8]) throws(Rejection) -> VerifiedNotification {
+        guard let envelope = try? JSON.parse(body), let message = envelope["message"], case .object = message else {
+            throw Rejection(.malformed, #"body is not a Pub/Sub push envelope {"message": {...}}"#)
+        }
+        guard let data = message["data"]?.stringValue, let bytes = Base64.decode(data) else {
+            throw Rejection(.malformed, "message.data is missing or not base64")
+        }
+        guard let notification = try? JSON.parse(bytes), case .object = notification else {
+            throw Rejection(.malformed, "message.data is not a JSON DeveloperNotification")
+        }
+        let packageName = notification["packageName"]?.stringValue
+        guard packageName == configuration.packageName else {
+            throw Rejection(
+                .wrongPackageName, "packageName \(packageName.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(configuration.packageName)\"")
+        }
+        let kind = DeveloperNotificationKind(notification)
+        return VerifiedNotification(
+            store: .google, app: app, payload: notification,
+            notificationId: message["messageId"]?.stringValue ?? message["message_id"]?.stringValue,
+            type: kind.name, subtype: nil, environment: nil)
+    }
+}
+
+/// What a DeveloperNotification is about, with Google's names for the notification types. Codes that
+/// are not known yet keep their number (`SUBSCRIPTION_NOTIFICATION_TYPE_23`) and the payload stays raw.
+public enum DeveloperNotificationKind: Sendable, Equatable {
+    case subscription(code: Int64)
+    case oneTimeProduct(code: Int64)
+    case voidedPurchase
+    case test
+    case unknown
+
+    public init(_ notification: JSON) {
+        if let code = notification["subscriptionNotification"]?["notificationType"]?.int64Value {
+            self = .subscription(code: code)
+        } else if let code = notification["oneTimeProductNotification"]?["notificationType"]?.int64Value {
+            self = .oneTimeProduct(code: code)
+        } else if notification["voidedPurchaseNotification"] != nil {
+            self = .voidedPurchase
+        } else if notification["testNotification"] != nil {
+            self = .test
+        } else {
+            self = .unknown
+        }
+    }
+
+    public static let subscriptionTypes: [Int64: String] = [
+        1: "SUBSCRIPTION_RECOVERED", 2: "SUBSCRIPTION_RENEWED", 3: "SUBSCRIPTION_CANCELED", 4: "SUBSCRIPTION_PURCHASED",
+        5: "SUBSCRIPTION_ON_HOLD", 6: "SUBSCRIPTION_IN_GRACE_PERIOD", 7: "SUBSCRIPTION_RESTARTED",
+        8: "SUBSCRIPTION_PRICE_CHANGE_CONFIRMED", 9: "SUBSCRIPTION_DEFERRED", 10: "SUBSCRIPTION_PAUSED",
+        11: "SUBSCRIPTION_PAUSE_SCHEDULE_CHANGED", 12: "SUBSCRIPTION_REVOKED", 13: "SUBSCRIPTION_EXPIRED",
+        17: "SUBSCRIPTION_ITEMS_CHANGED", 18: "SUBSCRIPTION_CANCELLATION_SCHEDULED", 19: "SUBSCRIPTION_PRICE_CHANGE_UPDATED",
+        20: "SUBSCRIPTION_PENDING_PURCHASE_CANCELED", 22: "SUBSCRIPTION_PRICE_STEP_UP_CONSENT_UPDATED",
+    ]
+
+    public static let oneTimeProductTypes: [Int64: String] = [1: "ONE_TIME_PRODUCT_PURCHASED", 2: "ONE_TIME_PRODUCT_CANCELED"]
+
+    public var name: String {
+        switch self {
+        case .subscription(let code): Self.subscriptionTypes[code] ?? "SUBSCRIPTION_NOTIFICATION_TYPE_\(code)"
+        case .oneTimeProduct(let code): Self.oneTimeProductTypes[code] ?? "ONE_TIME_PRODUCT_NOTIFICATION_TYPE_\(code)"
+        case .voidedPurchase: "VOIDED_PURCHASE"
+        case .test: "TEST"
+        case .unknown: "UNKNOWN"
+        }
+    }
+}

@@ -1,0 +1,94 @@
+public import Logging
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+
+/// The verification stage: the verifiers of every configured app and store, built once from the
+/// configuration (roots read, key files parsed), then shared by every worker lane.
+public final class NotificationVerifier: Sendable {
+    private struct AppVerifiers: Sendable {
+        var apple: AppleVerifier?
+        var google: GoogleVerifier?
+        var stripe: SignedWebhookVerifier?
+        var paddle: SignedWebhookVerifier?
+    }
+
+    private let apps: [String: AppVerifiers]
+
+    /// - Parameters:
+    ///   - chainCacheCapacity: Apple chains kept verified per app (0 disables the cache).
+    ///   - keyRefetchInterval: how often an unknown Google `kid` may make the key source be read again.
+    /// - Throws: a configuration error naming the key, when a root certificate or key file is unusable.
+    public init(
+        configuration: RelayConfiguration, httpClient: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15)),
+        logger: Logger, chainCacheCapacity: Int = 64, keyRefetchInterval: Duration = .seconds(60)
+    ) throws(ConfigurationError) {
+        var apps: [String: AppVerifiers] = [:]
+        // Apps that name the same key source share one cache of it.
+        var keySets: [String: GoogleKeySet] = [:]
+        for app in configuration.apps {
+            var verifiers = AppVerifiers()
+            if let apple = app.apple {
+                verifiers.apple = try AppleVerifier(app: app.key, configuration: apple, chainCacheCapacity: chainCacheCapacity)
+            }
+            if let google = app.google {
+                let keys: GoogleKeySet
+                if let shared = keySets[google.jwks] {
+                    keys = shared
+                } else {
+                    do {
+                        keys = try GoogleKeySet(
+                            source: GoogleKeySet.Source(google.jwks), httpClient: httpClient, refetchInterval: keyRefetchInterval, logger: logger)
+                    } catch {
+                        throw ConfigurationError(key: "apps.\(app.key).google.jwks", message: "\(error)")
+                    }
+                    keySets[google.jwks] = keys
+                }
+                verifiers.google = GoogleVerifier(app: app.key, configuration: google, keys: keys)
+            }
+            if let stripe = app.stripe {
+                verifiers.stripe = SignedWebhookVerifier(app: app.key, scheme: .stripe, secrets: stripe.signingSecrets, tolerance: stripe.tolerance)
+            }
+            if let paddle = app.paddle {
+                verifiers.paddle = SignedWebhookVerifier(app: app.key, scheme: .paddle, secrets: paddle.secretKeys, tolerance: paddle.tolerance)
+            }
+            apps[app.key] = verifiers
+        }
+        self.apps = apps
+    }
+
+    /// The verdict on one raw notification. Timestamps are judged against its receive time.
+    /// - Throws: only when no verdict can be reached yet (Google's keys unreachable); retry later.
+    public func verify(_ notification: RawNotification) async throws(VerificationUnavailable) -> Verdict {
+        guard let app = apps[notification.app] else {
+            return .rejected(Rejection(.unknownApp, "app \"\(notification.app)\" is not configured"))
+        }
+        let receivedAt = notification.receivedAtMilliseconds / 1000
+        let unconfigured = Rejection(.unknownApp, "app \"\(notification.app)\" takes no \(notification.store.rawValue) notifications")
+        do {
+            switch notification.store {
+            case .apple:
+                guard let apple = app.apple else { return .rejected(unconfigured) }
+                return .accepted(try apple.verify(body: notification.body))
+            case .google:
+                guard let google = app.google else { return .rejected(unconfigured) }
+                return try await google.verify(
+                    body: notification.body, authorization: notification.requestHeaders["authorization"], receivedAtSeconds: receivedAt)
+            case .stripe:
+                guard let stripe = app.stripe else { return .rejected(unconfigured) }
+                return .accepted(
+                    try stripe.verify(body: notification.body, signatureHeader: notification.requestHeaders["stripe-signature"], receivedAtSeconds: receivedAt))
+            case .paddle:
+                guard let paddle = app.paddle else { return .rejected(unconfigured) }
+                return .accepted(
+                    try paddle.verify(body: notification.body, signatureHeader: notification.requestHeaders["paddle-signature"], receivedAtSeconds: receivedAt))
+            }
+        } catch let rejection as Rejection {
+            return .rejected(rejection)
+        } catch let unavailable as VerificationUnavailable {
+            throw unavailable
+        } catch {
+            throw VerificationUnavailable("\(error)")
+        }
+    }
+}

@@ -1,0 +1,202 @@
+import COpenSSL
+
+/// An OpenSSL public key (`EVP_PKEY`), owned: freed when the last reference goes.
+///
+/// Immutable once made; OpenSSL 3 allows one key to verify on many threads at once.
+public final class PublicKey: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    /// Takes ownership of one reference to `pointer`.
+    init(taking pointer: OpaquePointer) {
+        self.pointer = pointer
+    }
+
+    deinit { EVP_PKEY_free(pointer) }
+
+    /// A DER SubjectPublicKeyInfo.
+    public convenience init(subjectPublicKeyInfoDER der: [UInt8]) throws(OpenSSLError) {
+        let key: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            var cursor = buffer.baseAddress
+            return d2i_PUBKEY(nil, &cursor, buffer.count)
+        }
+        guard let key else { throw .drain("parse public key") }
+        self.init(taking: key)
+    }
+
+    /// A PEM `PUBLIC KEY` block.
+    public convenience init(pem: String) throws(OpenSSLError) {
+        let key = withMemoryBIO(Array(pem.utf8)) { bio in PEM_read_bio_PUBKEY(bio, nil, nil, nil) }
+        guard let key else { throw .drain("parse PEM public key") }
+        self.init(taking: key)
+    }
+
+    /// An RSA key from its big-endian modulus and public exponent (a JWK's `n` and `e`).
+    public convenience init(rsaModulus modulus: [UInt8], exponent: [UInt8]) throws(OpenSSLError) {
+        guard let builder = OSSL_PARAM_BLD_new() else { throw .drain("build RSA key") }
+        defer { OSSL_PARAM_BLD_free(builder) }
+        let n = modulus.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32($0.count), nil) }
+        let e = exponent.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32($0.count), nil) }
+        defer {
+            BN_free(n)
+            BN_free(e)
+        }
+        guard let n, let e, OSSL_PARAM_BLD_push_BN(builder, "n", n) == 1, OSSL_PARAM_BLD_push_BN(builder, "e", e) == 1,
+            let params = OSSL_PARAM_BLD_to_param(builder)
+        else { throw .drain("build RSA key") }
+        defer { OSSL_PARAM_free(params) }
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, "RSA", nil) else { throw .drain("build RSA key") }
+        defer { EVP_PKEY_CTX_free(context) }
+        var key: OpaquePointer?
+        guard EVP_PKEY_fromdata_init(context) == 1, EVP_PKEY_fromdata(context, &key, relay_evp_pkey_public_key_selection(), params) == 1, let key
+        else { throw .drain("build RSA key") }
+        self.init(taking: key)
+    }
+
+    /// What kind of key this is, as far as the relay's algorithms care.
+    public enum Kind: Sendable, Equatable {
+        case ecP256
+        case ecOther(String)
+        case rsa(bits: Int)
+        case other
+    }
+
+    public var kind: Kind {
+        switch EVP_PKEY_get_base_id(pointer) {
+        case EVP_PKEY_EC:
+            var name = [CChar](repeating: 0, count: 64)
+            var length = 0
+            guard EVP_PKEY_get_group_name(pointer, &name, name.count, &length) == 1 else {
+                OpenSSLError.clearQueue()
+                return .ecOther("unknown")
+            }
+            let group = name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+            return group == "prime256v1" || group == "P-256" ? .ecP256 : .ecOther(group)
+        case EVP_PKEY_RSA:
+            return .rsa(bits: Int(EVP_PKEY_get_bits(pointer)))
+        default:
+            return .other
+        }
+    }
+
+    /// Verifies an ES256 (ECDSA P-256 with SHA-256) signature in JWS form: the raw 64-byte `r‖s`,
+    /// converted to the DER `ECDSA-Sig-Value` that OpenSSL expects.
+    public func verifyES256(_ signedData: [UInt8], rawSignature: [UInt8]) -> Bool {
+        guard rawSignature.count == 64, let der = Self.derSignature(raw: rawSignature) else { return false }
+        return verify(signedData, signature: der)
+    }
+
+    /// Verifies an RS256 (RSASSA-PKCS1-v1_5 with SHA-256) signature.
+    public func verifyRS256(_ signedData: [UInt8], signature: [UInt8]) -> Bool {
+        verify(signedData, signature: signature)
+    }
+
+    private func verify(_ signedData: [UInt8], signature: [UInt8]) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        let verified = signedData.withUnsafeBytes { data in
+            signature.withUnsafeBufferPointer { signature in
+                EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, pointer) == 1
+                    && EVP_DigestVerify(
+                        context, signature.baseAddress, signature.count, data.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                        data.count) == 1
+            }
+        }
+        if !verified { OpenSSLError.clearQueue() }
+        return verified
+    }
+
+    /// The DER encoding of a raw `r‖s` ECDSA signature.
+    static func derSignature(raw: [UInt8]) -> [UInt8]? {
+        let half = raw.count / 2
+        guard let signature = ECDSA_SIG_new() else { return nil }
+        defer { ECDSA_SIG_free(signature) }
+        let r = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32(half), nil) }
+        let s = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress! + half, Int32(half), nil) }
+        guard let r, let s, ECDSA_SIG_set0(signature, r, s) == 1 else {
+            BN_free(r)
+            BN_free(s)
+            return nil
+        }
+        let length = i2d_ECDSA_SIG(signature, nil)
+        guard length > 0 else { return nil }
+        var der = [UInt8](repeating: 0, count: Int(length))
+        der.withUnsafeMutableBufferPointer { buffer in
+            var cursor = buffer.baseAddress
+            _ = i2d_ECDSA_SIG(signature, &cursor)
+        }
+        return der
+    }
+}
+
+/// An OpenSSL private key, owned. Signs service-account JWTs (RS256) and, in tests and benchmarks,
+/// App Store–shaped JWSs (ES256).
+public final class PrivateKey: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    deinit { EVP_PKEY_free(pointer) }
+
+    /// A PEM private key: PKCS#8 (`PRIVATE KEY`) or traditional (`EC PRIVATE KEY`, `RSA PRIVATE KEY`).
+    public init(pem: String) throws(OpenSSLError) {
+        let key = withMemoryBIO(Array(pem.utf8)) { bio in PEM_read_bio_PrivateKey(bio, nil, nil, nil) }
+        guard let key else { throw .drain("parse PEM private key") }
+        self.pointer = key
+    }
+
+    /// The matching public key.
+    public var publicKey: PublicKey {
+        EVP_PKEY_up_ref(pointer)
+        return PublicKey(taking: pointer)
+    }
+
+    /// An ES256 signature in JWS form (raw 64-byte `r‖s`).
+    public func signES256(_ data: [UInt8]) throws(OpenSSLError) -> [UInt8] {
+        let der = try sign(data)
+        let raw: [UInt8]? = der.withUnsafeBufferPointer { buffer in
+            var cursor = buffer.baseAddress
+            guard let signature = d2i_ECDSA_SIG(nil, &cursor, buffer.count) else { return nil }
+            defer { ECDSA_SIG_free(signature) }
+            var raw = [UInt8](repeating: 0, count: 64)
+            let written = raw.withUnsafeMutableBufferPointer { out in
+                BN_bn2binpad(ECDSA_SIG_get0_r(signature), out.baseAddress, 32) == 32
+                    && BN_bn2binpad(ECDSA_SIG_get0_s(signature), out.baseAddress! + 32, 32) == 32
+            }
+            return written ? raw : nil
+        }
+        guard let raw else { throw .drain("convert ECDSA signature") }
+        return raw
+    }
+
+    /// An RS256 (RSASSA-PKCS1-v1_5, SHA-256) signature.
+    public func signRS256(_ data: [UInt8]) throws(OpenSSLError) -> [UInt8] {
+        try sign(data)
+    }
+
+    private func sign(_ data: [UInt8]) throws(OpenSSLError) -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw .drain("sign") }
+        defer { EVP_MD_CTX_free(context) }
+        let signature: [UInt8]? = data.withUnsafeBytes { data in
+            let input = data.baseAddress?.assumingMemoryBound(to: UInt8.self)
+            var length = 0
+            guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, pointer) == 1,
+                EVP_DigestSign(context, nil, &length, input, data.count) == 1
+            else { return nil }
+            var signature = [UInt8](repeating: 0, count: length)
+            let signed = signature.withUnsafeMutableBufferPointer { out in
+                EVP_DigestSign(context, out.baseAddress, &length, input, data.count) == 1
+            }
+            guard signed else { return nil }
+            return Array(signature.prefix(length))
+        }
+        guard let signature else { throw .drain("sign") }
+        return signature
+    }
+}
+
+/// Runs `body` with a read-only memory BIO over `bytes`.
+func withMemoryBIO<Result>(_ bytes: [UInt8], _ body: (OpaquePointer) -> Result?) -> Result? {
+    bytes.withUnsafeBytes { buffer -> Result? in
+        guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+        defer { BIO_free(bio) }
+        return body(bio)
+    }
+}

@@ -1,0 +1,49 @@
+import Foundation
+import RelayCore
+import Testing
+
+@Suite struct JSONTests {
+    @Test func parsesEveryKindExactly() throws {
+        let value = try JSON.parse(
+            #" {"a": [1, -2, 3.5, 1e3, 9007199254740993, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}} "#)
+        #expect(value["a"] == [1, -2, 3.5, 1000.0, 9_007_199_254_740_993, true, false, nil])
+        #expect(value["s"] == "x\"\\/\né😀")
+        #expect(value["o"] == .object([:]))
+        // Integers keep full 64-bit precision; Apple's fractional Xcode dates stay doubles.
+        #expect(try JSON.parse("1697679936049.7297").doubleValue == 1697679936049.7297)
+        #expect(try JSON.parse("1681314324000").int64Value == 1_681_314_324_000)
+    }
+
+    @Test(arguments: [
+        "", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "tru", "\"abc", "\"\\x\"", "\"\\ud800\"", "{\"a\" 1}",
+        "[1] [2]", "\"a\u{01}b\"", "nan", "1e999",
+    ])
+    func rejectsInvalidJSON(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSON.parse(text) }
+    }
+
+    @Test func rejectsInvalidUTF8AndDeepNesting() {
+        #expect(throws: JSONParseError.self) { try JSON.parse([0x22, 0xFF, 0x22]) }
+        let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        #expect(throws: JSONParseError.self) { try JSON.parse(deep) }
+    }
+
+    @Test func serializesSortedAndRoundTrips() throws {
+        let value: JSON = ["b": [1, 2.5, "q\"\n\u{01}"], "a": nil, "c": true]
+        #expect(value.text == #"{"a":null,"b":[1,2.5,"q\"\n\u0001"],"c":true}"#)
+        #expect(try JSON.parse(value.serialized()) == value)
+    }
+
+    @Test func agreesWithFoundationOnTheSharedVectors() throws {
+        let models = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../../shared/vectors/apple-app-store-server-library/models").standardizedFileURL
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: models.path) else { return }
+        for name in names where name.hasSuffix(".json") {
+            let bytes = try Array(Data(contentsOf: models.appendingPathComponent(name)))
+            let ours = try JSON.parse(bytes)
+            let theirs = try JSONSerialization.jsonObject(with: Data(bytes)) as? NSDictionary
+            let reparsed = try JSONSerialization.jsonObject(with: Data(ours.serialized())) as? NSDictionary
+            #expect(reparsed == theirs, "\(name)")
+        }
+    }
+}
