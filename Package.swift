@@ -121,13 +121,28 @@ let package = Package(
 
         .target(
             name: "RelayTestSupport",
-            dependencies: ["RelayKafka", "RelayHTTPClient", "RelayCore"],
+            dependencies: [
+                "RelayKafka", "RelayHTTPClient", "RelayCore", "RelayConfig", "RelayVerification",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Tests/RelayTestSupport",
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayKafkaTests",
             dependencies: ["RelayKafka", "RelayTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayVerificationTests",
+            dependencies: [
+                "RelayVerification", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -21,8 +21,32 @@
 /// OPENSSL_free is a macro.
 static inline void relay_openssl_free(void *pointer) { OPENSSL_free(pointer); }
 
-/// EVP_PKEY_PUBLIC_KEY is a compound macro.
-static inline int relay_evp_pkey_public_key_selection(void) { return EVP_PKEY_PUBLIC_KEY; }
+/// An RSA public key from big-endian modulus and exponent. In C because OSSL_PARAM_BLD keeps the
+/// parameter-name pointers until it builds, which must be static strings.
+static inline EVP_PKEY *relay_rsa_public_key(const unsigned char *modulus, int modulus_length,
+                                             const unsigned char *exponent, int exponent_length) {
+    EVP_PKEY *key = NULL;
+    BIGNUM *n = BN_bin2bn(modulus, modulus_length, NULL);
+    BIGNUM *e = BN_bin2bn(exponent, exponent_length, NULL);
+    OSSL_PARAM_BLD *builder = OSSL_PARAM_BLD_new();
+    OSSL_PARAM *params = NULL;
+    EVP_PKEY_CTX *context = NULL;
+    if (n == NULL || e == NULL || builder == NULL) goto done;
+    if (OSSL_PARAM_BLD_push_BN(builder, OSSL_PKEY_PARAM_RSA_N, n) != 1) goto done;
+    if (OSSL_PARAM_BLD_push_BN(builder, OSSL_PKEY_PARAM_RSA_E, e) != 1) goto done;
+    params = OSSL_PARAM_BLD_to_param(builder);
+    if (params == NULL) goto done;
+    context = EVP_PKEY_CTX_new_from_name(NULL, "RSA", NULL);
+    if (context == NULL || EVP_PKEY_fromdata_init(context) != 1) goto done;
+    if (EVP_PKEY_fromdata(context, &key, EVP_PKEY_PUBLIC_KEY, params) != 1) key = NULL;
+done:
+    EVP_PKEY_CTX_free(context);
+    OSSL_PARAM_free(params);
+    OSSL_PARAM_BLD_free(builder);
+    BN_free(n);
+    BN_free(e);
+    return key;
+}
 
 /// STACK_OF(X509) accessors are macros in OpenSSL 3.
 static inline STACK_OF(X509) *relay_sk_X509_new_null(void) { return sk_X509_new_null(); }

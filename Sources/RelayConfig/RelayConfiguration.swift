@@ -94,6 +94,13 @@ public struct RelayConfiguration: Sendable {
         public var environments: [String]
         /// Absolute paths of DER or PEM root certificates.
         public var rootCertificates: [String]
+
+        public init(bundleId: String, appAppleId: Int64?, environments: [String], rootCertificates: [String]) {
+            self.bundleId = bundleId
+            self.appAppleId = appAppleId
+            self.environments = environments
+            self.rootCertificates = rootCertificates
+        }
     }
 
     public struct Google: Sendable {

@@ -1,7 +1,7 @@
 import DequeModule
 import Foundation
 public import RelayConfig
-import RelayCore
+public import RelayCore
 import Synchronization
 
 /// Verifies App Store Server Notifications V2 (`{"signedPayload": JWS}`) the way Apple's own
@@ -110,6 +110,23 @@ public struct AppleVerifier: Sendable {
             type: payload["notificationType"]?.stringValue, subtype: payload["subtype"]?.stringValue, environment: environment)
     }
 
+    /// Verifies one standalone signed transaction or renewal info (a JWS as the App Store Server API
+    /// or an app sends it): chain and signature as for notifications, its `environment` among the app's,
+    /// and a transaction's `bundleId`. Returns the decoded payload.
+    public func verifySignedData(_ text: String) throws(Rejection) -> JSON {
+        let jws = try CompactJWS(text, what: "signed data")
+        let environment = jws.payload["environment"]?.stringValue
+        try verify(jws, claimedEnvironment: environment, what: "signed data")
+        guard let environment, environments.contains(environment) else {
+            throw Rejection(
+                .wrongEnvironment, "environment \(environment.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
+        }
+        if let other = jws.payload["bundleId"]?.stringValue, other != bundleId {
+            throw Rejection(.wrongBundleId, "bundleId \"\(other)\" is not this app's \"\(bundleId)\"")
+        }
+        return jws.payload
+    }
+
     /// Who a notification claims to be for, from whichever of Apple's forms it has.
     private static func identity(of payload: JSON) throws(Rejection) -> (bundleId: String?, appAppleId: Int64?, environment: String?) {
         for form in ["data", "summary", "appData"] {
@@ -156,12 +173,15 @@ public struct AppleVerifier: Sendable {
 
     /// The leaf's public key once the chain is trusted at `time`; from the cache when this chain was
     /// verified before and `time` is within every certificate's validity.
-    private func leafKey(leaf leafText: String, intermediate intermediateText: String, at time: Int64, what: String) throws(Rejection) -> PublicKey {
+    func leafKey(leaf leafText: String, intermediate intermediateText: String, at time: Int64, what: String) throws(Rejection) -> PublicKey {
         let cacheKey = AppleChainCache.Key(leaf: leafText, intermediate: intermediateText)
         if let key = cache.lookup(cacheKey, at: time) { return key }
 
-        guard let leafDER = Base64.decode(leafText), let intermediateDER = Base64.decode(intermediateText) else {
-            throw Rejection(.malformed, "\(what) x5c is not base64")
+        // Canonical standard base64 only (the cache is keyed by the text).
+        guard let leafDER = Base64.decode(leafText), Base64.encode(leafDER) == leafText,
+            let intermediateDER = Base64.decode(intermediateText), Base64.encode(intermediateDER) == intermediateText
+        else {
+            throw Rejection(.malformed, "\(what) x5c is not canonical base64")
         }
         let leaf: Certificate
         let intermediate: Certificate

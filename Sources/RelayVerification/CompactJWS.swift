@@ -46,6 +46,9 @@ struct CompactJWS {
                 return nil
             }
         }
-        return Base64.decode(String(decoding: part, as: UTF8.self))
+        let text = String(decoding: part, as: UTF8.self)
+        // Only the canonical encoding: unused trailing bits set would let two texts carry one value.
+        guard let bytes = Base64.decode(text), Base64.encodeURL(bytes) == text else { return nil }
+        return bytes
     }
 }

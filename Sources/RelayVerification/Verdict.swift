@@ -83,9 +83,16 @@ public struct VerifiedNotification: Sendable {
 
 /// The outcome of verifying one notification. Verdicts are values: a forged or broken notification is
 /// an ordinary result, never a crash or a retry.
-public enum Verdict: Sendable {
+public enum Verdict: Sendable, CustomStringConvertible {
     case accepted(VerifiedNotification)
     case rejected(Rejection)
+
+    public var description: String {
+        switch self {
+        case .accepted(let notification): "accepted \(notification.store.rawValue) \(notification.type ?? "notification")"
+        case .rejected(let rejection): "rejected: \(rejection)"
+        }
+    }
 
     public var rejection: Rejection? {
         if case .rejected(let rejection) = self { return rejection }

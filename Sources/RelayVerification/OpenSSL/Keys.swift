@@ -32,23 +32,12 @@ public final class PublicKey: @unchecked Sendable {
 
     /// An RSA key from its big-endian modulus and public exponent (a JWK's `n` and `e`).
     public convenience init(rsaModulus modulus: [UInt8], exponent: [UInt8]) throws(OpenSSLError) {
-        guard let builder = OSSL_PARAM_BLD_new() else { throw .drain("build RSA key") }
-        defer { OSSL_PARAM_BLD_free(builder) }
-        let n = modulus.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32($0.count), nil) }
-        let e = exponent.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32($0.count), nil) }
-        defer {
-            BN_free(n)
-            BN_free(e)
+        let key = modulus.withUnsafeBufferPointer { n in
+            exponent.withUnsafeBufferPointer { e in
+                relay_rsa_public_key(n.baseAddress, Int32(n.count), e.baseAddress, Int32(e.count))
+            }
         }
-        guard let n, let e, OSSL_PARAM_BLD_push_BN(builder, "n", n) == 1, OSSL_PARAM_BLD_push_BN(builder, "e", e) == 1,
-            let params = OSSL_PARAM_BLD_to_param(builder)
-        else { throw .drain("build RSA key") }
-        defer { OSSL_PARAM_free(params) }
-        guard let context = EVP_PKEY_CTX_new_from_name(nil, "RSA", nil) else { throw .drain("build RSA key") }
-        defer { EVP_PKEY_CTX_free(context) }
-        var key: OpaquePointer?
-        guard EVP_PKEY_fromdata_init(context) == 1, EVP_PKEY_fromdata(context, &key, relay_evp_pkey_public_key_selection(), params) == 1, let key
-        else { throw .drain("build RSA key") }
+        guard let key else { throw .drain("build RSA key") }
         self.init(taking: key)
     }
 
