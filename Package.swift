@@ -90,7 +90,7 @@ let package = Package(
         .target(
             name: "RelayWorker",
             dependencies: [
-                "RelayCore", "RelayConfig",
+                "RelayCore", "RelayConfig", "RelayVerification",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -101,7 +101,7 @@ let package = Package(
         .target(
             name: "RelayApp",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker",
+                "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -112,7 +112,7 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay",
             dependencies: [
-                "RelayApp", "RelayConfig", "RelayCore",
+                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -11,10 +11,15 @@ public final class DevEnvironment: Sendable {
     /// Partitions per topic in dev. Default: 6.
     public static let partitions = 6
 
-    public init(configuration: RelayConfiguration, logger: Logger, installSignalHandlers: Bool = true) throws(KafkaError) {
-        let cluster = try EmbeddedKafkaCluster(brokers: 3, logger: logger)
-        for topic in configuration.kafka.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
-            try cluster.createTopic(topic, partitions: Self.partitions)
+    public init(configuration: RelayConfiguration, logger: Logger, installSignalHandlers: Bool = true) throws(RelaySetupError) {
+        let cluster: EmbeddedKafkaCluster
+        do {
+            cluster = try EmbeddedKafkaCluster(brokers: 3, logger: logger)
+            for topic in configuration.kafka.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
+                try cluster.createTopic(topic, partitions: Self.partitions)
+            }
+        } catch {
+            throw .kafka(error)
         }
         self.cluster = cluster
         self.process = try RelayProcess(

@@ -6,6 +6,7 @@ public import RelayConfig
 import RelayCore
 public import RelayIngest
 public import RelayKafka
+import RelayVerification
 import RelayWorker
 public import ServiceLifecycle
 
@@ -25,10 +26,27 @@ public final class RelayProcess: Sendable {
     /// - Parameters:
     ///   - bootstrapServers: overrides `kafka.bootstrapServers` (the `--bootstrap-servers` option, and dev).
     ///   - installSignalHandlers: false in tests, which trigger shutdown themselves.
-    public init(
+    public convenience init(
         configuration: RelayConfiguration, roles: [Role], bootstrapServers: String? = nil, logger: Logger,
         installSignalHandlers: Bool = true
-    ) throws(KafkaError) {
+    ) throws(RelaySetupError) {
+        do {
+            try self.init(
+                uncheckedConfiguration: configuration, roles: roles, bootstrapServers: bootstrapServers, logger: logger,
+                installSignalHandlers: installSignalHandlers)
+        } catch let error as KafkaError {
+            throw .kafka(error)
+        } catch let error as ConfigurationError {
+            throw .configuration(error)
+        } catch {
+            throw .kafka(KafkaError(code: "SETUP", reason: "\(error)", isRetriable: false))
+        }
+    }
+
+    private init(
+        uncheckedConfiguration configuration: RelayConfiguration, roles: [Role], bootstrapServers: String?, logger: Logger,
+        installSignalHandlers: Bool
+    ) throws {
         let registry = PrometheusCollectorRegistry()
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
@@ -52,7 +70,18 @@ public final class RelayProcess: Sendable {
             consumerConfiguration.maxInFlight = 1000
             let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
             if producer == nil { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
-            let pipeline = NotificationPipeline(configuration: configuration, logger: logger, metrics: metrics)
+            // Verification reads the roots and key files now, so a bad one stops startup with its key.
+            let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
+            let workerProducer: KafkaProducer
+            if let producer {
+                workerProducer = producer
+            } else {
+                workerProducer = try KafkaProducer(
+                    configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: .seconds(30)), logger: logger, metrics: metrics)
+                services.append(ProducerService(producer: workerProducer))
+            }
+            let pipeline = NotificationPipeline(
+                configuration: configuration, verifier: verifier, producer: workerProducer, logger: logger, metrics: metrics)
             services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
         }
         let server = RelayHTTPServer(
@@ -108,6 +137,19 @@ final class ListeningAddress: Sendable {
                 return state.port
             }
             if let port { continuation.resume(returning: port) }
+        }
+    }
+}
+
+/// Why a process could not be set up: the configuration (exit 78) or Kafka.
+public enum RelaySetupError: Error, CustomStringConvertible {
+    case configuration(ConfigurationError)
+    case kafka(KafkaError)
+
+    public var description: String {
+        switch self {
+        case .configuration(let error): "\(error)"
+        case .kafka(let error): "\(error)"
         }
     }
 }

@@ -95,6 +95,13 @@ public protocol RecordConsumer: Sendable {
     func markDone(_ record: ConsumedRecord)
     /// Stops reading, stores what was marked done and leaves the group. `records` ends.
     func close() async
+    /// Whether the record's partition is still assigned to this reader as when the record was read.
+    /// After a rebalance took it away, another member reads the record again: stop working on it.
+    func isAssigned(_ record: ConsumedRecord) -> Bool
+}
+
+extension RecordConsumer {
+    public func isAssigned(_ record: ConsumedRecord) -> Bool { true }
 }
 
 /// Why the record log could not do what was asked.

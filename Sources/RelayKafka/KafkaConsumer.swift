@@ -118,6 +118,10 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         shared.markDone(record, client.pointer)
     }
 
+    public func isAssigned(_ record: ConsumedRecord) -> Bool {
+        shared.isAssigned(record)
+    }
+
     /// Records handed out and not yet marked done, over all partitions this member still owns.
     public var inFlightCount: Int { shared.inFlightCount }
 
@@ -230,6 +234,11 @@ private final class ConsumerShared: Sendable {
         var type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(message, &type)
         return type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
+    }
+
+    func isAssigned(_ record: ConsumedRecord) -> Bool {
+        let key = TopicPartition(topic: record.topic, partition: record.partition)
+        return state.withLock { $0.partitions[key]?.generation == record.assignmentGeneration }
     }
 
     func markDone(_ record: ConsumedRecord, _ rk: OpaquePointer) {

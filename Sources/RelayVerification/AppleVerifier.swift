@@ -40,8 +40,9 @@ public struct AppleVerifier: Sendable {
                 throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "\(path): \(error)")
             }
         }
-        guard !roots.isEmpty else {
-            throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "at least one root certificate is required")
+        // Only apps that take signed environments need a root; Xcode/LocalTesting data is unsigned.
+        guard !roots.isEmpty || Set(configuration.environments).isSubset(of: Self.unsignedEnvironments) else {
+            throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "at least one root certificate is required (Apple Root CA - G3 for Sandbox and Production)")
         }
         do {
             self.trust = try TrustStore(roots: roots)

@@ -42,10 +42,18 @@ public struct Rejection: Error, Sendable, Equatable, CustomStringConvertible {
     public var reason: RejectReason
     public var detail: String
 
+    /// Details quote values from the notification, which anyone can send: control characters are
+    /// replaced and the length is bounded, so a detail cannot forge log lines or grow headers.
     public init(_ reason: RejectReason, _ detail: String) {
         self.reason = reason
-        self.detail = detail
+        var safe = String(String.UnicodeScalarView(detail.unicodeScalars.prefix(Self.maximumDetailLength).map {
+            $0.properties.generalCategory == .control ? "?" : $0
+        }))
+        if detail.unicodeScalars.count > Self.maximumDetailLength { safe += "…" }
+        self.detail = safe
     }
+
+    public static let maximumDetailLength = 500
 
     public var description: String { "\(reason.rawValue): \(detail)" }
 }

@@ -67,6 +67,13 @@ public final class WorkerService: Service {
             } catch {
                 // On cancellation (shutdown past its bound) the record stays not done: it is redelivered.
                 if Task.isCancelled { return }
+                // The partition went to another member, which reads this record again.
+                guard consumer.isAssigned(record) else {
+                    logger.info(
+                        "partition revoked; leaving a failing record to its new owner",
+                        metadata: [LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)"])
+                    return
+                }
                 Counter(label: "relay_worker_retries_total", dimensions: [], factory: metrics).increment()
                 logger.warning(
                     "processing failed; retrying",

@@ -11,7 +11,7 @@ struct RevenueRelay: AsyncParsableCommand {
         commandName: "revenue-relay",
         abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications and relays them through Kafka.",
         version: RelayVersion.current,
-        subcommands: [Dev.self, Run.self]
+        subcommands: [Dev.self, Run.self, Inspect.self]
     )
 }
 
@@ -19,14 +19,17 @@ enum RelayVersion {
     static let current = "0.1.0"
 }
 
-/// Exit codes of DESIGN section 2 (sysexits): 64 bad arguments, 78 bad configuration.
+/// Exit codes of DESIGN section 2 (sysexits): 64 bad arguments, 65 rejected input (inspect),
+/// 69 a dependency unavailable (inspect could not fetch keys), 78 bad configuration.
 enum Exit {
     static let badConfiguration = ExitCode(78)
     static let badArguments = ExitCode(64)
+    static let rejected = ExitCode(65)
+    static let unavailable = ExitCode(69)
 }
 
-func bootstrapLogging() {
-    let level = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+func bootstrapLogging(defaultLevel: Logger.Level = .info) {
+    let level = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? defaultLevel
     // stdout is for the lines other programs read (dev's addresses); logs go to stderr.
     LoggingSystem.bootstrap { label in
         var handler = StreamLogHandler.standardError(label: label)
@@ -41,6 +44,18 @@ func loadConfiguration(_ path: String) throws -> RelayConfiguration {
     } catch {
         FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
         throw Exit.badConfiguration
+    }
+}
+
+/// Sets up a process, or exits 78 with the configuration problem.
+func makeProcess<Result>(_ body: () throws(RelaySetupError) -> Result) throws -> Result {
+    do {
+        return try body()
+    } catch .configuration(let error) {
+        FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
+        throw Exit.badConfiguration
+    } catch {
+        throw error
     }
 }
 
@@ -60,7 +75,7 @@ struct Dev: AsyncParsableCommand {
         bootstrapLogging()
         let configuration = try loadConfiguration(config)
         let logger = Logger(label: "revenue-relay")
-        let environment = try DevEnvironment(configuration: configuration, logger: logger)
+        let environment = try makeProcess { () throws(RelaySetupError) in try DevEnvironment(configuration: configuration, logger: logger) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await environment.process.run() }
             group.addTask {
@@ -110,7 +125,9 @@ struct Run: AsyncParsableCommand {
             }
         }
         let configuration = try loadConfiguration(config)
-        let process = try RelayProcess(configuration: configuration, roles: selected, bootstrapServers: bootstrapServers, logger: logger)
+        let process = try makeProcess { () throws(RelaySetupError) in
+            try RelayProcess(configuration: configuration, roles: selected, bootstrapServers: bootstrapServers, logger: logger)
+        }
         logger.info("starting", metadata: [LogKey.role: "\(selected.map(\.rawValue).joined(separator: ","))"])
         try await process.run()
     }

@@ -1,4 +1,5 @@
 import Foundation
+import RelayCore
 import RelayTestSupport
 import Testing
 
@@ -40,5 +41,71 @@ import Testing
         #expect(try run(["run", "--config", "config/dev.yaml", "--role", "accountant"]).status == 64)
         #expect(try run(["run"]).status == 64)
         #expect(try run(["frobnicate"]).status == 64)
+    }
+}
+
+/// `revenue-relay inspect` (DESIGN section 2) on requests signed with the test fixtures, against
+/// config/dev.yaml (which trusts the fixtures' Apple test root and Google JWKS).
+@Suite struct InspectCommandTests {
+    func inspect(_ arguments: [String], body: [UInt8]) throws -> (status: Int32, output: JSON?, stderr: String) {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("request") + ".json")
+        try Data(body).write(to: file)
+        let process = Process()
+        process.executableURL = try #require(CommandLineTests.executable)
+        process.arguments = ["inspect", "--config", "config/dev.yaml"] + arguments + [file.path]
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let stdout = output.fileHandleForReading.readDataToEndOfFile()
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, try? JSON.parse(Array(stdout)), stderr)
+    }
+
+    @Test func acceptsASignedAppleNotificationAndPrintsItDecoded() throws {
+        let signer = AppleSigner()
+        let result = try inspect(["--store", "apple", "--app", "demo"], body: signer.body(signer.notificationPayload()))
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.output?["accepted"] == true)
+        #expect(result.output?["store"] == "apple")
+        #expect(result.output?["events"] == [])
+        #expect(result.output?["notification"]?["data"]?["signedTransactionInfo"]?["originalTransactionId"] == "2000000123456789")
+    }
+
+    @Test func explainsARejectionAndExits65() throws {
+        let body = Array(#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1"}}}"#.utf8)
+        let t: Int64 = 1_900_000_000
+        let header = "Stripe-Signature: " + WebhookSigning.stripeHeader(body: body, secret: "whsec_dev_only_stripe_secret", timestamp: t)
+        let accepted = try inspect(["--store", "stripe", "--app", "demo", "--header", header, "--now", "\(t)"], body: body)
+        #expect(accepted.status == 0, "\(accepted.stderr)")
+        let stale = try inspect(["--store", "stripe", "--app", "demo", "--header", header, "--now", "\(t + 301)"], body: body)
+        #expect(stale.status == 65)
+        #expect(stale.output?["accepted"] == false)
+        #expect(stale.output?["reason"] == "stale_timestamp")
+        #expect(stale.output?["detail"]?.stringValue?.isEmpty == false)
+        let unknown = try inspect(["--store", "stripe", "--app", "nobody", "--header", header, "--now", "\(t)"], body: body)
+        #expect(unknown.output?["reason"] == "unknown_app")
+    }
+
+    @Test func verifiesAGooglePushWithItsAuthorizationHeader() throws {
+        let now: Int64 = 1_900_000_000
+        let claims = GooglePushSigner.claims(issuedAt: now, overrides: ["aud": "http://127.0.0.1:8080/v1/notifications/google/demo"])
+        let header = "Authorization: Bearer \(GooglePushSigner().token(claims))"
+        let body = GooglePushSigner.envelope(GooglePushSigner.developerNotification())
+        let result = try inspect(["--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"], body: body)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.output?["notification"]?["subscriptionNotification"]?["notificationType"] == 4)
+        let expired = try inspect(["--store", "google", "--app", "demo", "--header", header, "--now", "\(now + 3661)"], body: body)
+        #expect(expired.output?["reason"] == "token_expired")
+    }
+
+    @Test func badArgumentsExit64AndBadConfigurationExits78() throws {
+        #expect(try inspect(["--store", "amazon", "--app", "demo"], body: []).status == 64)
+        #expect(try inspect(["--store", "stripe", "--app", "demo", "--header", "no colon here"], body: []).status == 64)
+        #expect(try inspect(["--store", "stripe"], body: []).status == 64)
+        let result = try inspect(["--store", "stripe", "--app", "demo", "--config", "/nonexistent.yaml"], body: [])
+        #expect(result.status == 78)
     }
 }

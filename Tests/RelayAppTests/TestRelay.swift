@@ -56,9 +56,14 @@ final class TestRelay: Sendable {
 
     /// A fresh consumer group over the raw notifications topic, reading from the beginning.
     func notificationsReader() throws -> (KafkaConsumer, RecordCollector) {
+        try reader(topic: configuration.kafka.topics.notifications)
+    }
+
+    /// A fresh consumer group over `topic`, reading from the beginning.
+    func reader(topic: String) throws -> (KafkaConsumer, RecordCollector) {
         let consumer = try KafkaConsumer(
             configuration: KafkaConfiguration(bootstrapServers: environment.cluster.bootstrapServers),
-            consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [configuration.kafka.topics.notifications]),
+            consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [topic]),
             logger: testLogger())
         return (consumer, RecordCollector(consumer.records))
     }

@@ -11,21 +11,51 @@ import Testing
 
 /// The worker: consumes raw notifications, whoever produced them, with at-least-once semantics.
 @Suite struct WorkerTests {
-    @Test func recordFromAnyProducerWithRelayHeadersIsProcessedLikeAnIngestOne() async throws {
+    @Test func rejectedNotificationsLandInTheRejectedTopicWithTheirReasonAndAcceptedOnesDoNot() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration())
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: relay.environment.cluster.bootstrapServers), logger: testLogger())
-        let notification = RawNotification(store: .paddle, app: "demo", receivedAtMilliseconds: 1_700_000_000_000, body: Array(#"{"event_id":"evt_x"}"#.utf8), requestHeaders: ["paddle-signature": "ts=1;h1=x"])
-        _ = try await producer.send(notification.record(topic: "relay.notifications"))
-        _ = try await producer.send(OutgoingRecord(topic: "relay.notifications", key: nil, value: Array("{}".utf8), headers: []))
-        await producer.close()
-        #expect(try await relay.post("/v1/notifications/apple/demo", body: #"{"signedPayload":"x"}"#).status == 200)
+        let body = #"{"id":"evt_ok","object":"event","type":"invoice.paid","data":{"object":{"id":"in_1","subscription":"sub_ok"}}}"#
+        let now = Int64(Date().timeIntervalSince1970)
+        let good = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", good)]).status == 200)
+        let forged = #"{"id":"evt_bad","object":"event","type":"invoice.paid","data":{"object":{"id":"in_2","subscription":"sub_bad"}}}"#
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: forged, headers: [("Stripe-Signature", good)]).status == 200)
 
-        try await waitUntil("the worker counted both notifications and the foreign record") {
+        // From another producer: one with the relay headers (any producer may write raw notifications),
+        // one without them at all.
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: relay.environment.cluster.bootstrapServers), logger: testLogger())
+        let paddle = RawNotification(
+            store: .paddle, app: "demo", receivedAtMilliseconds: now * 1000, body: Array(#"{"event_id":"evt_p"}"#.utf8),
+            requestHeaders: ["paddle-signature": "ts=\(now);h1=00"])
+        _ = try await producer.send(paddle.record(topic: "relay.notifications"))
+        _ = try await producer.send(OutgoingRecord(topic: "relay.notifications", key: Array("foreign".utf8), value: Array("{}".utf8), headers: []))
+        await producer.close()
+
+        try await waitUntil("the worker judged all four") {
             let metrics = try await relay.get("/metrics").bodyText
-            return metrics.contains(#"relay_worker_notifications_total{store="paddle",app="demo"} 1"#)
-                && metrics.contains(#"relay_worker_notifications_total{store="apple",app="demo"} 1"#)
-                && metrics.contains("relay_worker_invalid_records_total 1")
+            return metrics.contains(#"relay_notifications_accepted_total{store="stripe",app="demo"} 1"#)
+                && metrics.contains(#"relay_notifications_rejected_total{store="stripe",app="demo",reason="bad_signature"} 1"#)
+                && metrics.contains(#"relay_notifications_rejected_total{store="paddle",app="demo",reason="bad_signature"} 1"#)
+                && metrics.contains(#"relay_notifications_rejected_total{store="unknown",app="unknown",reason="malformed"} 1"#)
         }
+        // Each rejected record is acknowledged before its counter moves, so the counters say exactly
+        // what the topic holds: three rejects, and nothing for the accepted notification.
+        let metrics = try await relay.get("/metrics").bodyText
+        let rejectedTotal = metrics.split(separator: "\n").filter { $0.hasPrefix("relay_notifications_rejected_total{") }
+            .compactMap { Int($0.split(separator: " ").last ?? "") }.reduce(0, +)
+        #expect(rejectedTotal == 3)
+        let (reader, collector) = try relay.reader(topic: "relay.notifications.rejected")
+        let rejected = try await collector.waitFor(count: 3)
+        #expect(Set(rejected.compactMap(\.keyString)) == ["stripe:sub_bad", "paddle:evt_p", "foreign"])
+        let byKey = Dictionary(uniqueKeysWithValues: rejected.map { ($0.keyString ?? "", $0) })
+        let stripe = try #require(byKey["stripe:sub_bad"])
+        #expect(text(stripe.value) == forged)
+        #expect(stripe.headers.first(named: "relay-reject-reason")?.stringValue == "bad_signature")
+        #expect(stripe.headers.first(named: "relay-reject-detail")?.stringValue?.contains("stripe-signature") == true)
+        #expect(stripe.headers.first(named: "stripe-signature")?.stringValue == good)
+        #expect(stripe.headers.first(named: "relay-app")?.stringValue == "demo")
+        #expect(byKey["foreign"]?.headers.first(named: "relay-reject-reason")?.stringValue == "malformed")
+        #expect(byKey["paddle:evt_p"]?.headers.first(named: "relay-reject-reason")?.stringValue == "bad_signature")
+        await reader.close()
         try await relay.stop()
     }
 
