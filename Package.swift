@@ -11,6 +11,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "revenue-relay", targets: ["revenue-relay"]),
+        .executable(name: "revenue-relay-bench", targets: ["revenue-relay-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
@@ -115,6 +116,15 @@ let package = Package(
                 "RelayApp", "RelayConfig", "RelayCore", "RelayVerification",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Benchmarks whose results the README reports: `swift run -c release revenue-relay-bench ...`.
+        .executableTarget(
+            name: "revenue-relay-bench",
+            dependencies: [
+                "RelayVerification", "RelayConfig", "RelayCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -155,32 +155,40 @@ public struct AppleVerifier: Sendable {
             }
             return
         }
-        let algorithm = jws.header["alg"]?.stringValue
-        guard algorithm == "ES256" else {
-            throw Rejection(.unsupportedAlgorithm, "\(what) alg is \(algorithm.map { "\"\($0)\"" } ?? "missing"); only ES256 is accepted")
+        let time = Int64((signedDate / 1000).rounded(.down))
+        // A header seen before (same algorithm, same certificates) whose chain is valid at this time.
+        let key: PublicKey
+        if let cached = cache.lookup(jws.headerSegment, at: time) {
+            key = cached
+        } else {
+            let header = try jws.header()
+            let algorithm = header["alg"]?.stringValue
+            guard algorithm == "ES256" else {
+                throw Rejection(.unsupportedAlgorithm, "\(what) alg is \(algorithm.map { "\"\($0)\"" } ?? "missing"); only ES256 is accepted")
+            }
+            guard let chain = header["x5c"]?.arrayValue else { throw Rejection(.malformed, "\(what) header has no x5c") }
+            guard chain.count == 3, let leaf = chain[0].stringValue, let intermediate = chain[1].stringValue, chain[2].stringValue != nil
+            else { throw Rejection(.malformed, "\(what) x5c must hold exactly three certificates") }
+            let validity: ClosedRange<Int64>
+            (key, validity) = try chainKey(leaf: leaf, intermediate: intermediate, at: time, what: what)
+            cache.insert(jws.headerSegment, key: key, validity: validity, now: Int64(Date().timeIntervalSince1970))
         }
-        guard let chain = jws.header["x5c"]?.arrayValue else { throw Rejection(.malformed, "\(what) header has no x5c") }
-        guard chain.count == 3, let leafText = chain[0].stringValue, let intermediateText = chain[1].stringValue, chain[2].stringValue != nil
-        else { throw Rejection(.malformed, "\(what) x5c must hold exactly three certificates") }
         guard jws.signature.count == 64 else {
             throw Rejection(.badSignature, "\(what) signature is \(jws.signature.count) bytes; ES256 signatures are 64")
         }
-        let time = Int64((signedDate / 1000).rounded(.down))
-        let key = try leafKey(leaf: leafText, intermediate: intermediateText, at: time, what: what)
         guard key.verifyES256(jws.signingInput, rawSignature: jws.signature) else {
             throw Rejection(.badSignature, "\(what) signature does not verify with its leaf certificate")
         }
     }
 
-    /// The leaf's public key once the chain is trusted at `time`; from the cache when this chain was
-    /// verified before and `time` is within every certificate's validity.
-    func leafKey(leaf leafText: String, intermediate intermediateText: String, at time: Int64, what: String) throws(Rejection) -> PublicKey {
-        let cacheKey = AppleChainCache.Key(leaf: leafText, intermediate: intermediateText)
-        if let key = cache.lookup(cacheKey, at: time) { return key }
-
-        // Canonical standard base64 only (the cache is keyed by the text).
-        guard let leafDER = Base64.decode(leafText), Base64.encode(leafDER) == leafText,
-            let intermediateDER = Base64.decode(intermediateText), Base64.encode(intermediateDER) == intermediateText
+    /// The leaf's public key once the chain leaf → intermediate → a configured root is trusted at `time`,
+    /// and the span of time in which every certificate of the chain is valid.
+    func chainKey(leaf leafText: String, intermediate intermediateText: String, at time: Int64, what: String) throws(Rejection)
+        -> (PublicKey, ClosedRange<Int64>)
+    {
+        // Canonical standard base64 only.
+        guard let leafDER = Base64.decode(leafText.utf8, alphabet: .standard, padding: .required, canonical: true),
+            let intermediateDER = Base64.decode(intermediateText.utf8, alphabet: .standard, padding: .required, canonical: true)
         else {
             throw Rejection(.malformed, "\(what) x5c is not canonical base64")
         }
@@ -220,9 +228,7 @@ public struct AppleVerifier: Sendable {
             throw Rejection(.unsupportedAlgorithm, "\(what) leaf key is \(key.kind), not the P-256 key ES256 needs")
         }
         let validity = chain.map(\.validity)
-        let window = validity.map(\.lowerBound).max()!...validity.map(\.upperBound).min()!
-        cache.insert(cacheKey, key: key, validity: window, now: Int64(Date().timeIntervalSince1970))
-        return key
+        return (key, validity.map(\.lowerBound).max()!...validity.map(\.upperBound).min()!)
     }
 
     static func iso8601(_ seconds: Int64) -> String {
@@ -230,14 +236,13 @@ public struct AppleVerifier: Sendable {
     }
 }
 
-/// Chains that passed verification, so steady state costs one ES256 verification per JWS. Bounded
-/// (oldest entries go first) and tied to the certificates' validity: an entry serves only times
-/// within every certificate's validity, and entries expired by the wall clock are dropped.
+/// Chains that passed verification, keyed by the JWS header that carried them (its base64url text:
+/// the algorithm and the x5c certificates), so steady state costs one ES256 verification per JWS and
+/// no header decoding. Bounded (oldest entries go first) and tied to the certificates' validity: an
+/// entry serves only times within every certificate's validity, and entries expired by the wall
+/// clock are dropped.
 final class AppleChainCache: Sendable {
-    struct Key: Hashable, Sendable {
-        var leaf: String
-        var intermediate: String
-    }
+    typealias Key = String
 
     private struct Entry {
         var key: PublicKey

@@ -2,7 +2,9 @@ import RelayCore
 
 /// A compact JWS or JWT (`header.payload.signature`, base64url), split and decoded but not verified.
 struct CompactJWS {
-    var header: JSON
+    /// The header as sent (base64url), decoded on demand: Apple's verifier keys its chain cache by it,
+    /// so a header it has seen is never decoded again.
+    var headerSegment: String
     var payload: JSON
     /// The bytes the signature covers: the ASCII `header.payload`.
     var signingInput: [UInt8]
@@ -17,38 +19,34 @@ struct CompactJWS {
             if dots.count > 2 { break }
         }
         guard dots.count == 2 else { throw Rejection(.malformed, "\(what) is not a compact JWS (three base64url parts)") }
-        let headerPart = utf8[..<dots[0]]
         let payloadPart = utf8[(dots[0] + 1)..<dots[1]]
         let signaturePart = utf8[(dots[1] + 1)...]
-        guard let headerBytes = Self.base64url(headerPart), let header = try? JSON.parse(headerBytes), case .object = header else {
-            throw Rejection(.malformed, "\(what) header is not base64url JSON")
-        }
         guard let payloadBytes = Self.base64url(payloadPart), let payload = try? JSON.parse(payloadBytes), case .object = payload else {
             throw Rejection(.malformed, "\(what) payload is not base64url JSON")
         }
         guard let signature = Self.base64url(signaturePart) else {
             throw Rejection(.malformed, "\(what) signature is not base64url")
         }
-        self.header = header
+        self.headerSegment = String(decoding: utf8[..<dots[0]], as: UTF8.self)
+        self.what = what
         self.payload = payload
         self.signingInput = Array(utf8[..<dots[1]])
         self.signature = signature
     }
 
-    /// Strict base64url (RFC 7515: URL alphabet, no padding).
-    private static func base64url(_ part: ArraySlice<UInt8>) -> [UInt8]? {
-        for byte in part {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "_"):
-                continue
-            default:
-                return nil
-            }
+    private var what: String
+
+    /// The decoded header (a JSON object).
+    func header() throws(Rejection) -> JSON {
+        guard let bytes = Self.base64url(ArraySlice(headerSegment.utf8)), let header = try? JSON.parse(bytes), case .object = header else {
+            throw Rejection(.malformed, "\(what) header is not base64url JSON")
         }
-        let text = String(decoding: part, as: UTF8.self)
-        // Only the canonical encoding: unused trailing bits set would let two texts carry one value.
-        guard let bytes = Base64.decode(text), Base64.encodeURL(bytes) == text else { return nil }
-        return bytes
+        return header
+    }
+
+    /// Strict base64url (RFC 7515: URL alphabet, no padding), canonical only: unused trailing bits set
+    /// would let two texts carry one value.
+    private static func base64url(_ part: ArraySlice<UInt8>) -> [UInt8]? {
+        Base64.decode(part, alphabet: .url, padding: .forbidden, canonical: true)
     }
 }

@@ -52,17 +52,18 @@ public struct GoogleVerifier: Sendable {
             throw Rejection(.missingSignature, "the Authorization header is not a Bearer token")
         }
         let token = try CompactJWS(String(parts[1]).trimmingCharacters(in: .whitespaces), what: "push token")
-        let algorithm = token.header["alg"]?.stringValue
+        let header = try token.header()
+        let algorithm = header["alg"]?.stringValue
         guard algorithm == "RS256" else {
             throw Rejection(.unsupportedAlgorithm, "push token alg is \(algorithm.map { "\"\($0)\"" } ?? "missing"); only RS256 is accepted")
         }
-        guard let kid = token.header["kid"]?.stringValue else { throw Rejection(.unknownKey, "push token has no kid") }
+        guard let kid = header["kid"]?.stringValue else { throw Rejection(.unknownKey, "push token has no kid") }
         return (token, kid)
     }
 
     private func checkToken(_ token: CompactJWS, key: PublicKey, receivedAtSeconds: Int64) throws(Rejection) {
         guard case .rsa(let bits) = key.kind, bits >= 2048 else {
-            throw Rejection(.unsupportedAlgorithm, "key \(token.header["kid"]?.stringValue ?? "") is not an RSA key of at least 2048 bits")
+            throw Rejection(.unsupportedAlgorithm, "the token's key is not an RSA key of at least 2048 bits")
         }
         guard key.verifyRS256(token.signingInput, signature: token.signature) else {
             throw Rejection(.badSignature, "push token signature does not verify")

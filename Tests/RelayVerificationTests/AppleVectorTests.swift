@@ -111,12 +111,12 @@ struct AppleVectorTests {
         let verifier = try appleVerifier(environments: ["Sandbox"], root: library.appendingPathComponent("inline-certs/ROOT_CA_BASE64_ENCODED.der").path)
         let leaf = try base64("LEAF_CERT_BASE64_ENCODED.der")
         let intermediate = try base64("INTERMEDIATE_CA_BASE64_ENCODED.der")
-        let key = try verifier.leafKey(leaf: leaf, intermediate: intermediate, at: effectiveDate, what: "x5c")
+        let (key, _) = try verifier.chainKey(leaf: leaf, intermediate: intermediate, at: effectiveDate, what: "x5c")
         #expect(key.kind == .ecP256)
 
         func reason(_ leaf: String, _ intermediate: String, at time: Int64 = effectiveDate, verifier: AppleVerifier) -> RejectReason? {
             do {
-                _ = try verifier.leafKey(leaf: leaf, intermediate: intermediate, at: time, what: "x5c")
+                _ = try verifier.chainKey(leaf: leaf, intermediate: intermediate, at: time, what: "x5c")
                 return nil
             } catch {
                 return error.reason

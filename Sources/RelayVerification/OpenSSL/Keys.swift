@@ -84,7 +84,7 @@ public final class PublicKey: @unchecked Sendable {
         defer { EVP_MD_CTX_free(context) }
         let verified = signedData.withUnsafeBytes { data in
             signature.withUnsafeBufferPointer { signature in
-                EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, pointer) == 1
+                EVP_DigestVerifyInit_ex(context, nil, "SHA256", nil, nil, pointer, nil) == 1
                     && EVP_DigestVerify(
                         context, signature.baseAddress, signature.count, data.baseAddress?.assumingMemoryBound(to: UInt8.self),
                         data.count) == 1
