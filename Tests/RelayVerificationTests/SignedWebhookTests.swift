@@ -135,3 +135,29 @@ import Testing
         }
     }
 }
+
+/// The configurations the repository ships build a verifier: their roots and key files are usable.
+@Suite struct ShippedConfigurationTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test func devAndExampleConfigurationsBuildAVerifier() throws {
+        let dev = try RelayConfiguration.load(path: Self.root.appendingPathComponent("config/dev.yaml").path, environment: [:])
+        _ = try NotificationVerifier(configuration: dev, logger: testLogger())
+        let environment = ["RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+        let example = try RelayConfiguration.load(path: Self.root.appendingPathComponent("config/example.yaml").path, environment: environment)
+        #expect(example.app("demo")?.google?.jwks == "https://www.googleapis.com/oauth2/v3/certs")
+        // The URL is fetched on first use, not at startup, so this needs no network.
+        _ = try NotificationVerifier(configuration: example, logger: testLogger())
+    }
+
+    @Test func anUnusableRootIsAConfigurationErrorNamingTheKey() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("root") + ".pem")
+        try Data("not a certificate".utf8).write(to: file)
+        let configuration = try RelayConfiguration.parse(
+            yaml: "apps: [{ key: demo, projectId: 1, applicationId: 1, apple: { bundleId: b, environments: [Sandbox], rootCertificates: [\"\(file.path)\"] } }]",
+            baseDirectory: "/", environment: [:])
+        #expect { _ = try NotificationVerifier(configuration: configuration, logger: testLogger()) } throws: {
+            ($0 as? ConfigurationError)?.key == "apps.demo.apple.rootCertificates"
+        }
+    }
+}
