@@ -346,7 +346,8 @@ extension JSON {
         case .integer(let value): output.append(contentsOf: String(value).utf8)
         case .number(let value):
             // Swift prints the shortest representation that round-trips; integral doubles keep ".0".
-            output.append(contentsOf: value.description.utf8)
+            // Parsing never yields infinities or NaN; one built in code has no JSON form.
+            output.append(contentsOf: (value.isFinite ? value.description : "null").utf8)
         case .string(let value): JSON.writeString(value, to: &output)
         case .array(let elements):
             output.append(UInt8(ascii: "["))

@@ -146,8 +146,12 @@ public struct AppleVerifier: Sendable {
     /// Checks one JWS: algorithm, chain at `signedDate`, signature. Unsigned environments skip the
     /// cryptography, but only when the app lists them.
     private func verify(_ jws: CompactJWS, claimedEnvironment: String?, what: String) throws(Rejection) {
-        guard let signedDate = jws.payload["signedDate"]?.doubleValue else {
+        // Milliseconds; Xcode data has fractions. Anything outside Int64 is not a date (and must not trap).
+        guard let milliseconds = jws.payload["signedDate"]?.doubleValue else {
             throw Rejection(.malformed, "\(what) has no signedDate")
+        }
+        guard milliseconds.isFinite, let time = Int64(exactly: (milliseconds / 1000).rounded(.down)) else {
+            throw Rejection(.malformed, "\(what) signedDate is not a time")
         }
         if let claimedEnvironment, Self.unsignedEnvironments.contains(claimedEnvironment) {
             guard environments.contains(claimedEnvironment) else {
@@ -155,10 +159,10 @@ public struct AppleVerifier: Sendable {
             }
             return
         }
-        let time = Int64((signedDate / 1000).rounded(.down))
         // A header seen before (same algorithm, same certificates) whose chain is valid at this time.
         let key: PublicKey
-        if let cached = cache.lookup(jws.headerSegment, at: time) {
+        let cacheKey = AppleChainCache.Key(jws.headerSegment)
+        if let cached = cache.lookup(cacheKey, at: time) {
             key = cached
         } else {
             let header = try jws.header()
@@ -169,9 +173,9 @@ public struct AppleVerifier: Sendable {
             guard let chain = header["x5c"]?.arrayValue else { throw Rejection(.malformed, "\(what) header has no x5c") }
             guard chain.count == 3, let leaf = chain[0].stringValue, let intermediate = chain[1].stringValue, chain[2].stringValue != nil
             else { throw Rejection(.malformed, "\(what) x5c must hold exactly three certificates") }
-            let validity: ClosedRange<Int64>
+            let validity: Range<Int64>
             (key, validity) = try chainKey(leaf: leaf, intermediate: intermediate, at: time, what: what)
-            cache.insert(jws.headerSegment, key: key, validity: validity, now: Int64(Date().timeIntervalSince1970))
+            cache.insert(cacheKey, key: key, validity: validity, now: Int64(Date().timeIntervalSince1970))
         }
         guard jws.signature.count == 64 else {
             throw Rejection(.badSignature, "\(what) signature is \(jws.signature.count) bytes; ES256 signatures are 64")
@@ -184,7 +188,7 @@ public struct AppleVerifier: Sendable {
     /// The leaf's public key once the chain leaf → intermediate → a configured root is trusted at `time`,
     /// and the span of time in which every certificate of the chain is valid.
     func chainKey(leaf leafText: String, intermediate intermediateText: String, at time: Int64, what: String) throws(Rejection)
-        -> (PublicKey, ClosedRange<Int64>)
+        -> (PublicKey, Range<Int64>)
     {
         // Canonical standard base64 only.
         guard let leafDER = Base64.decode(leafText.utf8, alphabet: .standard, padding: .required, canonical: true),
@@ -227,8 +231,10 @@ public struct AppleVerifier: Sendable {
         guard key.kind == .ecP256 else {
             throw Rejection(.unsupportedAlgorithm, "\(what) leaf key is \(key.kind), not the P-256 key ES256 needs")
         }
-        let validity = chain.map(\.validity)
-        return (key, validity.map(\.lowerBound).max()!...validity.map(\.upperBound).min()!)
+        // OpenSSL takes a certificate as valid from notBefore up to, not including, notAfter.
+        let notBefore = chain.map(\.validity.lowerBound).max() ?? time
+        let notAfter = chain.map(\.validity.upperBound).min() ?? time
+        return (key, notBefore < notAfter ? notBefore..<notAfter : time..<time)
     }
 
     static func iso8601(_ seconds: Int64) -> String {
@@ -236,17 +242,28 @@ public struct AppleVerifier: Sendable {
     }
 }
 
-/// Chains that passed verification, keyed by the JWS header that carried them (its base64url text:
-/// the algorithm and the x5c certificates), so steady state costs one ES256 verification per JWS and
+/// Chains that passed verification, keyed by the JWS header that carried them (the exact bytes of its
+/// base64url text: the algorithm and the x5c certificates), so steady state costs one ES256 verification per JWS and
 /// no header decoding. Bounded (oldest entries go first) and tied to the certificates' validity: an
 /// entry serves only times within every certificate's validity, and entries expired by the wall
 /// clock are dropped.
 final class AppleChainCache: Sendable {
-    typealias Key = String
+    /// The header's exact bytes, hashed as one buffer.
+    struct Key: Hashable, Sendable {
+        let bytes: [UInt8]
+
+        init(_ bytes: [UInt8]) {
+            self.bytes = bytes
+        }
+
+        func hash(into hasher: inout Hasher) {
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
+    }
 
     private struct Entry {
         var key: PublicKey
-        var validity: ClosedRange<Int64>
+        var validity: Range<Int64>
     }
 
     private struct State {
@@ -269,14 +286,14 @@ final class AppleChainCache: Sendable {
         }
     }
 
-    func insert(_ key: Key, key publicKey: PublicKey, validity: ClosedRange<Int64>, now: Int64) {
+    func insert(_ key: Key, key publicKey: PublicKey, validity: Range<Int64>, now: Int64) {
         guard capacity > 0 else { return }
         state.withLock { state in
             if state.entries.updateValue(Entry(key: publicKey, validity: validity), forKey: key) != nil { return }
             state.order.append(key)
             if state.order.count > capacity {
                 // Expired chains go first, then the oldest.
-                let expired = state.order.filter { state.entries[$0].map { $0.validity.upperBound < now } ?? true }
+                let expired = state.order.filter { state.entries[$0].map { $0.validity.upperBound <= now } ?? true }
                 for stale in expired { state.entries[stale] = nil }
                 state.order.removeAll { state.entries[$0] == nil }
                 while state.order.count > capacity, let oldest = state.order.popFirst() { state.entries[oldest] = nil }

@@ -4,7 +4,7 @@ import RelayCore
 struct CompactJWS {
     /// The header as sent (base64url), decoded on demand: Apple's verifier keys its chain cache by it,
     /// so a header it has seen is never decoded again.
-    var headerSegment: String
+    var headerSegment: [UInt8]
     var payload: JSON
     /// The bytes the signature covers: the ASCII `header.payload`.
     var signingInput: [UInt8]
@@ -27,7 +27,7 @@ struct CompactJWS {
         guard let signature = Self.base64url(signaturePart) else {
             throw Rejection(.malformed, "\(what) signature is not base64url")
         }
-        self.headerSegment = String(decoding: utf8[..<dots[0]], as: UTF8.self)
+        self.headerSegment = Array(utf8[..<dots[0]])
         self.what = what
         self.payload = payload
         self.signingInput = Array(utf8[..<dots[1]])
@@ -38,7 +38,7 @@ struct CompactJWS {
 
     /// The decoded header (a JSON object).
     func header() throws(Rejection) -> JSON {
-        guard let bytes = Self.base64url(ArraySlice(headerSegment.utf8)), let header = try? JSON.parse(bytes), case .object = header else {
+        guard let bytes = Self.base64url(headerSegment[...]), let header = try? JSON.parse(bytes), case .object = header else {
             throw Rejection(.malformed, "\(what) header is not base64url JSON")
         }
         return header

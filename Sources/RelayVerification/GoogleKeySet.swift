@@ -97,9 +97,7 @@ public final class GoogleKeySet: Sendable {
             state.inFlight = task
             return task
         }
-        let result = await task.value
-        state.withLock { $0.inFlight = nil }
-        return result
+        return await task.value
     }
 
     private func load() async -> Result<Void, LoadError> {
@@ -109,10 +107,12 @@ public final class GoogleKeySet: Sendable {
                 state.keys = keys
                 state.loaded = true
                 state.expiresAt = .now + lifetime
+                state.inFlight = nil
             }
             logger.info("Google push-token keys loaded", metadata: ["keys.source": "\(source)", "keys.count": "\(keys.count)"])
             return .success(())
         } catch {
+            state.withLock { $0.inFlight = nil }
             logger.warning("Google push-token keys could not be loaded", metadata: ["keys.source": "\(source)", LogKey.error: "\(error)"])
             return .failure(error)
         }

@@ -86,7 +86,8 @@ public struct GoogleVerifier: Sendable {
         guard let expires = claims["exp"]?.int64Value, let issued = claims["iat"]?.int64Value else {
             throw Rejection(.malformed, "push token lacks exp or iat")
         }
-        guard receivedAtSeconds <= expires + Self.skewSeconds else {
+        // exp and iat are whatever the sender wrote: compare without arithmetic on them.
+        guard receivedAtSeconds - Self.skewSeconds <= expires else {
             throw Rejection(.tokenExpired, "push token expired at \(AppleVerifier.iso8601(expires)), received \(AppleVerifier.iso8601(receivedAtSeconds))")
         }
         guard issued <= receivedAtSeconds + Self.skewSeconds else {

@@ -29,6 +29,12 @@ public final class NotificationVerifier: Sendable {
         for app in configuration.apps {
             var verifiers = AppVerifiers()
             if let apple = app.apple {
+                let unsigned = AppleVerifier.unsignedEnvironments.intersection(apple.environments)
+                if !unsigned.isEmpty {
+                    logger.warning(
+                        "app accepts unsigned Apple data: anyone can post it; never list these environments in production",
+                        metadata: ["app": "\(app.key)", "environments": "\(unsigned.sorted().joined(separator: ","))"])
+                }
                 verifiers.apple = try AppleVerifier(app: app.key, configuration: apple, chainCacheCapacity: chainCacheCapacity)
             }
             if let google = app.google {

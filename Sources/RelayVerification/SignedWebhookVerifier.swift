@@ -34,18 +34,20 @@ public struct SignedWebhookVerifier: Sendable {
         signed.append(contentsOf: body)
         var matched = false
         for secret in secrets {
-            let expected = Array(Digest.hex(Digest.hmacSHA256(key: secret, message: signed)).utf8)
+            guard let mac = Digest.hmacSHA256(key: secret, message: signed) else { continue }
+            let expected = Array(Digest.hex(mac).utf8)
             // Every candidate is compared, so timing tells nothing about which one matched.
             for signature in signatures where Digest.constantTimeEquals(Array(signature.utf8), expected) { matched = true }
         }
         guard matched else {
             throw Rejection(.badSignature, "no \(headerName) signature matches the body with any of the app's \(secrets.count) secret(s)")
         }
-        let age = receivedAtSeconds - timestamp
-        guard abs(age) <= toleranceSeconds else {
+        // The timestamp is whatever the sender wrote: no arithmetic on it may trap.
+        let (age, overflow) = receivedAtSeconds.subtractingReportingOverflow(timestamp)
+        guard !overflow, age.magnitude <= UInt64(toleranceSeconds) else {
             throw Rejection(
                 .staleTimestamp,
-                "\(headerName) timestamp \(AppleVerifier.iso8601(timestamp)) is \(abs(age)) s \(age > 0 ? "before" : "after") the receive time; tolerance \(toleranceSeconds) s")
+                "\(headerName) timestamp \(timestamp) is \(overflow ? "far" : "\(age.magnitude) s") \(timestamp < receivedAtSeconds ? "before" : "after") the receive time \(receivedAtSeconds); tolerance \(toleranceSeconds) s")
         }
         guard let event = try? JSON.parse(body), case .object = event else { throw Rejection(.malformed, "body is not a JSON object") }
         switch scheme {

@@ -60,6 +60,8 @@ public final class WorkerService: Service {
         var delay = retryBackoff.initial
         var attempt = 1
         while true {
+            // Records read before a rebalance took the partition away belong to its new owner now.
+            guard consumer.isAssigned(record) else { return }
             do {
                 try await processor.process(record)
                 consumer.markDone(record)
@@ -67,13 +69,6 @@ public final class WorkerService: Service {
             } catch {
                 // On cancellation (shutdown past its bound) the record stays not done: it is redelivered.
                 if Task.isCancelled { return }
-                // The partition went to another member, which reads this record again.
-                guard consumer.isAssigned(record) else {
-                    logger.info(
-                        "partition revoked; leaving a failing record to its new owner",
-                        metadata: [LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)"])
-                    return
-                }
                 Counter(label: "relay_worker_retries_total", dimensions: [], factory: metrics).increment()
                 logger.warning(
                     "processing failed; retrying",

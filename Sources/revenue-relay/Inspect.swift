@@ -38,6 +38,9 @@ struct Inspect: AsyncParsableCommand {
 
     func validate() throws {
         guard Store(rawValue: store) != nil else { throw ValidationError("--store must be apple, google, stripe or paddle") }
+        if let now, !(0...4_102_444_800).contains(now) {
+            throw ValidationError("--now must be Unix seconds between 1970 and 2100")
+        }
         for header in headers where Self.parseHeader(header) == nil {
             throw ValidationError("--header must look like 'Name: value' (got '\(header.prefix(40))')")
         }

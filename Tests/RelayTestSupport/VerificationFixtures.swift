@@ -179,10 +179,10 @@ public struct GooglePushSigner: Sendable {
 /// Stripe's and Paddle's signature headers, computed as their libraries do.
 public enum WebhookSigning {
     public static func stripeHeader(body: [UInt8], secret: String, timestamp: Int64) -> String {
-        "t=\(timestamp),v1=\(Digest.hex(Digest.hmacSHA256(key: Array(secret.utf8), message: Array("\(timestamp).".utf8) + body)))"
+        "t=\(timestamp),v1=\(Digest.hex(Digest.hmacSHA256(key: Array(secret.utf8), message: Array("\(timestamp).".utf8) + body)!))"
     }
 
     public static func paddleHeader(body: [UInt8], secret: String, timestamp: Int64) -> String {
-        "ts=\(timestamp);h1=\(Digest.hex(Digest.hmacSHA256(key: Array(secret.utf8), message: Array("\(timestamp):".utf8) + body)))"
+        "ts=\(timestamp);h1=\(Digest.hex(Digest.hmacSHA256(key: Array(secret.utf8), message: Array("\(timestamp):".utf8) + body)!))"
     }
 }

@@ -94,6 +94,15 @@ import Testing
 
     @Test func requiresSignedDate() async throws {
         #expect(try await reason(verdict(.apple, signer.body(signer.notificationPayload(signedDate: nil)))) == .malformed)
+        // Dates beyond Int64 are refused, not a crash, before any cryptography.
+        for date: JSON in [1e300, -1e30, "2030-01-01"] {
+            var payload = signer.notificationPayload()
+            if case .object(var members) = payload {
+                members["signedDate"] = date
+                payload = .object(members)
+            }
+            #expect(try await reason(verdict(.apple, signer.body(payload))) == .malformed, "\(date)")
+        }
     }
 
     // MARK: Chain
@@ -136,8 +145,14 @@ import Testing
         let early = expired.notificationPayload(
             signedDate: inside, transaction: AppleSigner.transaction(signedDate: inside), renewalInfo: AppleSigner.renewalInfo(signedDate: inside))
         #expect(try await reason(verdict(.apple, expired.body(early), verifier: verifier)) == nil)
-        // The same chain, now cached, must not vouch for a date after the leaf expired.
+        // The same chain, now cached, must not vouch for a date after the leaf expired, nor for its
+        // notAfter second itself (OpenSSL's validity ends there).
         #expect(try await reason(verdict(.apple, expired.body(expired.notificationPayload()), verifier: verifier)) == .certificateExpired)
+        let notAfter: Int64 = 1_735_689_599_000  // 2024-12-31T23:59:59Z
+        let edge = expired.notificationPayload(
+            signedDate: notAfter, transaction: AppleSigner.transaction(signedDate: notAfter), renewalInfo: AppleSigner.renewalInfo(signedDate: notAfter))
+        #expect(try await reason(verdict(.apple, expired.body(edge), verifier: verifier)) == .certificateExpired)
+        #expect(try await reason(verdict(.apple, expired.body(edge))) == .certificateExpired, "and so says OpenSSL without the cache")
     }
 
     @Test func requiresApplesOIDs() async throws {

@@ -65,6 +65,8 @@ import Testing
         #expect(try await reason(push(receivedAt: issued - 60)) == nil)
         #expect(try await reason(push(receivedAt: issued - 61)) == .tokenExpired)
         #expect(try await reason(push(claims: ["exp": nil])) == .malformed)
+        #expect(try await reason(push(claims: ["exp": .integer(.min)])) == .tokenExpired)
+        #expect(try await reason(push(claims: ["iat": .integer(.max)])) == .tokenExpired)
     }
 
     @Test func acceptsOnlyRS256FromAKnownKey() async throws {

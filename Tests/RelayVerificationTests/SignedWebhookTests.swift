@@ -37,6 +37,10 @@ import Testing
         #expect(try await reason(check(good, receivedAt: t + 301)) == .staleTimestamp)
         #expect(try await reason(check(good, receivedAt: t - 301)) == .staleTimestamp)
         #expect(try await reason(check(good, app: "nobody")) == .unknownApp)
+        // Extreme timestamps are stale, never an arithmetic trap.
+        for extreme in [Int64.min, Int64.max] {
+            #expect(try await reason(check(WebhookSigning.stripeHeader(body: body, secret: "whsec_test_secret", timestamp: extreme))) == .staleTimestamp)
+        }
         #expect(try await reason(verdict(.apple, body, app: "stripe-only")) == .unknownApp)
         let notJSON = Array("not json".utf8)
         #expect(try await reason(check(WebhookSigning.stripeHeader(body: notJSON, secret: "whsec_test_secret", timestamp: t), body: notJSON)) == .malformed)

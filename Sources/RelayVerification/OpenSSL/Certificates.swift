@@ -52,8 +52,13 @@ public final class Certificate: @unchecked Sendable {
                 }
                 return certificates
             } ?? []
-        // Reading stops with an "no start line" error at the end of the input.
+        // Reading stops with a "no start line" error at the end of the input; any other error is a
+        // damaged block, which must not pass unnoticed (a root silently missing from a store).
+        let last = ERR_peek_last_error()
         OpenSSLError.clearQueue()
+        if last != 0, ERR_GET_REASON(last) != PEM_R_NO_START_LINE {
+            throw OpenSSLError(operation: "parse \(source)", messages: ["a PEM CERTIFICATE block is damaged"])
+        }
         guard !certificates.isEmpty else {
             throw OpenSSLError(operation: "parse \(source)", messages: ["no PEM CERTIFICATE block"])
         }
@@ -144,10 +149,11 @@ public final class TrustStore: @unchecked Sendable {
     /// (Unix seconds), as OpenSSL does: signatures, validity, CA constraints, path length.
     /// Returns the chain from the leaf to the root.
     public func verify(leaf: Certificate, intermediates: [Certificate], at time: Int64) -> Result<[Certificate], ChainError> {
-        guard let context = X509_STORE_CTX_new() else { return .failure(.untrusted(OpenSSLError.drain("create chain context").description)) }
-        defer { X509_STORE_CTX_free(context) }
         guard let untrusted = relay_sk_X509_new_null() else { return .failure(.untrusted("out of memory")) }
         defer { relay_sk_X509_free(untrusted) }
+        // Freed before the stack it points to.
+        guard let context = X509_STORE_CTX_new() else { return .failure(.untrusted(OpenSSLError.drain("create chain context").description)) }
+        defer { X509_STORE_CTX_free(context) }
         for certificate in intermediates { _ = relay_sk_X509_push(untrusted, certificate.pointer) }
         guard X509_STORE_CTX_init(context, store, leaf.pointer, untrusted) == 1 else {
             return .failure(.untrusted(OpenSSLError.drain("initialize chain context").description))

@@ -13,21 +13,23 @@ public enum Digest {
         return output
     }
 
-    /// HMAC-SHA256 of `message` keyed with `key`.
-    public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
+    /// HMAC-SHA256 of `message` keyed with `key`, or nil when OpenSSL refuses (never a zero MAC that
+    /// a forged all-zero signature would match).
+    public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8]? {
         var output = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        key.withUnsafeBytes { key in
-            message.withUnsafeBytes { message in
+        // A zero-length key still needs a valid pointer.
+        let keyBytes = key.isEmpty ? [0] : key
+        let result = keyBytes.withUnsafeBytes { keyPointer in
+            message.withUnsafeBufferPointer { message in
                 output.withUnsafeMutableBufferPointer { out in
-                    // A zero-length key needs a non-null pointer.
-                    var empty: UInt8 = 0
-                    let keyPointer = key.baseAddress ?? withUnsafePointer(to: &empty) { UnsafeRawPointer($0) }
-                    _ = HMAC(
-                        EVP_sha256(), keyPointer, Int32(key.count), message.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                        message.count, out.baseAddress, &length)
+                    HMAC(EVP_sha256(), keyPointer.baseAddress, Int32(key.count), message.baseAddress, message.count, out.baseAddress, &length)
                 }
             }
+        }
+        guard result != nil, length == 32 else {
+            OpenSSLError.clearQueue()
+            return nil
         }
         return output
     }
