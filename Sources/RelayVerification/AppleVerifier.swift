@@ -300,6 +300,4 @@ final class AppleChainCache: Sendable {
             }
         }
     }
-
-    var count: Int { state.withLock { $0.entries.count } }
 }

@@ -124,12 +124,10 @@ public final class Certificate: @unchecked Sendable {
 /// A set of trust anchors (`X509_STORE`), owned. Chains are built and checked by OpenSSL.
 public final class TrustStore: @unchecked Sendable {
     private let store: OpaquePointer
-    public let roots: [Certificate]
 
     public init(roots: [Certificate]) throws(OpenSSLError) {
         guard let store = X509_STORE_new() else { throw .drain("create certificate store") }
         self.store = store
-        self.roots = roots
         for root in roots where X509_STORE_add_cert(store, root.pointer) != 1 {
             throw .drain("add root certificate \(root.subject)")
         }

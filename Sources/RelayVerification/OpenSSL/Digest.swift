@@ -2,17 +2,6 @@ import COpenSSL
 
 /// Hashes and MACs through OpenSSL.
 public enum Digest {
-    /// SHA-256 of `data`.
-    public static func sha256(_ data: [UInt8]) -> [UInt8] {
-        var output = [UInt8](repeating: 0, count: 32)
-        data.withUnsafeBytes { input in
-            output.withUnsafeMutableBufferPointer { out in
-                _ = SHA256(input.baseAddress?.assumingMemoryBound(to: UInt8.self), input.count, out.baseAddress)
-            }
-        }
-        return output
-    }
-
     /// HMAC-SHA256 of `message` keyed with `key`, or nil when OpenSSL refuses (never a zero MAC that
     /// a forged all-zero signature would match).
     public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8]? {

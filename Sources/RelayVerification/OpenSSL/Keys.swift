@@ -13,23 +13,6 @@ public final class PublicKey: @unchecked Sendable {
 
     deinit { EVP_PKEY_free(pointer) }
 
-    /// A DER SubjectPublicKeyInfo.
-    public convenience init(subjectPublicKeyInfoDER der: [UInt8]) throws(OpenSSLError) {
-        let key: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
-            var cursor = buffer.baseAddress
-            return d2i_PUBKEY(nil, &cursor, buffer.count)
-        }
-        guard let key else { throw .drain("parse public key") }
-        self.init(taking: key)
-    }
-
-    /// A PEM `PUBLIC KEY` block.
-    public convenience init(pem: String) throws(OpenSSLError) {
-        let key = withMemoryBIO(Array(pem.utf8)) { bio in PEM_read_bio_PUBKEY(bio, nil, nil, nil) }
-        guard let key else { throw .drain("parse PEM public key") }
-        self.init(taking: key)
-    }
-
     /// An RSA key from its big-endian modulus and public exponent (a JWK's `n` and `e`).
     public convenience init(rsaModulus modulus: [UInt8], exponent: [UInt8]) throws(OpenSSLError) {
         let key = modulus.withUnsafeBufferPointer { n in
