@@ -156,6 +156,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "RelayHTTPClientTests",
+            dependencies: ["RelayHTTPClient", "RelayTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "RelayConfigTests",
             dependencies: ["RelayConfig"],
             swiftSettings: swiftSettings

@@ -23,6 +23,14 @@ final class CurlEasy {
         if let headerList { curl_slist_free_all(headerList) }
     }
 
+    /// Back to default options for the next transfer; the handle keeps its open connections (keep-alive),
+    /// DNS and TLS session caches.
+    func reset() {
+        curl_easy_reset(handle)
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
+    }
+
     func set(_ option: CURLoption, _ value: Int) throws(HTTPClientError) {
         try check(relay_curl_setopt_long(handle, option, value), option)
     }

@@ -8,6 +8,8 @@ public struct HTTPClientResponse: Sendable {
     /// Header names lower-cased, in arrival order.
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// Connections this request had to open (0 when it reused a kept-alive one).
+    public var newConnections: Int = 0
 
     public func header(_ name: String) -> String? {
         let lowered = name.lowercased()
@@ -31,35 +33,38 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
     public var description: String { "\(kind.rawValue): \(message)" }
 }
 
-/// A small HTTP client over libcurl. Each request runs `curl_easy_perform` on its own OS thread:
-/// never on Swift's cooperative pool, and not on a dispatch queue either, because on Linux the
-/// cooperative pool shares libdispatch's global threads and blocking transfers there starve every task.
+/// A small HTTP client over libcurl. Transfers run on the client's own OS threads (at most
+/// `maxConcurrentTransfers`), never on Swift's cooperative pool and not on a dispatch queue either: on
+/// Linux the cooperative pool shares libdispatch's threads, and blocking transfers there starve every
+/// task. Each thread keeps one libcurl handle, so connections are reused (keep-alive) across requests;
+/// requests beyond the bound wait their turn. Copies share the threads; they end with the last copy.
 public struct HTTPClient: Sendable {
     /// Connection timeout. Default: 5 s.
     public var connectTimeout: Duration = .seconds(5)
     /// Whole-request timeout. Default: 30 s.
     public var timeout: Duration = .seconds(30)
+    private let pool: TransferPool
 
-    public init(connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(30)) {
+    public init(connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(30), maxConcurrentTransfers: Int = 8) {
         self.connectTimeout = connectTimeout
         self.timeout = timeout
+        self.pool = TransferPool(limit: max(1, maxConcurrentTransfers))
     }
 
     public func send(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil
     ) async throws(HTTPClientError) -> HTTPClientResponse {
         let result: Result<HTTPClientResponse, HTTPClientError> = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(returning: Result { () throws(HTTPClientError) in try perform(method, url, headers: headers, body: body) })
+            pool.submit { easy in
+                let result = Result { () throws(HTTPClientError) in try perform(easy, method, url, headers: headers, body: body) }
+                return { continuation.resume(returning: result) }
             }
-            thread.name = "http-client"
-            thread.start()
         }
         return try result.get()
     }
 
-    private func perform(_ method: String, _ url: String, headers: [(String, String)], body: [UInt8]?) throws(HTTPClientError) -> HTTPClientResponse {
-        let easy = try CurlEasy()
+    private func perform(_ easy: CurlEasy?, _ method: String, _ url: String, headers: [(String, String)], body: [UInt8]?) throws(HTTPClientError) -> HTTPClientResponse {
+        guard let easy else { throw HTTPClientError(kind: .setup, message: "libcurl could not create a transfer") }
         let sink = ResponseSink()
         try easy.set(CURLOPT_URL, url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
@@ -103,7 +108,9 @@ public struct HTTPClient: Sendable {
         }
         var status = 0
         _ = relay_curl_getinfo_long(easy.handle, CURLINFO_RESPONSE_CODE, &status)
-        return HTTPClientResponse(status: status, headers: sink.headers, body: sink.body)
+        var connects = 0
+        _ = relay_curl_getinfo_long(easy.handle, CURLINFO_NUM_CONNECTS, &connects)
+        return HTTPClientResponse(status: status, headers: sink.headers, body: sink.body, newConnections: connects)
     }
 }
 
@@ -135,4 +142,85 @@ private func relayCurlWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: 
     let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
     sink.addHeaderLine(String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self))
     return size * count
+}
+
+/// The client's transfer threads. Each owns one easy handle for its lifetime (keep-alive); threads are
+/// started on demand up to `limit` and end when the pool does.
+private final class TransferPool: Sendable {
+    private let queue: TransferQueue
+
+    init(limit: Int) {
+        queue = TransferQueue(limit: limit)
+    }
+
+    deinit { queue.close() }
+
+    /// Runs `job` on a transfer thread; the closure it returns runs after the thread is free again,
+    /// so a caller that immediately sends again finds it idle and reuses its connection.
+    func submit(_ job: @escaping @Sendable (CurlEasy?) -> @Sendable () -> Void) {
+        queue.submit(job)
+    }
+}
+
+private final class TransferQueue: @unchecked Sendable {
+    // Guarded by `condition`.
+    private let condition = NSCondition()
+    private var jobs: [@Sendable (CurlEasy?) -> @Sendable () -> Void] = []
+    private var threads = 0
+    private var idle = 0
+    private var closed = false
+    private let limit: Int
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    func submit(_ job: @escaping @Sendable (CurlEasy?) -> @Sendable () -> Void) {
+        condition.lock()
+        jobs.append(job)
+        let spawn = idle < jobs.count && threads < limit
+        if spawn { threads += 1 }
+        condition.signal()
+        condition.unlock()
+        if spawn {
+            let thread = Thread { [self] in run() }
+            thread.name = "http-client"
+            thread.start()
+        }
+    }
+
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func run() {
+        let easy = try? CurlEasy()
+        condition.lock()
+        while true {
+            while jobs.isEmpty && !closed {
+                idle += 1
+                condition.wait()
+                idle -= 1
+            }
+            if jobs.isEmpty {  // closed and drained
+                threads -= 1
+                condition.unlock()
+                return
+            }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            easy?.reset()
+            let finish = job(easy)
+            condition.lock()
+            // Counted idle before the caller resumes, so its next request comes to this thread.
+            idle += 1
+            condition.unlock()
+            finish()
+            condition.lock()
+            idle -= 1
+        }
+    }
 }
