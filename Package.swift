@@ -23,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0", traits: []),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.0.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.80.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
     ],
     targets: [
         // C libraries from Debian, found with pkg-config.
@@ -69,6 +70,28 @@ let package = Package(
             dependencies: [
                 "COpenSSL", "RelayCore", "RelayConfig", "RelayHTTPClient",
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The backend contract (DESIGN section 7): the subscription state model and the client the worker uses.
+        .target(
+            name: "RelayBackend",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayHTTPClient",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The local backend: the four routes of DESIGN section 7 over SQLite (GRDB), for dev and small deployments.
+        .target(
+            name: "RelayLocalBackend",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayBackend",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

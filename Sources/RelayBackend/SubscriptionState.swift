@@ -1,0 +1,233 @@
+public import RelayCore
+
+/// The backend's value per subscription (`{store}/{originalTransactionId}`): who owns it, what it is,
+/// whether it gives access, and which notification last changed it. The wire form is a JSON object
+/// with these field names (the PUT body and GET response of DESIGN section 7).
+public struct SubscriptionState: Sendable, Equatable {
+    public enum Status: String, Sendable, CaseIterable {
+        case active = "ACTIVE"
+        case inGracePeriod = "IN_GRACE_PERIOD"
+        case inBillingRetry = "IN_BILLING_RETRY"
+        case paused = "PAUSED"
+        case expired = "EXPIRED"
+        case revoked = "REVOKED"
+        case refunded = "REFUNDED"
+    }
+
+    public enum PeriodType: String, Sendable, CaseIterable {
+        case trial = "TRIAL"
+        case intro = "INTRO"
+        case normal = "NORMAL"
+        case promotional = "PROMOTIONAL"
+    }
+
+    public var store: Store
+    public var originalTransactionId: String
+    /// The configured app's `applicationId`, so the backend knows which product mapping applies.
+    public var applicationId: Int
+    /// The store's app user id (Apple `appAccountToken`, ...); nil when the store gave none.
+    public var originalAppUserId: String?
+    /// Every app user id that owns this subscription (aliases, transfers).
+    public var appUserIds: [String]
+    public var productId: String
+    public var status: Status
+    public var periodType: PeriodType
+    public var autoRenew: Bool
+    /// Unix milliseconds.
+    public var expiresAt: Int64?
+    public var gracePeriodExpiresAt: Int64?
+    /// `PRODUCTION` or `SANDBOX`.
+    public var environment: String
+    public var lastTransactionId: String?
+    /// Unix milliseconds of the newest notification applied; writes never go back in this time.
+    public var sourceTimestamp: Int64
+    /// The backend's version; 0 for a state never written. A write names the version it read (If-Match).
+    public var version: Int64
+
+    public init(
+        store: Store, originalTransactionId: String, applicationId: Int, originalAppUserId: String? = nil, appUserIds: [String] = [],
+        productId: String, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
+        gracePeriodExpiresAt: Int64? = nil, environment: String = "PRODUCTION", lastTransactionId: String? = nil, sourceTimestamp: Int64,
+        version: Int64 = 0
+    ) {
+        self.store = store
+        self.originalTransactionId = originalTransactionId
+        self.applicationId = applicationId
+        self.originalAppUserId = originalAppUserId
+        self.appUserIds = appUserIds
+        self.productId = productId
+        self.status = status
+        self.periodType = periodType
+        self.autoRenew = autoRenew
+        self.expiresAt = expiresAt
+        self.gracePeriodExpiresAt = gracePeriodExpiresAt
+        self.environment = environment
+        self.lastTransactionId = lastTransactionId
+        self.sourceTimestamp = sourceTimestamp
+        self.version = version
+    }
+
+    /// Whether the subscription gives access at `now` (Unix milliseconds): active or in its grace
+    /// period, and not past its expiry (or grace expiry).
+    public func isActive(at now: Int64) -> Bool {
+        switch status {
+        case .active:
+            return expiresAt.map { $0 > now } ?? true
+        case .inGracePeriod:
+            if let grace = gracePeriodExpiresAt { return grace > now }
+            return expiresAt.map { $0 > now } ?? true
+        case .inBillingRetry, .paused, .expired, .revoked, .refunded:
+            return false
+        }
+    }
+
+    /// The users whose entitlements this subscription feeds: its app user ids, or
+    /// `$RelayAnonymous:<store>:<originalTransactionId>` when the store named none (DESIGN section 6).
+    public var entitlementUserIds: [String] {
+        var ids = appUserIds
+        if let originalAppUserId, !ids.contains(originalAppUserId) { ids.insert(originalAppUserId, at: 0) }
+        return ids.isEmpty ? ["$RelayAnonymous:\(store.rawValue):\(originalTransactionId)"] : ids
+    }
+
+    // MARK: Wire form
+
+    public var json: JSON {
+        var object: [String: JSON] = [
+            "store": .string(store.rawValue), "originalTransactionId": .string(originalTransactionId),
+            "applicationId": .integer(Int64(applicationId)), "appUserIds": .array(appUserIds.map(JSON.string)),
+            "productId": .string(productId), "status": .string(status.rawValue), "periodType": .string(periodType.rawValue),
+            "autoRenew": .bool(autoRenew), "environment": .string(environment), "sourceTimestamp": .integer(sourceTimestamp),
+            "version": .integer(version),
+        ]
+        object["originalAppUserId"] = originalAppUserId.map(JSON.string) ?? .null
+        object["expiresAt"] = expiresAt.map(JSON.integer) ?? .null
+        object["gracePeriodExpiresAt"] = gracePeriodExpiresAt.map(JSON.integer) ?? .null
+        object["lastTransactionId"] = lastTransactionId.map(JSON.string) ?? .null
+        return .object(object)
+    }
+
+    /// Why a JSON value is not a subscription state; `field` names the offending member.
+    public struct DecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+        public var field: String
+        public var message: String
+        public var description: String { "\(field): \(message)" }
+    }
+
+    public init(json: JSON) throws(DecodingError) {
+        guard case .object(let object) = json else { throw DecodingError(field: "$", message: "expected a JSON object") }
+        func string(_ key: String) throws(DecodingError) -> String {
+            guard let value = object[key]?.stringValue, !value.isEmpty else { throw DecodingError(field: key, message: "expected a non-empty string") }
+            return value
+        }
+        func optionalString(_ key: String) throws(DecodingError) -> String? {
+            guard let value = object[key], !value.isNull else { return nil }
+            guard let text = value.stringValue else { throw DecodingError(field: key, message: "expected a string or null") }
+            return text
+        }
+        func optionalInteger(_ key: String) throws(DecodingError) -> Int64? {
+            guard let value = object[key], !value.isNull else { return nil }
+            guard let number = value.int64Value else { throw DecodingError(field: key, message: "expected an integer or null") }
+            return number
+        }
+        guard let store = Store(rawValue: try string("store")) else {
+            throw DecodingError(field: "store", message: "expected apple, google, stripe or paddle")
+        }
+        guard let status = Status(rawValue: try string("status")) else {
+            throw DecodingError(field: "status", message: "expected one of \(Status.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let periodText = try optionalString("periodType") ?? PeriodType.normal.rawValue
+        guard let periodType = PeriodType(rawValue: periodText) else {
+            throw DecodingError(field: "periodType", message: "expected one of \(PeriodType.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        guard let applicationId = object["applicationId"]?.int64Value, let application = Int(exactly: applicationId) else {
+            throw DecodingError(field: "applicationId", message: "expected an integer")
+        }
+        guard let sourceTimestamp = object["sourceTimestamp"]?.int64Value else {
+            throw DecodingError(field: "sourceTimestamp", message: "expected Unix milliseconds")
+        }
+        var appUserIds: [String] = []
+        if let value = object["appUserIds"], !value.isNull {
+            guard let list = value.arrayValue, list.allSatisfy({ $0.stringValue != nil }) else {
+                throw DecodingError(field: "appUserIds", message: "expected an array of strings")
+            }
+            appUserIds = list.compactMap(\.stringValue)
+        }
+        var autoRenew = true
+        if let value = object["autoRenew"], !value.isNull {
+            guard let flag = value.boolValue else { throw DecodingError(field: "autoRenew", message: "expected a boolean") }
+            autoRenew = flag
+        }
+        self.init(
+            store: store, originalTransactionId: try string("originalTransactionId"), applicationId: application,
+            originalAppUserId: try optionalString("originalAppUserId"), appUserIds: appUserIds, productId: try string("productId"),
+            status: status, periodType: periodType, autoRenew: autoRenew, expiresAt: try optionalInteger("expiresAt"),
+            gracePeriodExpiresAt: try optionalInteger("gracePeriodExpiresAt"), environment: try optionalString("environment") ?? "PRODUCTION",
+            lastTransactionId: try optionalString("lastTransactionId"), sourceTimestamp: sourceTimestamp,
+            version: try optionalInteger("version") ?? 0)
+    }
+}
+
+/// Product → entitlements of one application (the config API's `products`).
+public struct ProductMapping: Sendable, Equatable {
+    public struct Product: Sendable, Equatable {
+        public var productId: String
+        /// `APP_STORE`, `PLAY_STORE`, `STRIPE` or `PADDLE`.
+        public var store: String
+        public var entitlements: [String]
+
+        public init(productId: String, store: String, entitlements: [String]) {
+            self.productId = productId
+            self.store = store
+            self.entitlements = entitlements
+        }
+    }
+
+    public var products: [Product]
+
+    public init(products: [Product]) {
+        self.products = products
+    }
+
+    /// The mapping's store name for a relay store.
+    public static func storeName(_ store: Store) -> String {
+        switch store {
+        case .apple: "APP_STORE"
+        case .google: "PLAY_STORE"
+        case .stripe: "STRIPE"
+        case .paddle: "PADDLE"
+        }
+    }
+
+    /// The entitlements a product unlocks. Google products may be mapped as `productId:basePlanId`,
+    /// which wins over the plain `productId` (DESIGN section 6).
+    public func entitlements(store: Store, productId: String, basePlanId: String? = nil) -> [String] {
+        let name = Self.storeName(store)
+        if let basePlanId, let specific = products.first(where: { $0.store == name && $0.productId == "\(productId):\(basePlanId)" }) {
+            return specific.entitlements
+        }
+        return products.first { $0.store == name && $0.productId == productId }?.entitlements ?? []
+    }
+
+    public var json: JSON {
+        .object([
+            "products": .array(products.map { product in
+                [
+                    "productId": .string(product.productId), "store": .string(product.store),
+                    "entitlements": .array(product.entitlements.map { ["identifier": .string($0), "type": "SERVICE_LEVEL"] }),
+                ]
+            })
+        ])
+    }
+
+    public init?(json: JSON) {
+        guard let list = json["products"]?.arrayValue else { return nil }
+        var products: [Product] = []
+        for item in list {
+            guard let productId = item["productId"]?.stringValue, let store = item["store"]?.stringValue,
+                let entitlements = item["entitlements"]?.arrayValue
+            else { return nil }
+            products.append(Product(productId: productId, store: store, entitlements: entitlements.compactMap { $0["identifier"]?.stringValue }))
+        }
+        self.products = products
+    }
+}

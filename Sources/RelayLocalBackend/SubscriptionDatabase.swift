@@ -1,0 +1,116 @@
+import Foundation
+import GRDB
+public import RelayBackend
+public import RelayCore
+
+/// The local backend's SQLite database (GRDB, WAL): one row per subscription holding its state as
+/// JSON with its version, and the users each subscription belongs to. Migrations run at open.
+public final class SubscriptionDatabase: Sendable {
+    private let pool: DatabasePool
+
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    public init(path: String) throws {
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: subscriptions and their users") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE subscription (
+                        store TEXT NOT NULL,
+                        original_transaction_id TEXT NOT NULL,
+                        version INTEGER NOT NULL,
+                        source_timestamp INTEGER NOT NULL,
+                        state TEXT NOT NULL,
+                        updated_at INTEGER NOT NULL,
+                        PRIMARY KEY (store, original_transaction_id)
+                    );
+                    CREATE TABLE subscription_user (
+                        app_user_id TEXT NOT NULL,
+                        store TEXT NOT NULL,
+                        original_transaction_id TEXT NOT NULL,
+                        PRIMARY KEY (app_user_id, store, original_transaction_id)
+                    );
+                    CREATE INDEX subscription_user_by_subscription ON subscription_user (store, original_transaction_id);
+                    """)
+        }
+        return migrator
+    }
+
+    public func subscription(store: Store, originalTransactionId: String) throws -> SubscriptionState? {
+        try pool.read { db in try Self.fetch(db, store: store.rawValue, id: originalTransactionId) }
+    }
+
+    public enum WriteOutcome: Sendable, Equatable {
+        /// Stored with the next version.
+        case written(SubscriptionState)
+        /// `ifMatch` is not the stored version (someone else wrote first); the current state, if any.
+        case versionMismatch(current: SubscriptionState?)
+        /// The state is older (by `sourceTimestamp`) than the stored one, which stays.
+        case stale(current: SubscriptionState)
+    }
+
+    /// Writes `state` if the stored version is `ifMatch` (0: none stored yet) and it does not go back in
+    /// source time. One transaction, so concurrent writers never lose an update.
+    public func write(_ state: SubscriptionState, ifMatch: Int64) throws -> WriteOutcome {
+        try pool.write { db in
+            let current = try Self.fetch(db, store: state.store.rawValue, id: state.originalTransactionId)
+            guard (current?.version ?? 0) == ifMatch else { return .versionMismatch(current: current) }
+            if let current, state.sourceTimestamp < current.sourceTimestamp { return .stale(current: current) }
+            var stored = state
+            stored.version = ifMatch + 1
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            try db.execute(
+                sql: """
+                    INSERT INTO subscription (store, original_transaction_id, version, source_timestamp, state, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (store, original_transaction_id) DO UPDATE SET
+                        version = excluded.version, source_timestamp = excluded.source_timestamp,
+                        state = excluded.state, updated_at = excluded.updated_at
+                    """,
+                arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, stored.json.text, now])
+            try db.execute(
+                sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?",
+                arguments: [stored.store.rawValue, stored.originalTransactionId])
+            for user in stored.entitlementUserIds {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)",
+                    arguments: [user, stored.store.rawValue, stored.originalTransactionId])
+            }
+            return .written(stored)
+        }
+    }
+
+    /// Every subscription of one user.
+    public func subscriptions(ofUser appUserId: String) throws -> [SubscriptionState] {
+        try pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT s.state FROM subscription_user u
+                    JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
+                    WHERE u.app_user_id = ? ORDER BY s.store, s.original_transaction_id
+                    """,
+                arguments: [appUserId])
+            return try rows.map { row in try Self.decode(row["state"]) }
+        }
+    }
+
+    private static func fetch(_ db: Database, store: String, id: String) throws -> SubscriptionState? {
+        guard let row = try Row.fetchOne(
+            db, sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?", arguments: [store, id])
+        else { return nil }
+        return try decode(row["state"])
+    }
+
+    private static func decode(_ text: String) throws -> SubscriptionState {
+        try SubscriptionState(json: try JSON.parse(text))
+    }
+}
