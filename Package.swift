@@ -184,6 +184,16 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "RelayBackendTests",
+            dependencies: [
+                "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "RelayConfigTests",
             dependencies: ["RelayConfig"],
             swiftSettings: swiftSettings

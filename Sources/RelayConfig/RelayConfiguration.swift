@@ -64,6 +64,8 @@ public struct RelayConfiguration: Sendable {
         public var database = "backend.sqlite"
         public var listen = ListenAddress(host: "127.0.0.1", port: 8081)
         public var entitlementsTTL: Duration = .seconds(60)
+
+        public init() {}
     }
 
     public struct App: Sendable {

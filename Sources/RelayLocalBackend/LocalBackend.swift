@@ -96,7 +96,7 @@ public struct LocalBackend: Sendable {
             }
         }
         router.get("/subscriptions-api/public/v1/users/:appUserId/entitlements") { _, context in
-            guard let user = context.parameters.get("appUserId"), !user.isEmpty else {
+            guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty else {
                 return errorResponse(.badRequest, "bad_request", "appUserId is required")
             }
             let subscriptions = try backend.database.subscriptions(ofUser: user)
@@ -109,7 +109,8 @@ public struct LocalBackend: Sendable {
         guard let text = context.parameters.get("store"), let store = Store(rawValue: text) else {
             throw HTTPError(.badRequest, message: "store must be apple, google, stripe or paddle")
         }
-        guard let id = context.parameters.get("originalTransactionId"), !id.isEmpty else {
+        // Path parameters arrive percent-encoded; ids may hold any character.
+        guard let id = context.parameters.get("originalTransactionId")?.removingPercentEncoding, !id.isEmpty else {
             throw HTTPError(.badRequest, message: "originalTransactionId is required")
         }
         return (store, id)

@@ -1,0 +1,272 @@
+public import CoreMetrics
+import Foundation
+public import Logging
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+import Synchronization
+
+/// Why a backend call failed. `isRetriable` says whether trying again later can help.
+public struct BackendError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        /// The backend has no such artifact (an application's product mapping).
+        case notFound = "not_found"
+        /// The API key was refused: fix `backend.apiKey`.
+        case unauthorized
+        /// The backend refused the request as malformed: a bug or a contract mismatch.
+        case badRequest = "bad_request"
+        /// The backend answered something the contract does not allow.
+        case invalidResponse = "invalid_response"
+        /// Unreachable, timed out, 5xx or 429 after the retries.
+        case unavailable
+    }
+
+    public var kind: Kind
+    public var message: String
+    public var isRetriable: Bool { kind == .unavailable }
+    public var description: String { "backend \(kind.rawValue): \(message)" }
+}
+
+/// The backend's base URL, known at once or once a local backend listens (dev binds port 0).
+public final class BackendAddress: Sendable {
+    private let state: Mutex<(url: String?, waiters: [CheckedContinuation<String, Never>])>
+
+    public init(_ url: String? = nil) {
+        state = Mutex((url, []))
+    }
+
+    public func set(_ url: String) {
+        let waiters = state.withLock { state in
+            state.url = url
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: url) }
+    }
+
+    public func url() async -> String {
+        await withCheckedContinuation { continuation in
+            let url = state.withLock { state -> String? in
+                if state.url == nil { state.waiters.append(continuation) }
+                return state.url
+            }
+            if let url { continuation.resume(returning: url) }
+        }
+    }
+}
+
+/// The worker's client for the backend of DESIGN section 7 over libcurl: keep-alive connections,
+/// bounded concurrency (the HTTP client's transfer threads), timeouts, `Authorization: Bearer`, and
+/// retries with backoff on connection errors, timeouts, 5xx and 429.
+public final class BackendClient: Sendable {
+    /// How many times a retriable failure is tried again, and the first wait (doubling).
+    public struct RetryPolicy: Sendable {
+        public var retries: Int
+        public var initialDelay: Duration
+        public var maximumDelay: Duration
+
+        public init(retries: Int = 3, initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(2)) {
+            self.retries = retries
+            self.initialDelay = initialDelay
+            self.maximumDelay = maximumDelay
+        }
+    }
+
+    public enum UpdateOutcome: Sendable, Equatable {
+        /// The transform wanted no change.
+        case unchanged(SubscriptionState?)
+        /// Written: the state before (nil when there was none) and after.
+        case updated(before: SubscriptionState?, after: SubscriptionState)
+        /// The stored state is from a newer notification; nothing was written.
+        case stale(current: SubscriptionState)
+    }
+
+    private struct CachedMapping {
+        var mapping: ProductMapping
+        var fetchedAt: ContinuousClock.Instant
+    }
+
+    private let address: BackendAddress
+    private let apiKey: String?
+    private let http: HTTPClient
+    private let entitlementsTTL: Duration
+    private let retry: RetryPolicy
+    private let logger: Logger
+    private let metrics: any MetricsFactory
+    private let mappings = Mutex<[Int: CachedMapping]>([:])
+
+    public init(
+        configuration: RelayConfiguration.Backend, address: BackendAddress? = nil,
+        http: HTTPClient = HTTPClient(connectTimeout: .seconds(2), timeout: .seconds(10), maxConcurrentTransfers: 32),
+        retry: RetryPolicy = RetryPolicy(), logger: Logger, metrics: any MetricsFactory
+    ) {
+        self.address = address ?? BackendAddress(configuration.url)
+        self.apiKey = configuration.apiKey
+        self.http = http
+        self.entitlementsTTL = configuration.entitlementsTTL
+        self.retry = retry
+        self.logger = logger
+        self.metrics = metrics
+    }
+
+    // MARK: Product mapping
+
+    /// Product → entitlements of an application, cached for `backend.entitlementsTTL`. While the backend
+    /// is unavailable an expired mapping keeps serving (counted in `relay_backend_stale_mappings_total`);
+    /// a mapping that does not exist is `.notFound`, never an empty one.
+    public func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping {
+        let cached = mappings.withLock { $0[applicationId] }
+        if let cached, ContinuousClock.now - cached.fetchedAt < entitlementsTTL { return cached.mapping }
+        do throws(BackendError) {
+            let response = try await send("GET", "/config-api/read/v1-application-id/\(applicationId)/entitlements/1")
+            guard response.status == 200 else { throw Self.error(response, what: "application \(applicationId)'s product mapping") }
+            guard let document = try? JSON.parse(response.body), let mapping = ProductMapping(json: document) else {
+                throw BackendError(kind: .invalidResponse, message: "the product mapping of application \(applicationId) is not {\"products\": [...]}")
+            }
+            mappings.withLock { $0[applicationId] = CachedMapping(mapping: mapping, fetchedAt: .now) }
+            return mapping
+        } catch {
+            guard error.isRetriable, let cached else { throw error }
+            Counter(label: "relay_backend_stale_mappings_total", dimensions: [("application", "\(applicationId)")], factory: metrics).increment()
+            logger.warning(
+                "backend unavailable; serving a stale product mapping",
+                metadata: ["application": "\(applicationId)", LogKey.error: "\(error)"])
+            return cached.mapping
+        }
+    }
+
+    // MARK: Subscription state
+
+    /// The stored state, or nil when there is none yet (404).
+    public func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? {
+        let response = try await send("GET", Self.subscriptionPath(store, originalTransactionId))
+        switch response.status {
+        case 200: return try Self.state(response)
+        case 404: return nil
+        default: throw Self.error(response, what: "subscription \(store.rawValue)/\(originalTransactionId)")
+        }
+    }
+
+    public enum WriteResult: Sendable, Equatable {
+        case written(SubscriptionState)
+        /// 412: someone else wrote first; read again and re-apply.
+        case versionMismatch
+        /// 409: the stored state is from a newer notification.
+        case stale(current: SubscriptionState)
+    }
+
+    /// Writes `state` if the stored version is still `ifMatch` (0 when none existed).
+    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> WriteResult {
+        let response = try await send(
+            "PUT", Self.subscriptionPath(state.store, state.originalTransactionId),
+            headers: [("If-Match", "\(ifMatch)"), ("Content-Type", "application/json")], body: state.json.serialized())
+        switch response.status {
+        case 200: return .written(try Self.state(response))
+        case 412: return .versionMismatch
+        case 409:
+            guard let current = try? JSON.parse(response.body)["current"].map({ try SubscriptionState(json: $0) }) ?? nil else {
+                throw BackendError(kind: .invalidResponse, message: "409 without the current state")
+            }
+            return .stale(current: current)
+        default: throw Self.error(response, what: "subscription \(state.store.rawValue)/\(state.originalTransactionId)")
+        }
+    }
+
+    /// Read, apply, write with If-Match; on 412 read again and re-apply (at most `attempts` times).
+    /// `transform` gets the current state (nil when none) and returns the new one, or nil for no change.
+    /// A state older than the stored one by `sourceTimestamp` is never written (`.stale`).
+    public func update(
+        store: Store, originalTransactionId: String, attempts: Int = 10,
+        _ transform: (SubscriptionState?) -> SubscriptionState?
+    ) async throws(BackendError) -> UpdateOutcome {
+        for _ in 0..<max(1, attempts) {
+            let current = try await subscription(store: store, originalTransactionId: originalTransactionId)
+            guard var next = transform(current) else { return .unchanged(current) }
+            if let current, next.sourceTimestamp < current.sourceTimestamp { return .stale(current: current) }
+            next.version = current?.version ?? 0
+            switch try await write(next, ifMatch: current?.version ?? 0) {
+            case .written(let stored): return .updated(before: current, after: stored)
+            case .stale(let newer): return .stale(current: newer)
+            case .versionMismatch:
+                Counter(label: "relay_backend_write_conflicts_total", dimensions: [], factory: metrics).increment()
+                continue
+            }
+        }
+        throw BackendError(kind: .unavailable, message: "subscription \(store.rawValue)/\(originalTransactionId) kept changing under \(attempts) attempts")
+    }
+
+    /// The user's entitlements document (`{"entitlements": [...], "customerInfo": {...}}`), or nil (404).
+    public func entitlements(appUserId: String) async throws(BackendError) -> JSON? {
+        let response = try await send("GET", "/subscriptions-api/public/v1/users/\(Self.pathSegment(appUserId))/entitlements")
+        switch response.status {
+        case 200:
+            guard let document = try? JSON.parse(response.body), document["entitlements"]?.arrayValue != nil else {
+                throw BackendError(kind: .invalidResponse, message: "the entitlements response has no entitlements array")
+            }
+            return document
+        case 404: return nil
+        default: throw Self.error(response, what: "the entitlements of a user")
+        }
+    }
+
+    // MARK: Transport
+
+    /// One request with the API key, retried with backoff while the failure is retriable.
+    private func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil) async throws(BackendError)
+        -> HTTPClientResponse
+    {
+        let url = await address.url() + path
+        var allHeaders = headers + [("Accept", "application/json")]
+        if let apiKey { allHeaders.append(("Authorization", "Bearer \(apiKey)")) }
+        var delay = retry.initialDelay
+        var attempt = 0
+        while true {
+            let failure: BackendError
+            do {
+                let response = try await http.send(method, url, headers: allHeaders, body: body)
+                guard response.status >= 500 || response.status == 429 else { return response }
+                failure = BackendError(kind: .unavailable, message: "\(method) \(path) answered HTTP \(response.status)")
+                if let retryAfter = response.header("retry-after").flatMap(Int.init), retryAfter > 0 {
+                    delay = max(delay, .seconds(min(retryAfter, 30)))
+                }
+            } catch {
+                guard error.isRetriable else { throw BackendError(kind: .badRequest, message: "\(method) \(path): \(error)") }
+                failure = BackendError(kind: .unavailable, message: "\(method) \(path): \(error)")
+            }
+            guard attempt < retry.retries else { throw failure }
+            attempt += 1
+            Counter(label: "relay_backend_retries_total", dimensions: [], factory: metrics).increment()
+            logger.debug("backend call failed; retrying", metadata: [LogKey.error: "\(failure)", "attempt": "\(attempt)"])
+            do { try await Task.sleep(for: delay) } catch { throw failure }
+            delay = min(delay * 2, retry.maximumDelay)
+        }
+    }
+
+    private static func subscriptionPath(_ store: Store, _ id: String) -> String {
+        "/subscriptions-api/internal/v1/subscriptions/\(store.rawValue)/\(pathSegment(id))"
+    }
+
+    /// Percent-encodes everything but unreserved characters, so ids never change the path.
+    static func pathSegment(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+
+    private static func state(_ response: HTTPClientResponse) throws(BackendError) -> SubscriptionState {
+        do {
+            return try SubscriptionState(json: try JSON.parse(response.body))
+        } catch {
+            throw BackendError(kind: .invalidResponse, message: "the subscription state is not valid: \(error)")
+        }
+    }
+
+    private static func error(_ response: HTTPClientResponse, what: String) -> BackendError {
+        switch response.status {
+        case 401, 403: BackendError(kind: .unauthorized, message: "the backend refused the API key (HTTP \(response.status)); check backend.apiKey")
+        case 404: BackendError(kind: .notFound, message: "\(what) does not exist")
+        case 400..<500: BackendError(kind: .badRequest, message: "\(what): HTTP \(response.status)")
+        default: BackendError(kind: .invalidResponse, message: "\(what): unexpected HTTP \(response.status)")
+        }
+    }
+}

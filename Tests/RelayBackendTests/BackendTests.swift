@@ -1,0 +1,253 @@
+import CoreMetrics
+import Foundation
+import Logging
+import RelayBackend
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+import RelayLocalBackend
+import RelayTestSupport
+import ServiceLifecycle
+import Testing
+
+/// A local backend on 127.0.0.1 (port 0) over a SQLite file, for one test.
+final class TestBackend: Sendable {
+    let configuration: RelayConfiguration
+    let database: String
+    let url: String
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    static func configuration(database: String) throws -> RelayConfiguration {
+        try RelayConfiguration.parse(
+            yaml: """
+                backend: { url: "http://127.0.0.1:1", apiKey: "test-key", database: "\(database)", listen: "127.0.0.1:0", entitlementsTTL: 60s }
+                apps:
+                  - key: demo
+                    projectId: 1
+                    applicationId: 7
+                    stripe: { signingSecrets: ["whsec_x"] }
+                    products:
+                      - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
+                      - { productId: com.example.plus, store: APP_STORE, entitlements: [plus, pro] }
+                """,
+            baseDirectory: "/", environment: [:])
+    }
+
+    init(database: String? = nil, clock: (@Sendable () -> Int64)? = nil) async throws {
+        let path = database ?? FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
+        self.database = path
+        configuration = try Self.configuration(database: path)
+        let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: path), clock: clock)
+        let ports = AsyncStream.makeStream(of: Int.self)
+        let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
+        let group = ServiceGroup(services: [application], gracefulShutdownSignals: [], logger: testLogger())
+        self.group = group
+        task = Task { try await group.run() }
+        var iterator = ports.stream.makeAsyncIterator()
+        url = "http://127.0.0.1:\(await iterator.next() ?? 0)"
+    }
+
+    func client(apiKey: String? = "test-key") -> BackendClient {
+        var backend = configuration.backend
+        backend.url = url
+        backend.apiKey = apiKey
+        return BackendClient(
+            configuration: backend, retry: .init(retries: 2, initialDelay: .milliseconds(10)), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+    }
+
+    func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+    }
+}
+
+func state(_ id: String = "1000", user: String? = "user-1", product: String = "com.example.pro.monthly", status: SubscriptionState.Status = .active,
+           expiresAt: Int64? = 4_000_000_000_000, at time: Int64 = 1_000) -> SubscriptionState {
+    SubscriptionState(
+        store: .apple, originalTransactionId: id, applicationId: 7, originalAppUserId: user, appUserIds: user.map { [$0] } ?? [],
+        productId: product, status: status, expiresAt: expiresAt, environment: "SANDBOX", lastTransactionId: "t-\(time)", sourceTimestamp: time)
+}
+
+@Suite struct BackendClientTests {
+    @Test func roundTripsStateWithVersions() async throws {
+        let backend = try await TestBackend()
+        let client = backend.client()
+        #expect(try await client.subscription(store: .apple, originalTransactionId: "1000") == nil)
+        guard case .written(let first) = try await client.write(state(), ifMatch: 0) else { Issue.record("not written"); return }
+        #expect(first.version == 1)
+        let read = try await client.subscription(store: .apple, originalTransactionId: "1000")
+        #expect(read == first)
+        // An id with characters that would change the path stays one segment.
+        var odd = state("a/b c?d")
+        odd.originalAppUserId = nil
+        odd.appUserIds = []
+        #expect(try await client.write(odd, ifMatch: 0) == .written({ var s = odd; s.version = 1; return s }()))
+        #expect(try await client.subscription(store: .apple, originalTransactionId: "a/b c?d")?.originalTransactionId == "a/b c?d")
+        await backend.stop()
+    }
+
+    @Test func aLateWriterGets412AndUpdateReappliesOnTheNewState() async throws {
+        let backend = try await TestBackend()
+        let client = backend.client()
+        _ = try await client.write(state(), ifMatch: 0)
+        // Two writers read version 1; the first wins, the second is told to re-read.
+        var a = state(at: 2_000)
+        a.autoRenew = false
+        #expect(try await client.write(a, ifMatch: 1) != .versionMismatch)
+        #expect(try await client.write(state(at: 3_000), ifMatch: 1) == .versionMismatch)
+        let outcome = try await client.update(store: .apple, originalTransactionId: "1000") { current in
+            guard var next = current else { return nil }
+            next.sourceTimestamp = 3_000
+            next.appUserIds.append("user-2")
+            return next
+        }
+        guard case .updated(let before, let after) = outcome else { Issue.record("\(outcome)"); return }
+        #expect(before?.autoRenew == false)
+        #expect(after.autoRenew == false, "the first writer's change survives")
+        #expect(after.appUserIds == ["user-1", "user-2"])
+        #expect(after.version == 3)
+        await backend.stop()
+    }
+
+    @Test func manyParallelWritersLoseNoUpdate() async throws {
+        let backend = try await TestBackend()
+        let client = backend.client()
+        _ = try await client.write(state(), ifMatch: 0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<20 {
+                group.addTask {
+                    _ = try await client.update(store: .apple, originalTransactionId: "1000", attempts: 50) { current in
+                        guard var next = current else { return nil }
+                        next.appUserIds.append("writer-\(index)")
+                        return next
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let final = try #require(try await client.subscription(store: .apple, originalTransactionId: "1000"))
+        #expect(Set(final.appUserIds) == Set(["user-1"] + (0..<20).map { "writer-\($0)" }))
+        #expect(final.version == 21)
+        await backend.stop()
+    }
+
+    @Test func writesNeverGoBackInSourceTime() async throws {
+        let backend = try await TestBackend()
+        let client = backend.client()
+        _ = try await client.write(state(status: .active, at: 5_000), ifMatch: 0)
+        let outcome = try await client.update(store: .apple, originalTransactionId: "1000") { _ in state(status: .expired, at: 4_000) }
+        guard case .stale(let current) = outcome else { Issue.record("\(outcome)"); return }
+        #expect(current.status == .active)
+        // The backend refuses it too, whoever asks.
+        guard case .stale = try await client.write(state(status: .expired, at: 4_000), ifMatch: 1) else { Issue.record("not stale"); return }
+        #expect(try await client.subscription(store: .apple, originalTransactionId: "1000")?.status == .active)
+        await backend.stop()
+    }
+
+    @Test func aggregatesEveryActiveSubscriptionOfAUser() async throws {
+        let now: Int64 = 2_000_000_000_000
+        let backend = try await TestBackend(clock: { now })
+        let client = backend.client()
+        _ = try await client.write(state("expired-one", product: "com.example.plus", expiresAt: now - 1), ifMatch: 0)
+        _ = try await client.write(state("active-one", product: "com.example.pro.monthly", expiresAt: now + 86_400_000), ifMatch: 0)
+        let document = try #require(try await client.entitlements(appUserId: "user-1"))
+        #expect(document["entitlements"] == [["identifier": "pro", "type": "SERVICE_LEVEL"]])
+        let info = try #require(document["customerInfo"])
+        #expect(info["subscriptions"]?.arrayValue?.count == 2)
+        #expect(info["nonSubscriptions"] == [])
+        let plus = info["entitlements"]?.arrayValue?.first { $0["identifier"] == "plus" }
+        #expect(plus?["isActive"] == false)
+        #expect(try await client.entitlements(appUserId: "nobody") == nil)
+        // A subscription without an app user id belongs to its anonymous id.
+        _ = try await client.write(state("anon", user: nil), ifMatch: 0)
+        #expect(try await client.entitlements(appUserId: "$RelayAnonymous:apple:anon")?["entitlements"]?.arrayValue?.count == 1)
+        await backend.stop()
+    }
+
+    @Test func persistsAcrossRestart() async throws {
+        let first = try await TestBackend()
+        _ = try await first.client().write(state(), ifMatch: 0)
+        await first.stop()
+        let second = try await TestBackend(database: first.database)
+        #expect(try await second.client().subscription(store: .apple, originalTransactionId: "1000")?.version == 1)
+        await second.stop()
+    }
+
+    @Test func servesTheConfiguredProductsAndRefusesWithoutTheKey() async throws {
+        let backend = try await TestBackend()
+        let mapping = try await backend.client().productMapping(applicationId: 7)
+        #expect(mapping.entitlements(store: .apple, productId: "com.example.plus") == ["plus", "pro"])
+        await #expect { _ = try await backend.client().productMapping(applicationId: 99) } throws: { ($0 as? BackendError)?.kind == .notFound }
+        await #expect { _ = try await backend.client(apiKey: "wrong").subscription(store: .apple, originalTransactionId: "1") } throws: {
+            ($0 as? BackendError)?.kind == .unauthorized
+        }
+        // Bad requests get 400 with a JSON error.
+        let http = HTTPClient()
+        let path = "\(backend.url)/subscriptions-api/internal/v1/subscriptions/apple/1000"
+        let noIfMatch = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key")], body: state().json.serialized())
+        #expect(noIfMatch.status == 400)
+        #expect(try JSON.parse(noIfMatch.body)["error"] == "bad_request")
+        let badBody = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key"), ("If-Match", "0")], body: Array(#"{"store":"apple"}"#.utf8))
+        #expect(badBody.status == 400)
+        #expect(try await http.send("GET", "\(backend.url)/subscriptions-api/internal/v1/subscriptions/amazon/1", headers: [("Authorization", "Bearer test-key")]).status == 400)
+        await backend.stop()
+    }
+}
+
+/// Caching, staleness and retries against a scripted server.
+@Suite struct BackendClientResilienceTests {
+    func client(_ server: TestHTTPServer, ttl: Duration) -> BackendClient {
+        var configuration = RelayConfiguration.Backend()
+        configuration.url = server.baseURL
+        configuration.apiKey = "k"
+        configuration.entitlementsTTL = ttl
+        return BackendClient(configuration: configuration, retry: .init(retries: 2, initialDelay: .milliseconds(10)), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+    }
+
+    static let mapping = #"{"products":[{"productId":"p1","store":"APP_STORE","entitlements":[{"identifier":"pro","type":"SERVICE_LEVEL"}]}]}"#
+
+    @Test func cachesTheMappingForItsTTL() async throws {
+        let server = try await TestHTTPServer { _ in TestHTTPResponse(text: Self.mapping) }
+        let cached = client(server, ttl: .seconds(60))
+        _ = try await cached.productMapping(applicationId: 1)
+        #expect(try await cached.productMapping(applicationId: 1).entitlements(store: .apple, productId: "p1") == ["pro"])
+        #expect(server.requests.count == 1)
+        #expect(server.requests.first?.headers["authorization"] == "Bearer k")
+        let uncached = client(server, ttl: .zero)
+        _ = try await uncached.productMapping(applicationId: 1)
+        _ = try await uncached.productMapping(applicationId: 1)
+        #expect(server.requests.count == 3)
+        await server.stop()
+    }
+
+    @Test func servesAStaleMappingWhileTheBackendIsDownButNeverInventsOne() async throws {
+        let down = LockedBox(false)
+        let server = try await TestHTTPServer { _ in down.value ? TestHTTPResponse(status: 503, text: "down") : TestHTTPResponse(text: Self.mapping) }
+        let client = client(server, ttl: .zero)
+        _ = try await client.productMapping(applicationId: 1)
+        down.withLock { $0 = true }
+        #expect(try await client.productMapping(applicationId: 1).products.count == 1)
+        await #expect { _ = try await client.productMapping(applicationId: 2) } throws: { ($0 as? BackendError)?.kind == .unavailable }
+        await server.stop()
+    }
+
+    @Test func aMissingMappingIsNotFound() async throws {
+        let server = try await TestHTTPServer { _ in TestHTTPResponse(status: 404, text: #"{"error":"not_found"}"#) }
+        await #expect { _ = try await client(server, ttl: .seconds(60)).productMapping(applicationId: 1) } throws: {
+            ($0 as? BackendError)?.kind == .notFound
+        }
+        await server.stop()
+    }
+
+    @Test func retries503ThenSucceeds() async throws {
+        let calls = LockedBox(0)
+        let server = try await TestHTTPServer { _ in
+            let call = calls.withLock { $0 += 1; return $0 }
+            return call <= 2 ? TestHTTPResponse(status: 503, text: "busy") : TestHTTPResponse(status: 404, text: "{}")
+        }
+        #expect(try await client(server, ttl: .seconds(60)).subscription(store: .apple, originalTransactionId: "1") == nil)
+        #expect(calls.value == 3)
+        await server.stop()
+    }
+}
