@@ -126,6 +126,7 @@ let package = Package(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
+                "RelayBackend", "RelayLocalBackend",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -206,7 +207,7 @@ let package = Package(
         .testTarget(
             name: "RelayAppTests",
             dependencies: [
-                "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayConfig", "RelayCore", "RelayWorker",
+                "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -6,6 +6,8 @@ public import RelayConfig
 import RelayCore
 public import RelayIngest
 public import RelayKafka
+public import RelayBackend
+import RelayLocalBackend
 import RelayVerification
 import RelayWorker
 public import ServiceLifecycle
@@ -22,6 +24,8 @@ public final class RelayProcess: Sendable {
     public let health: HealthState
     public let registry: PrometheusCollectorRegistry
     private let listening: ListeningAddress
+    /// Where the backend is: the configured URL, or the local backend of this process once it listens.
+    public let backendAddress: BackendAddress
 
     /// - Parameters:
     ///   - bootstrapServers: overrides `kafka.bootstrapServers` (the `--bootstrap-servers` option, and dev).
@@ -56,6 +60,23 @@ public final class RelayProcess: Sendable {
 
         // Start order; shutdown runs backwards through this list.
         var services: [any Service] = []
+        let backendAddress = BackendAddress(roles.contains(.backend) ? nil : configuration.backend.url)
+        if roles.contains(.backend) {
+            // First to start, last to stop: the worker uses it until it has stopped.
+            let database: SubscriptionDatabase
+            do {
+                database = try SubscriptionDatabase(path: configuration.backend.database)
+            } catch {
+                throw ConfigurationError(key: "backend.database", message: "cannot open \(configuration.backend.database): \(error)")
+            }
+            let backend = try LocalBackend(configuration: configuration, database: database)
+            let host = configuration.backend.listen.host
+            let reachableHost = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
+            services.append(
+                backend.application(logger: logger) { port in
+                    backendAddress.set("http://\(ListenAddress(host: reachableHost, port: port))")
+                })
+        }
         var producer: KafkaProducer?
         if roles.contains(.ingest) {
             let ingestProducer = try KafkaProducer(
@@ -100,6 +121,7 @@ public final class RelayProcess: Sendable {
         self.health = health
         self.registry = registry
         self.listening = listening
+        self.backendAddress = backendAddress
     }
 
     /// Runs until shutdown.

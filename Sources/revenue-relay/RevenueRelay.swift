@@ -65,7 +65,7 @@ func printLine(_ line: String) {
 
 struct Dev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run everything in one process on loopback: an embedded Kafka broker (in memory), the ingest and the worker."
+        abstract: "Run everything in one process on loopback: an embedded Kafka broker (in memory), the ingest, the worker and the local backend."
     )
 
     @Option(help: "Configuration file.")
@@ -82,6 +82,7 @@ struct Dev: AsyncParsableCommand {
                 let port = await environment.process.waitForHTTPPort()
                 printLine("ingest: http://127.0.0.1:\(port)")
                 printLine("kafka: \(environment.cluster.bootstrapServers)")
+                printLine("backend: \(await environment.process.backendAddress.url())")
             }
             try await group.waitForAll()
         }
@@ -91,7 +92,7 @@ struct Dev: AsyncParsableCommand {
 struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run in production against Apache Kafka.",
-        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer; this build provides ingest and worker)."
+        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer; this build provides ingest, worker and backend)."
     )
 
     @Option(help: "Configuration file.")

@@ -21,6 +21,7 @@ final class TestRelay: Sendable {
         try Data(#"{"keys": []}"#.utf8).write(to: directory.appendingPathComponent("jwks.json"))
         let yaml = """
             ingest: { listen: "127.0.0.1:0", maxBodyBytes: \(maxBodyBytes), ackTimeout: \(ackTimeout) }
+            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
             apps:
               - key: demo
                 projectId: 1

@@ -1,6 +1,7 @@
 import CoreMetrics
 import Foundation
 import RelayApp
+import RelayBackend
 import RelayCore
 import RelayKafka
 import RelayTestSupport
@@ -107,5 +108,25 @@ import Testing
         let records = try await collector.waitFor(count: 1)
         #expect(records.map { text($0.value) } == ["n5"])
         await after.close()
+    }
+}
+
+/// The process's local backend (dev runs it) serves the backend client at the address it publishes.
+@Suite struct LocalBackendRoleTests {
+    @Test func devRunsTheLocalBackendAndTheClientReachesIt() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        let address = await relay.environment.process.backendAddress.url()
+        #expect(address.hasPrefix("http://127.0.0.1:"))
+        let client = BackendClient(
+            configuration: relay.configuration.backend, address: relay.environment.process.backendAddress, logger: testLogger(),
+            metrics: NOOPMetricsHandler.instance)
+        let state = SubscriptionState(
+            store: .stripe, originalTransactionId: "sub_1", applicationId: 1, originalAppUserId: "u1", productId: "price_1", status: .active,
+            sourceTimestamp: 1)
+        let outcome = try await client.update(store: .stripe, originalTransactionId: "sub_1") { _ in state }
+        guard case .updated(nil, let stored) = outcome else { Issue.record("\(outcome)"); return }
+        #expect(stored.version == 1)
+        #expect(try await client.subscription(store: .stripe, originalTransactionId: "sub_1") == stored)
+        try await relay.stop()
     }
 }
