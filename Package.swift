@@ -189,6 +189,7 @@ let package = Package(
             dependencies: [
                 "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Yams", package: "Yams"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -9,6 +9,7 @@ import RelayLocalBackend
 import RelayTestSupport
 import ServiceLifecycle
 import Testing
+import Yams
 
 /// A local backend on 127.0.0.1 (port 0) over a SQLite file, for one test.
 final class TestBackend: Sendable {
@@ -249,5 +250,52 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         #expect(try await client(server, ttl: .seconds(60)).subscription(store: .apple, originalTransactionId: "1") == nil)
         #expect(calls.value == 3)
         await server.stop()
+    }
+}
+
+/// `docs/backend-openapi.yaml` describes exactly what the local backend serves.
+@Suite struct OpenAPIDocumentTests {
+    static let document = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("docs/backend-openapi.yaml")
+
+    @Test func everyDocumentedOperationAnswersWithADocumentedStatus() async throws {
+        let yaml = try String(contentsOf: Self.document, encoding: .utf8)
+        let root = try #require(try Yams.load(yaml: yaml) as? [String: Any])
+        let paths = try #require(root["paths"] as? [String: Any])
+        #expect(Set(paths.keys) == [
+            "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}",
+            "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}",
+            "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements",
+        ])
+        // The state schema names exactly the fields the backend stores and returns.
+        let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
+        let stateProperties = try #require(((schemas["SubscriptionState"] as? [String: Any])?["properties"] as? [String: Any])?.keys)
+        #expect(Set(stateProperties) == Set(state().json.objectValue!.keys))
+
+        let backend = try await TestBackend()
+        let http = HTTPClient()
+        let auth = ("Authorization", "Bearer test-key")
+        _ = try await backend.client().write(state(), ifMatch: 0)
+        let calls: [(method: String, template: String, url: String, headers: [(String, String)], body: [UInt8]?)] = [
+            ("get", "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}", "/config-api/read/v1-application-id/7/entitlements/1", [auth], nil),
+            ("get", "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}", "/config-api/read/v1-application-id/8/entitlements/1", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [], nil),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], state(at: 2_000).json.serialized()),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], state(at: 3_000).json.serialized()),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "2")], state(at: 1).json.serialized()),
+            ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/user-1/entitlements", [auth], nil),
+            ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/nobody/entitlements", [auth], nil),
+        ]
+        var statuses: [Int] = []
+        for call in calls {
+            let response = try await http.send(call.method.uppercased(), backend.url + call.url, headers: call.headers, body: call.body)
+            let operation = (paths[call.template] as? [String: Any])?[call.method] as? [String: Any]
+            let documented = Set(((operation?["responses"] as? [String: Any]) ?? [:]).keys)
+            #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
+            statuses.append(response.status)
+        }
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 404])
+        await backend.stop()
     }
 }
