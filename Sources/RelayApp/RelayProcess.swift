@@ -26,6 +26,8 @@ public final class RelayProcess: Sendable {
     private let listening: ListeningAddress
     /// Where the backend is: the configured URL, or the local backend of this process once it listens.
     public let backendAddress: BackendAddress
+    /// The worker's backend client (subscription state, product mappings), aimed at `backendAddress`.
+    public let backendClient: BackendClient
 
     /// - Parameters:
     ///   - bootstrapServers: overrides `kafka.bootstrapServers` (the `--bootstrap-servers` option, and dev).
@@ -122,6 +124,7 @@ public final class RelayProcess: Sendable {
         self.registry = registry
         self.listening = listening
         self.backendAddress = backendAddress
+        self.backendClient = BackendClient(configuration: configuration.backend, address: backendAddress, logger: logger, metrics: metrics)
     }
 
     /// Runs until shutdown.

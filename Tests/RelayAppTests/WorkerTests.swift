@@ -113,13 +113,11 @@ import Testing
 
 /// The process's local backend (dev runs it) serves the backend client at the address it publishes.
 @Suite struct LocalBackendRoleTests {
-    @Test func devRunsTheLocalBackendAndTheClientReachesIt() async throws {
+    @Test func devRunsTheLocalBackendAndTheWorkersClientReadsAndUpdatesState() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration())
         let address = await relay.environment.process.backendAddress.url()
         #expect(address.hasPrefix("http://127.0.0.1:"))
-        let client = BackendClient(
-            configuration: relay.configuration.backend, address: relay.environment.process.backendAddress, logger: testLogger(),
-            metrics: NOOPMetricsHandler.instance)
+        let client = relay.environment.process.backendClient
         let state = SubscriptionState(
             store: .stripe, originalTransactionId: "sub_1", applicationId: 1, originalAppUserId: "u1", productId: "price_1", status: .active,
             sourceTimestamp: 1)
