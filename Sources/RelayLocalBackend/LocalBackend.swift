@@ -55,14 +55,14 @@ public struct LocalBackend: Sendable {
             return json(.ok, mapping.json)
         }
         router.get("\(Self.internalPrefix)/:store/:originalTransactionId") { _, context in
-            let (store, id) = try backend.subscriptionKey(context)
+            guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
             guard let state = try backend.database.subscription(store: store, originalTransactionId: id) else {
                 return errorResponse(.notFound, "not_found", "no state for \(store.rawValue)/\(id)")
             }
             return json(.ok, state.json, etag: state.version)
         }
         router.put("\(Self.internalPrefix)/:store/:originalTransactionId") { request, context in
-            let (store, id) = try backend.subscriptionKey(context)
+            guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
             guard let ifMatchText = request.headers[.ifMatch], let ifMatch = Int64(ifMatchText.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))),
                 ifMatch >= 0
             else {
@@ -105,14 +105,11 @@ public struct LocalBackend: Sendable {
         }
     }
 
-    private func subscriptionKey(_ context: BasicRequestContext) throws -> (Store, String) {
-        guard let text = context.parameters.get("store"), let store = Store(rawValue: text) else {
-            throw HTTPError(.badRequest, message: "store must be apple, google, stripe or paddle")
-        }
-        // Path parameters arrive percent-encoded; ids may hold any character.
-        guard let id = context.parameters.get("originalTransactionId")?.removingPercentEncoding, !id.isEmpty else {
-            throw HTTPError(.badRequest, message: "originalTransactionId is required")
-        }
+    /// The path's store and id (percent-decoded: ids may hold any character), or nil when invalid.
+    private func subscriptionKey(_ context: BasicRequestContext) -> (Store, String)? {
+        guard let text = context.parameters.get("store"), let store = Store(rawValue: text),
+            let id = context.parameters.get("originalTransactionId")?.removingPercentEncoding, !id.isEmpty
+        else { return nil }
         return (store, id)
     }
 
@@ -191,6 +188,9 @@ private func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = n
     if let etag { headers[.eTag] = "\(etag)" }
     return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: value.serialized())))
 }
+
+private let badSubscriptionPath = errorResponse(
+    .badRequest, "bad_request", "the path must be /subscriptions-api/internal/v1/subscriptions/{apple|google|stripe|paddle}/{originalTransactionId}")
 
 private func errorResponse(_ status: HTTPResponse.Status, _ code: String, _ detail: String) -> Response {
     json(status, ["error": .string(code), "detail": .string(detail)])

@@ -191,7 +191,9 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         #expect(try JSON.parse(noIfMatch.body)["error"] == "bad_request")
         let badBody = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key"), ("If-Match", "0")], body: Array(#"{"store":"apple"}"#.utf8))
         #expect(badBody.status == 400)
-        #expect(try await http.send("GET", "\(backend.url)/subscriptions-api/internal/v1/subscriptions/amazon/1", headers: [("Authorization", "Bearer test-key")]).status == 400)
+        let badStore = try await http.send("GET", "\(backend.url)/subscriptions-api/internal/v1/subscriptions/amazon/1", headers: [("Authorization", "Bearer test-key")])
+        #expect(badStore.status == 400)
+        #expect(try JSON.parse(badStore.body)["error"] == "bad_request")
         await backend.stop()
     }
 }
