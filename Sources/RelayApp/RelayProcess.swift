@@ -1,9 +1,9 @@
-public import CoreMetrics
+import CoreMetrics
 import Synchronization
 public import Logging
 public import Prometheus
 public import RelayConfig
-import RelayCore
+public import RelayCore
 public import RelayIngest
 public import RelayKafka
 public import RelayBackend
@@ -23,7 +23,8 @@ public final class RelayProcess: Sendable {
     public let group: ServiceGroup
     public let health: HealthState
     public let registry: PrometheusCollectorRegistry
-    private let listening: ListeningAddress
+    /// The HTTP server's bound port, published once it listens.
+    private let listening: Eventual<Int>
     /// Where the backend is: the configured URL, or the local backend of this process once it listens.
     public let backendAddress: BackendAddress
     /// The worker's backend client (subscription state, product mappings), aimed at `backendAddress`.
@@ -56,7 +57,7 @@ public final class RelayProcess: Sendable {
         let registry = PrometheusCollectorRegistry()
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
-        let listening = ListeningAddress()
+        let listening = Eventual<Int>()
         let kafka = KafkaConfiguration(
             bootstrapServers: bootstrapServers ?? configuration.kafka.bootstrapServers, properties: configuration.kafka.properties)
 
@@ -134,35 +135,11 @@ public final class RelayProcess: Sendable {
 
     /// The HTTP port once the server listens (the configured one, or the one chosen for port 0).
     public func waitForHTTPPort() async -> Int {
-        await listening.wait()
+        await listening.value()
     }
 
     public func triggerGracefulShutdown() async {
         await group.triggerGracefulShutdown()
-    }
-}
-
-/// The HTTP server's bound port, published once.
-final class ListeningAddress: Sendable {
-    private let state = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, Never>])>((nil, []))
-
-    func set(_ port: Int) {
-        let waiters = state.withLock { state in
-            state.port = port
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(returning: port) }
-    }
-
-    func wait() async -> Int {
-        await withCheckedContinuation { continuation in
-            let port = state.withLock { state -> Int? in
-                if state.port == nil { state.waiters.append(continuation) }
-                return state.port
-            }
-            if let port { continuation.resume(returning: port) }
-        }
     }
 }
 

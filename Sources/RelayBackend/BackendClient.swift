@@ -28,32 +28,7 @@ public struct BackendError: Error, Sendable, CustomStringConvertible {
 }
 
 /// The backend's base URL, known at once or once a local backend listens (dev binds port 0).
-public final class BackendAddress: Sendable {
-    private let state: Mutex<(url: String?, waiters: [CheckedContinuation<String, Never>])>
-
-    public init(_ url: String? = nil) {
-        state = Mutex((url, []))
-    }
-
-    public func set(_ url: String) {
-        let waiters = state.withLock { state in
-            state.url = url
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(returning: url) }
-    }
-
-    public func url() async -> String {
-        await withCheckedContinuation { continuation in
-            let url = state.withLock { state -> String? in
-                if state.url == nil { state.waiters.append(continuation) }
-                return state.url
-            }
-            if let url { continuation.resume(returning: url) }
-        }
-    }
-}
+public typealias BackendAddress = Eventual<String>
 
 /// The worker's client for the backend of DESIGN section 7 over libcurl: keep-alive connections,
 /// bounded concurrency (the HTTP client's transfer threads), timeouts, `Authorization: Bearer`, and
@@ -215,7 +190,7 @@ public final class BackendClient: Sendable {
     private func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil) async throws(BackendError)
         -> HTTPClientResponse
     {
-        let url = await address.url() + path
+        let url = await address.value() + path
         var allHeaders = headers + [("Accept", "application/json")]
         if let apiKey { allHeaders.append(("Authorization", "Bearer \(apiKey)")) }
         var delay = retry.initialDelay

@@ -82,7 +82,7 @@ struct Dev: AsyncParsableCommand {
                 let port = await environment.process.waitForHTTPPort()
                 printLine("ingest: http://127.0.0.1:\(port)")
                 printLine("kafka: \(environment.cluster.bootstrapServers)")
-                printLine("backend: \(await environment.process.backendAddress.url())")
+                printLine("backend: \(await environment.process.backendAddress.value())")
             }
             try await group.waitForAll()
         }

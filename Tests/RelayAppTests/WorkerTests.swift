@@ -115,7 +115,7 @@ import Testing
 @Suite struct LocalBackendRoleTests {
     @Test func devRunsTheLocalBackendAndTheWorkersClientReadsAndUpdatesState() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration())
-        let address = await relay.environment.process.backendAddress.url()
+        let address = await relay.environment.process.backendAddress.value()
         #expect(address.hasPrefix("http://127.0.0.1:"))
         let client = relay.environment.process.backendClient
         let state = SubscriptionState(
