@@ -1,5 +1,4 @@
 import CoreMetrics
-import Synchronization
 public import Logging
 public import Prometheus
 public import RelayConfig
