@@ -1,5 +1,4 @@
 public import CoreMetrics
-import Foundation
 import HTTPTypes
 public import Hummingbird
 public import Logging
@@ -63,7 +62,7 @@ public struct RelayHTTPServer: Sendable {
         router.get("/health/ready") { _, _ in
             let reasons = health.notReadyReasons()
             if reasons.isEmpty { return jsonResponse(.ok, ["status": "ready"]) }
-            return jsonResponse(.serviceUnavailable, ["status": "not_ready", "reasons": reasons])
+            return jsonResponse(.serviceUnavailable, ["status": "not_ready", "reasons": .array(reasons.map(JSON.string))])
         }
         router.get("/metrics") { _, _ in
             var buffer: [UInt8] = []
@@ -76,8 +75,7 @@ public struct RelayHTTPServer: Sendable {
     }
 }
 
-/// A JSON response with the given object body.
-func jsonResponse(_ status: HTTPResponse.Status, _ body: [String: any Sendable]) -> Response {
-    let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data("{}".utf8)
-    return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+/// A JSON response with the given body.
+func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body.serialized())))
 }

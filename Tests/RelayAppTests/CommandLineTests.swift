@@ -16,8 +16,9 @@ import Testing
     }
 
     func run(_ arguments: [String]) throws -> (status: Int32, stderr: String) {
+        let executable: URL = try #require(Self.executable, "the revenue-relay executable was not built next to the tests")
         let process = Process()
-        process.executableURL = try #require(Self.executable, "the revenue-relay executable was not built next to the tests")
+        process.executableURL = executable
         process.arguments = arguments
         let errorPipe = Pipe()
         process.standardError = errorPipe
@@ -50,8 +51,9 @@ import Testing
     func inspect(_ arguments: [String], body: [UInt8]) throws -> (status: Int32, output: JSON?, stderr: String) {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("request") + ".json")
         try Data(body).write(to: file)
+        let executable: URL = try #require(CommandLineTests.executable, "the revenue-relay executable was not built next to the tests")
         let process = Process()
-        process.executableURL = try #require(CommandLineTests.executable)
+        process.executableURL = executable
         process.arguments = ["inspect", "--config", "config/dev.yaml"] + arguments + [file.path]
         let output = Pipe()
         let errors = Pipe()

@@ -1,6 +1,7 @@
 internal import CRdKafka
 import Foundation
 import Logging
+import RelayCore
 import Synchronization
 
 /// Receives what librdkafka reports from its threads. Lives as long as the `rd_kafka_t` it belongs to:
@@ -39,22 +40,15 @@ struct RDKafkaStatistics: Sendable {
     var consumerLag: [String: Int64]
 
     init?(json: UnsafeRawBufferPointer) {
-        guard let base = json.baseAddress,
-            let root = try? JSONSerialization.jsonObject(with: Data(bytes: base, count: json.count)) as? [String: Any]
-        else { return nil }
-        var up = 0
-        for case let broker as [String: Any] in (root["brokers"] as? [String: Any] ?? [:]).values
-        where broker["state"] as? String == "UP" {
-            up += 1
-        }
-        brokersUp = up
-        queuedMessages = root["msg_cnt"] as? Int ?? 0
+        guard let root = try? JSON.parse(Array(json)), case .object = root else { return nil }
+        brokersUp = (root["brokers"]?.objectValue ?? [:]).values.filter { $0["state"] == "UP" }.count
+        queuedMessages = Int(root["msg_cnt"]?.int64Value ?? 0)
         var lag: [String: Int64] = [:]
-        for case let (topic, value as [String: Any]) in root["topics"] as? [String: Any] ?? [:] {
+        for (topic, value) in root["topics"]?.objectValue ?? [:] {
             var sum: Int64 = 0
             var known = false
-            for case let (id, partition as [String: Any]) in value["partitions"] as? [String: Any] ?? [:] where id != "-1" {
-                if let partitionLag = (partition["consumer_lag"] as? NSNumber)?.int64Value, partitionLag >= 0 {
+            for (id, partition) in value["partitions"]?.objectValue ?? [:] where id != "-1" {
+                if let partitionLag = partition["consumer_lag"]?.int64Value, partitionLag >= 0 {
                     sum += partitionLag
                     known = true
                 }
