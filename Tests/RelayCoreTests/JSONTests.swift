@@ -34,10 +34,14 @@ import Testing
         #expect(try JSON.parse(value.serialized()) == value)
     }
 
-    @Test func agreesWithFoundationOnTheSharedVectors() throws {
-        let models = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("../../../shared/vectors/apple-app-store-server-library/models").standardizedFileURL
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: models.path) else { return }
+    static let models = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("../../../shared/vectors/apple-app-store-server-library/models").standardizedFileURL
+
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: models.path), "../shared/vectors is not present"))
+    func agreesWithFoundationOnTheSharedVectors() throws {
+        let models = Self.models
+        let names = try FileManager.default.contentsOfDirectory(atPath: models.path)
+        #expect(!names.isEmpty)
         for name in names where name.hasSuffix(".json") {
             let bytes = try Array(Data(contentsOf: models.appendingPathComponent(name)))
             let ours = try JSON.parse(bytes)

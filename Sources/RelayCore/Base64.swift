@@ -1,0 +1,147 @@
+/// The payload (middle part) of a compact JWS, decoded without verifying anything.
+public enum JWSPayload {
+    public static func decode(_ jws: String) -> JSON? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let bytes = Base64.decode(parts[1]) else { return nil }
+        return try? JSON.parse(bytes)
+    }
+}
+
+/// Base64 (RFC 4648), table-driven over bytes.
+public enum Base64 {
+    public enum Alphabet: Sendable {
+        /// `+` and `/`.
+        case standard
+        /// `-` and `_` (base64url).
+        case url
+        /// Either, as received from anywhere.
+        case either
+    }
+
+    public enum Padding: Sendable {
+        case required
+        case forbidden
+        case optional
+    }
+
+    /// Lenient: either alphabet, padding optional, trailing bits ignored.
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        decode(Array(text.utf8), alphabet: .either, padding: .optional, canonical: false)
+    }
+
+    /// Decodes `input`. With `canonical`, the unused bits of the last character must be zero, so that
+    /// exactly one text encodes each byte string (what a signature check over the text relies on).
+    public static func decode(_ input: some Collection<UInt8>, alphabet: Alphabet, padding: Padding, canonical: Bool) -> [UInt8]? {
+        if let result = input.withContiguousStorageIfAvailable({ decode(buffer: $0, alphabet: alphabet, padding: padding, canonical: canonical) }) {
+            return result
+        }
+        return Array(input).withUnsafeBufferPointer { decode(buffer: $0, alphabet: alphabet, padding: padding, canonical: canonical) }
+    }
+
+    private static func decode(buffer: UnsafeBufferPointer<UInt8>, alphabet: Alphabet, padding: Padding, canonical: Bool) -> [UInt8]? {
+        var length = buffer.count
+        var padCount = 0
+        while length > 0, buffer[length - 1] == UInt8(ascii: "="), padCount < 2 {
+            length -= 1
+            padCount += 1
+        }
+        let remainder = length % 4
+        if remainder == 1 { return nil }
+        switch padding {
+        case .forbidden: if padCount > 0 { return nil }
+        case .required: if (length + padCount) % 4 != 0 { return nil }
+        case .optional: if padCount > 0, (length + padCount) % 4 != 0 { return nil }
+        }
+        let table: [UInt8] =
+            switch alphabet {
+            case .standard: standardTable
+            case .url: urlTable
+            case .either: eitherTable
+            }
+        let outputCount = length / 4 * 3 + (remainder == 0 ? 0 : remainder - 1)
+        return table.withUnsafeBufferPointer { table -> [UInt8]? in
+            var valid = true
+            let output = [UInt8](unsafeUninitializedCapacity: outputCount) { out, initialized in
+                var index = 0
+                var position = 0
+                var bad: UInt8 = 0
+                while index + 4 <= length {
+                    let a = table[Int(buffer[index])], b = table[Int(buffer[index + 1])]
+                    let c = table[Int(buffer[index + 2])], d = table[Int(buffer[index + 3])]
+                    bad |= a | b | c | d
+                    out[position] = a << 2 | b >> 4
+                    out[position + 1] = b << 4 | c >> 2
+                    out[position + 2] = c << 6 | d
+                    index += 4
+                    position += 3
+                }
+                if remainder == 2 {
+                    let a = table[Int(buffer[index])], b = table[Int(buffer[index + 1])]
+                    bad |= a | b
+                    if canonical && b & 0x0F != 0 { valid = false }
+                    out[position] = a << 2 | b >> 4
+                    position += 1
+                } else if remainder == 3 {
+                    let a = table[Int(buffer[index])], b = table[Int(buffer[index + 1])], c = table[Int(buffer[index + 2])]
+                    bad |= a | b | c
+                    if canonical && c & 0x03 != 0 { valid = false }
+                    out[position] = a << 2 | b >> 4
+                    out[position + 1] = b << 4 | c >> 2
+                    position += 2
+                }
+                // Invalid characters map to 0xFF, so any of them sets the top bit.
+                if bad & 0x80 != 0 { valid = false }
+                initialized = position
+            }
+            return valid ? output : nil
+        }
+    }
+
+    /// Standard base64 with padding.
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        encode(Array(bytes), characters: standardCharacters, pad: true)
+    }
+
+    /// Base64url without padding (RFC 7515 section 2), as JWS uses it.
+    public static func encodeURL(_ bytes: some Collection<UInt8>) -> String {
+        encode(Array(bytes), characters: urlCharacters, pad: false)
+    }
+
+    private static func encode(_ bytes: [UInt8], characters: [UInt8], pad: Bool) -> String {
+        var output = [UInt8]()
+        output.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var index = 0
+        while index + 3 <= bytes.count {
+            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
+            output.append(characters[Int(value >> 18 & 0x3F)])
+            output.append(characters[Int(value >> 12 & 0x3F)])
+            output.append(characters[Int(value >> 6 & 0x3F)])
+            output.append(characters[Int(value & 0x3F)])
+            index += 3
+        }
+        let left = bytes.count - index
+        if left > 0 {
+            let value = UInt32(bytes[index]) << 16 | (left == 2 ? UInt32(bytes[index + 1]) << 8 : 0)
+            output.append(characters[Int(value >> 18 & 0x3F)])
+            output.append(characters[Int(value >> 12 & 0x3F)])
+            if left == 2 { output.append(characters[Int(value >> 6 & 0x3F)]) }
+            if pad { output.append(contentsOf: Array(repeating: UInt8(ascii: "="), count: 3 - left)) }
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    private static let standardCharacters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    private static let urlCharacters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    private static func table(_ characters: [[UInt8]]) -> [UInt8] {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for alphabet in characters {
+            for (value, character) in alphabet.enumerated() { table[Int(character)] = UInt8(value) }
+        }
+        return table
+    }
+
+    private static let standardTable = table([standardCharacters])
+    private static let urlTable = table([urlCharacters])
+    private static let eitherTable = table([standardCharacters, urlCharacters])
+}
