@@ -110,11 +110,31 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Google Play Developer API over libcurl: service-account OAuth (RS256 JWT bearer grant signed with
+        // OpenSSL), subscriptionsv2 and one-time product purchases.
+        .target(
+            name: "RelayGooglePlay",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayHTTPClient", "RelayVerification",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Store notifications → standardized events (DESIGN section 5) and subscription state.
+        .target(
+            name: "RelayNormalization",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayVerification", "RelayBackend", "RelayGooglePlay",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The worker: consumes raw notifications and runs the stages.
         .target(
             name: "RelayWorker",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayVerification",
+                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayBackend",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -126,7 +146,7 @@ let package = Package(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
-                "RelayBackend", "RelayLocalBackend",
+                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -137,7 +157,8 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay",
             dependencies: [
-                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification",
+                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification", "RelayNormalization",
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -190,6 +211,27 @@ let package = Package(
                 "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayGooglePlayTests",
+            dependencies: [
+                "RelayGooglePlay", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient", "RelayVerification",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayNormalizationTests",
+            dependencies: [
+                "RelayNormalization", "RelayGooglePlay", "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig",
+                "RelayCore", "RelayHTTPClient", "RelayVerification",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ],

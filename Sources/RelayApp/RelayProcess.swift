@@ -7,6 +7,7 @@ public import RelayIngest
 public import RelayKafka
 public import RelayBackend
 import RelayLocalBackend
+import RelayNormalization
 import RelayVerification
 import RelayWorker
 public import ServiceLifecycle
@@ -63,6 +64,7 @@ public final class RelayProcess: Sendable {
         // Start order; shutdown runs backwards through this list.
         var services: [any Service] = []
         let backendAddress = BackendAddress(roles.contains(.backend) ? nil : configuration.backend.url)
+        let backendClient = BackendClient(configuration: configuration.backend, address: backendAddress, logger: logger, metrics: metrics)
         if roles.contains(.backend) {
             // First to start, last to stop: the worker uses it until it has stopped.
             let database: SubscriptionDatabase
@@ -103,8 +105,12 @@ public final class RelayProcess: Sendable {
                     configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: .seconds(30)), logger: logger, metrics: metrics)
                 services.append(ProducerService(producer: workerProducer))
             }
+            // The exchange rates and Play API keys are read now too.
+            let normalizer = try Normalizer(
+                configuration: configuration, stateStore: BackendStateStore(client: backendClient), logger: logger, metrics: metrics)
             let pipeline = NotificationPipeline(
-                configuration: configuration, verifier: verifier, producer: workerProducer, logger: logger, metrics: metrics)
+                configuration: configuration, verifier: verifier, normalizer: normalizer, producer: workerProducer, logger: logger,
+                metrics: metrics)
             services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
         }
         let server = RelayHTTPServer(
@@ -124,7 +130,7 @@ public final class RelayProcess: Sendable {
         self.registry = registry
         self.listening = listening
         self.backendAddress = backendAddress
-        self.backendClient = BackendClient(configuration: configuration.backend, address: backendAddress, logger: logger, metrics: metrics)
+        self.backendClient = backendClient
     }
 
     /// Runs until shutdown.

@@ -29,7 +29,12 @@ public struct SubscriptionState: Sendable, Equatable {
     public var originalAppUserId: String?
     /// Every app user id that owns this subscription (aliases, transfers).
     public var appUserIds: [String]
+    /// The store's product id: Apple's product, Google's `productId:basePlanId` (or `productId` for
+    /// one-time products), Stripe's price (`price_…`), Paddle's price (`pri_…`).
     public var productId: String
+    /// The product `productId` belongs to, when the store has one: Google's subscription `productId`,
+    /// Stripe's `prod_…`, Paddle's `pro_…`. A product mapping entry may name either; `productId` wins.
+    public var productGroupId: String?
     public var status: Status
     public var periodType: PeriodType
     public var autoRenew: Bool
@@ -43,12 +48,26 @@ public struct SubscriptionState: Sendable, Equatable {
     public var sourceTimestamp: Int64
     /// The backend's version; 0 for a state never written. A write names the version it read (If-Match).
     public var version: Int64
+    /// The last notifications applied (newest last, bounded by the worker), so that a notification seen
+    /// again changes nothing and yields the same events. `context` is the worker's own record of what it
+    /// saw when it applied the notification; the backend stores it as given.
+    public var recentNotifications: [RecentNotification]
+
+    public struct RecentNotification: Sendable, Equatable {
+        public var id: String
+        public var context: JSON
+
+        public init(id: String, context: JSON) {
+            self.id = id
+            self.context = context
+        }
+    }
 
     public init(
         store: Store, originalTransactionId: String, applicationId: Int, originalAppUserId: String? = nil, appUserIds: [String] = [],
-        productId: String, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
+        productId: String, productGroupId: String? = nil, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
         gracePeriodExpiresAt: Int64? = nil, environment: String = "PRODUCTION", lastTransactionId: String? = nil, sourceTimestamp: Int64,
-        version: Int64 = 0
+        version: Int64 = 0, recentNotifications: [RecentNotification] = []
     ) {
         self.store = store
         self.originalTransactionId = originalTransactionId
@@ -56,6 +75,7 @@ public struct SubscriptionState: Sendable, Equatable {
         self.originalAppUserId = originalAppUserId
         self.appUserIds = appUserIds
         self.productId = productId
+        self.productGroupId = productGroupId
         self.status = status
         self.periodType = periodType
         self.autoRenew = autoRenew
@@ -65,6 +85,7 @@ public struct SubscriptionState: Sendable, Equatable {
         self.lastTransactionId = lastTransactionId
         self.sourceTimestamp = sourceTimestamp
         self.version = version
+        self.recentNotifications = recentNotifications
     }
 
     /// Whether the subscription gives access at `now` (Unix milliseconds): active or in its grace
@@ -103,6 +124,8 @@ public struct SubscriptionState: Sendable, Equatable {
         object["expiresAt"] = expiresAt.map(JSON.integer) ?? .null
         object["gracePeriodExpiresAt"] = gracePeriodExpiresAt.map(JSON.integer) ?? .null
         object["lastTransactionId"] = lastTransactionId.map(JSON.string) ?? .null
+        object["productGroupId"] = productGroupId.map(JSON.string) ?? .null
+        object["recentNotifications"] = .array(recentNotifications.map { ["id": .string($0.id), "context": $0.context] })
         return .object(object)
     }
 
@@ -152,6 +175,16 @@ public struct SubscriptionState: Sendable, Equatable {
             }
             appUserIds = list.compactMap(\.stringValue)
         }
+        var recent: [RecentNotification] = []
+        if let value = object["recentNotifications"], !value.isNull {
+            guard let list = value.arrayValue else { throw DecodingError(field: "recentNotifications", message: "expected an array") }
+            for entry in list {
+                guard let id = entry["id"]?.stringValue, !id.isEmpty else {
+                    throw DecodingError(field: "recentNotifications", message: "every entry needs a non-empty \"id\"")
+                }
+                recent.append(RecentNotification(id: id, context: entry["context"] ?? .null))
+            }
+        }
         var autoRenew = true
         if let value = object["autoRenew"], !value.isNull {
             guard let flag = value.boolValue else { throw DecodingError(field: "autoRenew", message: "expected a boolean") }
@@ -160,10 +193,10 @@ public struct SubscriptionState: Sendable, Equatable {
         self.init(
             store: store, originalTransactionId: try string("originalTransactionId"), applicationId: application,
             originalAppUserId: try optionalString("originalAppUserId"), appUserIds: appUserIds, productId: try string("productId"),
-            status: status, periodType: periodType, autoRenew: autoRenew, expiresAt: try optionalInteger("expiresAt"),
+            productGroupId: try optionalString("productGroupId"), status: status, periodType: periodType, autoRenew: autoRenew, expiresAt: try optionalInteger("expiresAt"),
             gracePeriodExpiresAt: try optionalInteger("gracePeriodExpiresAt"), environment: try optionalString("environment") ?? "PRODUCTION",
             lastTransactionId: try optionalString("lastTransactionId"), sourceTimestamp: sourceTimestamp,
-            version: try optionalInteger("version") ?? 0)
+            version: try optionalInteger("version") ?? 0, recentNotifications: recent)
     }
 }
 
@@ -206,6 +239,17 @@ public struct ProductMapping: Sendable, Equatable {
             return specific.entitlements
         }
         return products.first { $0.store == name && $0.productId == productId }?.entitlements ?? []
+    }
+
+    /// The entitlements a subscription's product unlocks: an entry for its `productId` (Google's
+    /// `productId:basePlanId`, a Stripe or Paddle price) wins over one for its `productGroupId`.
+    public func entitlements(of state: SubscriptionState) -> [String] {
+        let name = Self.storeName(state.store)
+        if let exact = products.first(where: { $0.store == name && $0.productId == state.productId }) { return exact.entitlements }
+        if let group = state.productGroupId, let general = products.first(where: { $0.store == name && $0.productId == group }) {
+            return general.entitlements
+        }
+        return []
     }
 
     public var json: JSON {

@@ -178,10 +178,17 @@ enum ConfigParser {
     }
 
     static func paddle(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Paddle {
-        let map = try node.mapping(known: ["secretKeys", "tolerance"])
-        return RelayConfiguration.Paddle(
+        let map = try node.mapping(known: ["secretKeys", "tolerance", "environment"])
+        var paddle = RelayConfiguration.Paddle(
             secretKeys: try map.required("secretKeys", secrets),
             tolerance: try map.optional("tolerance", positive) ?? .seconds(300))
+        if let environment = try map.optional("environment", { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
+            guard ["PRODUCTION", "SANDBOX"].contains(environment) else {
+                throw ConfigurationError(key: "\(node.path).environment", message: "expected PRODUCTION or SANDBOX")
+            }
+            paddle.environment = environment
+        }
+        return paddle
     }
 
     static let productStores = ["APP_STORE", "PLAY_STORE", "STRIPE", "PADDLE"]

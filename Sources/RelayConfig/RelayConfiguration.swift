@@ -128,6 +128,8 @@ public struct RelayConfiguration: Sendable {
     public struct Paddle: Sendable {
         public var secretKeys: [String]
         public var tolerance: Duration = .seconds(300)
+        /// Paddle's events do not say whether they come from its sandbox: `PRODUCTION` (default) or `SANDBOX`.
+        public var environment = "PRODUCTION"
     }
 
     public struct Product: Sendable {

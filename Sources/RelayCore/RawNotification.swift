@@ -5,6 +5,9 @@ public enum RelayHeaderName {
     public static let receivedAt = "relay-received-at"
     public static let rejectReason = "relay-reject-reason"
     public static let rejectDetail = "relay-reject-detail"
+    /// On `relay.events` records: the event's `data.id` and `type` (so consumers can route without parsing).
+    public static let eventId = "relay-event-id"
+    public static let eventType = "relay-event-type"
     /// Request headers copied verbatim into the record when present.
     public static let copiedRequestHeaders = ["stripe-signature", "paddle-signature", "authorization"]
 }

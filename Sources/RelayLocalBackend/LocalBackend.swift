@@ -133,7 +133,7 @@ public struct LocalBackend: Sendable {
         for subscription in subscriptions {
             let active = subscription.isActive(at: now)
             let mapping = productMapping(applicationId: subscription.applicationId) ?? ProductMapping(products: [])
-            let entitlements = mapping.entitlements(store: subscription.store, productId: subscription.productId)
+            let entitlements = mapping.entitlements(of: subscription)
             for identifier in entitlements {
                 var grant = grants[identifier] ?? Grant()
                 grant.active = grant.active || active
@@ -142,6 +142,7 @@ public struct LocalBackend: Sendable {
                 grants[identifier] = grant
             }
             var entry = subscription.json.objectValue ?? [:]
+            entry["recentNotifications"] = nil  // the worker's bookkeeping, not the customer's
             entry["isActive"] = .bool(active)
             entry["willRenew"] = .bool(subscription.autoRenew && active)
             entry["entitlements"] = .array(entitlements.map(JSON.string))

@@ -33,6 +33,11 @@ public enum RejectReason: String, Sendable, CaseIterable, CustomStringConvertibl
     case missingSignature = "missing_signature"
     /// The app key is not configured, or the app does not take this store's notifications.
     case unknownApp = "unknown_app"
+    /// Google: the Play Developer API does not know the notification's purchase token (404/410).
+    case purchaseNotFound = "purchase_not_found"
+    /// Google: the Play Developer API refused the request (credentials, permissions), or no `playApi`
+    /// is configured for the app. Fix the configuration, then re-drive the rejected record.
+    case storeAPIRejected = "store_api_rejected"
 
     public var description: String { rawValue }
 }

@@ -2,6 +2,7 @@ public import CoreMetrics
 public import Logging
 public import RelayConfig
 public import RelayCore
+public import RelayNormalization
 public import RelayVerification
 
 /// The worker's stages for one raw notification record, in order:
@@ -11,25 +12,29 @@ public import RelayVerification
 /// 2. **Verify** (OpenSSL): accepted, or rejected to `relay.notifications.rejected` with the original
 ///    key, value and headers plus `relay-reject-reason` and `relay-reject-detail`. A record that is not
 ///    a raw notification at all (stage 1 failed) is rejected as `malformed` the same way.
-/// 3. Normalize into standardized events; update entitlements through the backend (next issue).
-/// 4. Fan out: the events to `relay.events`, one delivery per matching endpoint to `relay.deliveries`.
+/// 3. Normalize into standardized events, updating the subscription's state in the backend
+///    (`Normalizer`). A Google purchase the Play Developer API does not know is rejected like a forged one.
+/// 4. Produce the events to `relay.events` (key: the subscription's subject), each acknowledged.
 ///
-/// `process` returns only when what the record caused is durable (the rejected record acknowledged),
-/// so the worker may then store its offset. It throws when a verdict cannot be reached yet (Google's
-/// keys unreachable) or the rejected topic did not acknowledge: the worker retries the record.
+/// `process` returns only when what the record caused is durable (events or the rejected record
+/// acknowledged, state written), so the worker may then store its offset. It throws when that cannot
+/// happen yet (Google's keys or the backend unreachable, the log not acknowledging): the worker retries
+/// the record, and the repeat yields the same event ids.
 public struct NotificationPipeline: NotificationProcessor {
     private let configuration: RelayConfiguration
     private let verifier: NotificationVerifier
+    private let normalizer: Normalizer
     private let producer: any RecordProducer
     private let logger: Logger
     private let metrics: any MetricsFactory
 
     public init(
-        configuration: RelayConfiguration, verifier: NotificationVerifier, producer: any RecordProducer, logger: Logger,
-        metrics: any MetricsFactory
+        configuration: RelayConfiguration, verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer,
+        logger: Logger, metrics: any MetricsFactory
     ) {
         self.configuration = configuration
         self.verifier = verifier
+        self.normalizer = normalizer
         self.producer = producer
         self.logger = logger
         self.metrics = metrics
@@ -54,11 +59,33 @@ public struct NotificationPipeline: NotificationProcessor {
                 label: "relay_notifications_accepted_total",
                 dimensions: [("store", notification.store.rawValue), ("app", appLabel)], factory: metrics
             ).increment()
+            let events: [StandardEvent]
+            do {
+                events = try await normalizer.normalize(verified, receivedAt: notification.receivedAtMilliseconds)
+            } catch {
+                switch error {
+                case .rejected(let rejection):
+                    try await reject(record, store: notification.store.rawValue, app: appLabel, rejection)
+                    return
+                case .unavailable(let message):
+                    throw NormalizationUnavailable(message: message)
+                }
+            }
+            for event in events {
+                let headers = [
+                    RecordHeader(name: RelayHeaderName.eventId, value: event.id),
+                    RecordHeader(name: RelayHeaderName.eventType, value: event.type.rawValue),
+                    RecordHeader(name: RelayHeaderName.app, value: notification.app),
+                ]
+                _ = try await producer.produce(
+                    OutgoingRecord(topic: configuration.kafka.topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
+            }
             logger.info(
-                "notification verified",
+                "notification normalized",
                 metadata: [
                     LogKey.notificationStore: "\(notification.store.rawValue)", LogKey.notificationApp: "\(appLabel)",
                     "notification.type": "\(verified.type ?? "-")", "notification.id": "\(verified.notificationId ?? "-")",
+                    "events": "\(events.map(\.type.rawValue).joined(separator: ","))",
                     LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)",
                 ])
         case .rejected(let rejection):
@@ -87,4 +114,10 @@ public struct NotificationPipeline: NotificationProcessor {
                 LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)",
             ])
     }
+}
+
+/// The backend or a store API could not be reached: the worker tries the record again.
+public struct NormalizationUnavailable: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public var description: String { "normalization unavailable: \(message)" }
 }

@@ -1,20 +1,23 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Metrics
 import RelayConfig
 import RelayCore
+import RelayNormalization
 import RelayVerification
 
-/// `revenue-relay inspect` (DESIGN section 2): verifies one saved request body without Kafka or the
-/// backend and prints the verdict as one JSON object, so an integrator can ask why it was rejected.
+/// `revenue-relay inspect` (DESIGN section 2): verifies and normalizes one saved request body without
+/// Kafka or the backend (no prior state; products from the config; Google calls the configured Play
+/// Developer API) and prints the verdict and the standardized events as one JSON object.
 struct Inspect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Verify one saved store request and print the verdict as JSON.",
+        abstract: "Verify and normalize one saved store request; print the verdict and the events as JSON.",
         discussion: """
             FILE is the request body exactly as the store POSTed it ('-' reads stdin); for Apple, the \
             {"signedPayload": ...} object. Pass the signature headers the store sent with --header. \
             Exit 0: accepted; 65: rejected (the reason and detail are printed); 64: bad arguments; \
-            69: Google's keys could not be fetched; 78: bad configuration.
+            69: Google's keys or the Play Developer API could not be reached; 78: bad configuration.
             """
     )
 
@@ -60,8 +63,12 @@ struct Inspect: AsyncParsableCommand {
         let configuration = try loadConfiguration(config)
         let logger = Logger(label: "revenue-relay")
         let verifier: NotificationVerifier
+        let normalizer: Normalizer
         do {
             verifier = try NotificationVerifier(configuration: configuration, logger: logger)
+            normalizer = try Normalizer(
+                configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: logger,
+                metrics: NOOPMetricsHandler.instance)
         } catch {
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
             throw Exit.badConfiguration
@@ -82,8 +89,24 @@ struct Inspect: AsyncParsableCommand {
         }
         switch verdict {
         case .accepted(let verified):
-            // Normalization (standardized events) arrives with its issue; until then `events` is empty.
-            let output: JSON = ["accepted": true, "store": .string(verified.store.rawValue), "notification": verified.payload, "events": []]
+            let events: [StandardEvent]
+            do {
+                events = try await normalizer.normalize(verified, receivedAt: receivedAt * 1000)
+            } catch {
+                switch error {
+                case .rejected(let rejection):
+                    let output: JSON = ["accepted": false, "reason": .string(rejection.reason.rawValue), "detail": .string(rejection.detail)]
+                    printLine(output.text)
+                    throw Exit.rejected
+                case .unavailable(let message):
+                    FileHandle.standardError.write(Data("revenue-relay: \(message)\n".utf8))
+                    throw Exit.unavailable
+                }
+            }
+            let output: JSON = [
+                "accepted": true, "store": .string(verified.store.rawValue), "notification": verified.payload,
+                "events": .array(events.map(\.payload)),
+            ]
             printLine(output.text)
         case .rejected(let rejection):
             let output: JSON = ["accepted": false, "reason": .string(rejection.reason.rawValue), "detail": .string(rejection.detail)]

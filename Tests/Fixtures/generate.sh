@@ -5,7 +5,8 @@
 #            1.2.840.113635.100.6.2.1), P-256 leaf with OID 1.2.840.113635.100.6.11.1, plus the
 #            broken variants the tests reject (no OIDs, a leaf signed by the root, an expired leaf,
 #            an untrusted "rogue" PKI of the same shape).
-#   google/  RSA keys for Pub/Sub push tokens, their JWKS, and the PEM-map format for the second key.
+#   google/  RSA keys for Pub/Sub push tokens, their JWKS, and the PEM-map format for the second key;
+#            a Play Developer API service account (its RSA key and Google's JSON key-file shape).
 #
 # Needs only the openssl CLI and perl (both in every Debian base image). Dates are fixed, so
 # verification tests pass a signedDate inside them (2030) and outside them.
@@ -123,4 +124,26 @@ printf '{"relay-test-2": "%s"}\n' "$(awk '{printf "%s\\n", $0}' "$work/google-2.
 # The dev configuration trusts the test root and the test JWKS, so `dev` can be tried with fixtures.
 cp apple/root.pem ../../config/dev/apple-test-root.pem
 cp google/jwks.json ../../config/dev/google-jwks.json
+
+# Play Developer API service account: an RSA key in PKCS#8 PEM and the JSON key file Google's console
+# downloads, with the PEM in "private_key" (newlines as \n). The tests sign the OAuth assertion with it
+# and verify it with the key's public half.
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out google/service-account.key 2>/dev/null
+pem=$(awk '{printf "%s\\n", $0}' google/service-account.key)
+cat >google/service-account.json <<JSON
+{
+  "type": "service_account",
+  "project_id": "relay-test",
+  "private_key_id": "test-key-1",
+  "private_key": "$pem",
+  "client_email": "relay-play@relay-test.iam.gserviceaccount.com",
+  "client_id": "100000000000000000001",
+  "auth_uri": "https://accounts.google.com/o/oauth2/auth",
+  "token_uri": "https://oauth2.googleapis.com/token",
+  "auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
+  "client_x509_cert_url": "https://www.googleapis.com/robot/v1/metadata/x509/relay-play%40relay-test.iam.gserviceaccount.com",
+  "universe_domain": "googleapis.com"
+}
+JSON
+
 echo "fixtures written to $(pwd)"

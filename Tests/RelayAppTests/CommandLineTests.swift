@@ -72,8 +72,13 @@ import Testing
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.output?["accepted"] == true)
         #expect(result.output?["store"] == "apple")
-        #expect(result.output?["events"] == [])
         #expect(result.output?["notification"]?["data"]?["signedTransactionInfo"]?["originalTransactionId"] == "2000000123456789")
+        // Normalized statelessly with config/dev.yaml's products: a new subscriber's purchase unlocks `pro`.
+        let events = result.output?["events"]?.arrayValue ?? []
+        #expect(events.map { $0["type"]?.stringValue } == ["initial_purchase", "subscription_status_did_change"])
+        #expect(events.first?["data"]?["price"] == 9.99)
+        #expect(events.first?["data"]?["entitlements"] == [["id": "pro", "type": "SERVICE_LEVEL"]])
+        #expect(events.last?["data"]?["to"]?["status"] == "ACTIVE")
     }
 
     @Test func explainsARejectionAndExits65() throws {
@@ -91,16 +96,68 @@ import Testing
         #expect(unknown.output?["reason"] == "unknown_app")
     }
 
-    @Test func verifiesAGooglePushWithItsAuthorizationHeader() throws {
+    @Test func verifiesAGooglePushAndReadsThePlayDeveloperAPI() async throws {
+        // A Play Developer API on 127.0.0.1 that knows one purchase token.
+        let purchase: JSON = [
+            "subscriptionState": "SUBSCRIPTION_STATE_ACTIVE", "startTime": "2030-01-01T00:00:00Z", "regionCode": "DE",
+            "lineItems": [[
+                "productId": "pro_monthly", "expiryTime": "2030-02-01T00:00:00Z", "offerDetails": ["basePlanId": "monthly"],
+                "autoRenewingPlan": ["autoRenewEnabled": true, "recurringPrice": ["currencyCode": "EUR", "units": "4", "nanos": 990000000]],
+                "latestSuccessfulOrderId": "GPA.1234-5678-9012-34567",
+            ]],
+            "externalAccountIdentifiers": ["obfuscatedExternalAccountId": "user-42"],
+        ]
+        let api = try await TestHTTPServer { request in
+            if request.path.hasSuffix("/token") { return TestHTTPResponse(text: #"{"access_token": "t", "expires_in": 3600}"#) }
+            guard request.path.hasSuffix("/purchases/subscriptionsv2/tokens/token-abc") else { return TestHTTPResponse(status: 404, text: "{}") }
+            return TestHTTPResponse(body: purchase.serialized())
+        }
+        defer { Task { await api.stop() } }
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("inspect") + ".yaml")
+        try Data(
+            """
+            apps:
+              - key: demo
+                projectId: 1
+                applicationId: 1
+                google:
+                  packageName: com.example.app
+                  pushAudience: "http://127.0.0.1:8080/v1/notifications/google/demo"
+                  pushServiceAccount: "pubsub-push@example.iam.gserviceaccount.com"
+                  jwks: \(Fixtures.path("google/jwks.json"))
+                  playApi: { baseUrl: "\(api.baseURL)", tokenUrl: "\(api.baseURL)/token", serviceAccountKey: \(Fixtures.path("google/service-account.json")) }
+                products:
+                  - { productId: pro_monthly, store: PLAY_STORE, entitlements: [pro] }
+            money: { exchangeRates: \(Fixtures.path("exchange-rates.json")) }
+            """.utf8
+        ).write(to: config)
+
         let now: Int64 = 1_900_000_000
         let claims = GooglePushSigner.claims(issuedAt: now, overrides: ["aud": "http://127.0.0.1:8080/v1/notifications/google/demo"])
         let header = "Authorization: Bearer \(GooglePushSigner().token(claims))"
         let body = GooglePushSigner.envelope(GooglePushSigner.developerNotification())
-        let result = try inspect(["--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"], body: body)
+        let result = try inspect(["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"], body: body)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.output?["notification"]?["subscriptionNotification"]?["notificationType"] == 4)
-        let expired = try inspect(["--store", "google", "--app", "demo", "--header", header, "--now", "\(now + 3661)"], body: body)
+        let event = result.output?["events"]?.arrayValue?.first?["data"]
+        #expect(result.output?["events"]?.arrayValue?.first?["type"] == "initial_purchase")
+        #expect(event?["productId"] == "pro_monthly:monthly")
+        #expect(event?["priceInPurchasedCurrency"] == 4.99)
+        #expect(event?["currencyCode"] == "EUR")
+        #expect(event?["price"] == 5.42)  // 4.99 EUR at 0.92 EUR per USD
+        #expect(event?["originalAppUserId"] == "user-42")
+        #expect(event?["entitlements"] == [["id": "pro", "type": "SERVICE_LEVEL"]])
+
+        let expired = try inspect(["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now + 3661)"], body: body)
         #expect(expired.output?["reason"] == "token_expired")
+        // A purchase token the Play Developer API does not know is a reject, with its reason.
+        var unknown = GooglePushSigner.developerNotification()
+        unknown = .object((unknown.objectValue ?? [:]).merging(["subscriptionNotification": ["notificationType": 4, "purchaseToken": "token-unknown"]]) { $1 })
+        let missing = try inspect(
+            ["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"],
+            body: GooglePushSigner.envelope(unknown))
+        #expect(missing.status == 65)
+        #expect(missing.output?["reason"] == "purchase_not_found")
     }
 
     @Test func badArgumentsExit64AndBadConfigurationExits78() throws {

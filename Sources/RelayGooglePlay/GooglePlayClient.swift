@@ -1,0 +1,172 @@
+public import Foundation
+public import Logging
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+
+/// The Google Play Developer API (androidpublisher v3) over libcurl, authenticated as a service account:
+/// the real state of a subscription (`purchases.subscriptionsv2.get`) or a one-time product
+/// (`purchases.products.get`) behind a Real-time Developer Notification.
+///
+/// Access tokens come from the service-account JWT bearer grant and are cached until 60 s before they
+/// expire; concurrent callers share one token request. A 401 from the API discards the cached token
+/// and tries once more with a fresh one. Connection errors, timeouts, 5xx and 429 (from the API or
+/// the token endpoint) are tried up to three times in all, 100 ms and then 200 ms apart, before they
+/// surface as `.unavailable`.
+public final class GooglePlayClient: Sendable {
+    /// Waits before the second and third attempt of an `.unavailable` failure.
+    static let retryDelays: [Duration] = [.milliseconds(100), .milliseconds(200)]
+
+    private let baseURL: String
+    private let tokens: AccessTokenSource
+    private let http: HTTPClient
+    private let logger: Logger
+
+    /// Reads and validates the service-account key file now, so a missing or broken key is a startup
+    /// error (`.configuration`, naming the file and the field); no request is made until the first call.
+    ///
+    /// - Parameters:
+    ///   - configuration: `baseUrl`, `tokenUrl` and `serviceAccountKey` (an absolute path to the JSON key).
+    ///   - http: the transport. Default: 5 s to connect, 15 s per request, 8 concurrent transfers.
+    ///   - now: seconds since 1970, for the assertion's `iat`/`exp` and the token cache. Default: the system clock.
+    public init(
+        configuration: RelayConfiguration.PlayAPI,
+        http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15), maxConcurrentTransfers: 8),
+        logger: Logger,
+        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+    ) throws(PlayAPIError) {
+        guard let keyPath = configuration.serviceAccountKey else {
+            throw PlayAPIError(
+                kind: .configuration,
+                message: "playApi.serviceAccountKey is not set; the Play Developer API needs a service account's JSON key file")
+        }
+        let key = try ServiceAccountKey.load(path: keyPath)
+        var baseURL = configuration.baseUrl
+        while baseURL.hasSuffix("/") { baseURL.removeLast() }
+        self.baseURL = baseURL
+        self.http = http
+        self.logger = logger
+        self.tokens = AccessTokenSource(key: key, tokenURL: configuration.tokenUrl, http: http, logger: logger, now: now)
+    }
+
+    /// The service account the client authenticates as (`client_email` of the key file).
+    public var serviceAccount: String { tokens.key.clientEmail }
+
+    /// `purchases.subscriptionsv2.get`: the SubscriptionPurchaseV2 object for a purchase token.
+    ///
+    /// `GET {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/subscriptionsv2/tokens/{purchaseToken}`
+    public func subscription(packageName: String, purchaseToken: String) async throws(PlayAPIError) -> JSON {
+        try await get(
+            ["applications", packageName, "purchases", "subscriptionsv2", "tokens", purchaseToken],
+            what: "the subscription purchase", packageName: packageName, purchaseToken: purchaseToken)
+    }
+
+    /// `purchases.products.get`: the ProductPurchase object for a one-time product's purchase token.
+    ///
+    /// `GET {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/products/{productId}/tokens/{purchaseToken}`
+    public func product(packageName: String, productId: String, purchaseToken: String) async throws(PlayAPIError) -> JSON {
+        guard !productId.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the product id is empty") }
+        return try await get(
+            ["applications", packageName, "purchases", "products", productId, "tokens", purchaseToken],
+            what: "the purchase of product \(productId)", packageName: packageName, purchaseToken: purchaseToken)
+    }
+
+    // MARK: Transport
+
+    /// One API GET, with the retries of `.unavailable` failures.
+    private func get(_ segments: [String], what: String, packageName: String, purchaseToken: String) async throws(PlayAPIError) -> JSON {
+        guard !packageName.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the package name is empty") }
+        guard !purchaseToken.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the purchase token is empty") }
+        let url = baseURL + "/androidpublisher/v3/" + segments.map(PercentEncoding.pathSegment).joined(separator: "/")
+        var attempt = 0
+        while true {
+            do throws(PlayAPIError) {
+                return try await authorizedGet(url, what: what, packageName: packageName)
+            } catch {
+                guard error.isRetriable, attempt < Self.retryDelays.count else { throw error }
+                logger.debug(
+                    "Play Developer API call failed; retrying",
+                    metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(attempt + 1)", LogKey.error: "\(error)"])
+                let failure = error
+                do { try await Task.sleep(for: Self.retryDelays[attempt]) } catch { throw failure }
+                attempt += 1
+            }
+        }
+    }
+
+    /// One attempt: a token, the request, and on 401 a fresh token and the request once more.
+    private func authorizedGet(_ url: String, what: String, packageName: String) async throws(PlayAPIError) -> JSON {
+        let token = try await tokens.token()
+        var response = try await send(url, token: token)
+        if response.status == 401 {
+            tokens.invalidate(token)
+            logger.info(
+                "Play Developer API refused the access token; fetching a new one",
+                metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.serviceAccount: "\(serviceAccount)"])
+            response = try await send(url, token: try await tokens.token())
+        }
+        return try document(response, what: what, packageName: packageName)
+    }
+
+    private func send(_ url: String, token: AccessTokenSource.AccessToken) async throws(PlayAPIError) -> HTTPClientResponse {
+        do {
+            return try await http.send("GET", url, headers: [("Authorization", "Bearer \(token.value)"), ("Accept", "application/json")])
+        } catch {
+            throw PlayAPIError.transport(error, endpoint: "the Play Developer API at \(baseURL)", setting: "playApi.baseUrl")
+        }
+    }
+
+    /// The JSON object of a 2xx answer, or the error its status means.
+    private func document(_ response: HTTPClientResponse, what: String, packageName: String) throws(PlayAPIError) -> JSON {
+        let status = response.status
+        switch status {
+        case 200..<300:
+            guard let document = try? JSON.parse(response.body), case .object = document else {
+                throw PlayAPIError(kind: .invalidResponse, message: "\(what) in \(packageName) came back as HTTP \(status) without a JSON object")
+            }
+            return document
+        case 404, 410:
+            throw PlayAPIError(
+                kind: .notFound,
+                message: "Google Play does not know the purchase token for \(what) in \(packageName) (HTTP \(status)):"
+                    + " it is wrong, belongs to another package, or expired long ago")
+        case 401:
+            throw PlayAPIError(
+                kind: .rejected,
+                message: "the Play Developer API refused a fresh access token for \(serviceAccount) (HTTP 401"
+                    + Self.googleError(response.body) + "); check that the service account is enabled")
+        case 429, 500...:
+            throw PlayAPIError(kind: .unavailable, message: "the Play Developer API answered HTTP \(status) for \(what) in \(packageName)")
+        case 400..<500:
+            let hint =
+                status == 403
+                ? "; grant \(serviceAccount) access to \(packageName) in Play Console (Users and permissions)"
+                    + " and enable the Google Play Android Developer API in its Cloud project"
+                : ""
+            throw PlayAPIError(
+                kind: .rejected,
+                message: "the Play Developer API refused the request for \(what) in \(packageName) (HTTP \(status)"
+                    + Self.googleError(response.body) + ")" + hint)
+        default:
+            throw PlayAPIError(kind: .invalidResponse, message: "the Play Developer API answered an unexpected HTTP \(status) for \(what) in \(packageName)")
+        }
+    }
+
+    /// `, STATUS: "message"` from a Google API error body (`{"error": {"code", "message", "status"}}`),
+    /// shortened and without control characters, or nothing.
+    static func googleError(_ body: [UInt8]) -> String {
+        guard let error = (try? JSON.parse(body))?["error"] else { return "" }
+        var parts: [String] = []
+        if let status = error["status"]?.stringValue, !status.isEmpty { parts.append(PlayAPIError.excerpt(status)) }
+        if let message = error["message"]?.stringValue, !message.isEmpty { parts.append("\"" + PlayAPIError.excerpt(message) + "\"") }
+        return parts.isEmpty ? "" : ", " + parts.joined(separator: ": ")
+    }
+}
+
+/// Log metadata keys of this module (the shared ones are `LogKey`).
+enum PlayLogKey {
+    static let serviceAccount = "play.service_account"
+    static let packageName = "play.package"
+    static let expiresIn = "play.token_expires_in"
+    static let attempt = "attempt"
+}

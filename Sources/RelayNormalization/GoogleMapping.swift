@@ -1,0 +1,305 @@
+import Foundation
+import RelayBackend
+import RelayCore
+import RelayVerification
+
+/// Google Play Real-time developer notifications → standardized events and state. The notification
+/// only names what happened; the subscription's real state comes from the Play Developer API
+/// (`purchases.subscriptionsv2.get`, `purchases.products.get`), fetched by the normalizer into `PlayData`.
+enum GoogleMapping {
+    /// What the normalizer must fetch for a DeveloperNotification.
+    enum Fetch: Equatable {
+        case none
+        case subscription(purchaseToken: String)
+        case product(productId: String, purchaseToken: String)
+    }
+
+    static func fetch(for notification: JSON) -> Fetch {
+        switch DeveloperNotificationKind(notification) {
+        case .subscription(let code):
+            guard code != 20, let token = notification["subscriptionNotification"]?.text("purchaseToken") else { return .none }
+            return .subscription(purchaseToken: token)
+        case .oneTimeProduct(let code):
+            guard code == 1, let one = notification["oneTimeProductNotification"], let token = one.text("purchaseToken"),
+                let sku = one.text("sku")
+            else { return .none }
+            return .product(productId: sku, purchaseToken: token)
+        case .voidedPurchase:
+            let voided = notification["voidedPurchaseNotification"]
+            guard voided?.integer("productType") == 1, let token = voided?.text("purchaseToken") else { return .none }
+            return .subscription(purchaseToken: token)
+        case .test, .unknown:
+            return .none
+        }
+    }
+
+    static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        let notification = input.notification.payload
+        let eventTime = notification.integer("eventTimeMillis") ?? input.receivedAt
+        switch DeveloperNotificationKind(notification) {
+        case .subscription(let code):
+            return subscription(code: code, input, prior: prior, eventTime: eventTime)
+        case .oneTimeProduct(let code):
+            return oneTime(code: code, input, prior: prior, eventTime: eventTime)
+        case .voidedPurchase:
+            return voided(input, prior: prior, eventTime: eventTime)
+        case .test:
+            return StoreMapping(subject: nil, environment: "SANDBOX", eventTime: eventTime)
+        case .unknown:
+            var mapping = StoreMapping(subject: nil, environment: "PRODUCTION", eventTime: eventTime)
+            mapping.recognized = false
+            return mapping
+        }
+    }
+
+    // MARK: Subscriptions
+
+    private static func subscription(code: Int64, _ input: MappingInput, prior: SubscriptionState?, eventTime: Int64) -> StoreMapping {
+        let token = input.notification.payload["subscriptionNotification"]?.text("purchaseToken")
+        var mapping = StoreMapping(subject: token, environment: prior?.environment ?? "PRODUCTION", eventTime: eventTime)
+        guard Self.subscriptionCodes.contains(code) else {
+            mapping.recognized = false
+            return mapping
+        }
+        guard let token, let purchase = input.play?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) else {
+            // SUBSCRIPTION_PENDING_PURCHASE_CANCELED: a purchase that never completed; nothing to apply.
+            return mapping
+        }
+        mapping.environment = facts.environment
+        mapping.appUserId = facts.appUserId
+        mapping.bundleId = input.notification.payload.text("packageName")
+
+        var state = SubscriptionState(
+            store: .google, originalTransactionId: token, applicationId: input.app.applicationId,
+            originalAppUserId: facts.appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: facts.productId,
+            productGroupId: facts.subscriptionId, status: facts.status, periodType: facts.periodType, autoRenew: facts.autoRenew, expiresAt: facts.expiresAt,
+            gracePeriodExpiresAt: facts.status == .inGracePeriod ? facts.expiresAt : nil, environment: facts.environment,
+            lastTransactionId: facts.orderId, sourceTimestamp: eventTime)
+        if facts.pending { state.status = .inBillingRetry }
+
+        var draft = facts.draft(.renewal, purchasedAt: eventTime)
+        switch code {
+        case 4:  // PURCHASED
+            draft.purchasedAt = facts.startedAt ?? eventTime
+            if purchase.text("linkedPurchaseToken") != nil {
+                // An upgrade, downgrade or resubscription replaced an older purchase token.
+                draft.type = .productChange
+                draft.newProductId = facts.productId
+            } else {
+                draft.type = .initialPurchase
+            }
+            draft.sdkEvents = SDKEvent.purchase(facts.periodType)
+            mapping.events = [draft]
+        case 2, 1:  // RENEWED (also a resumed pause), RECOVERED (from account hold)
+            draft.type = .renewal
+            draft.isTrialConversion = code == 2 && prior?.periodType == .trial && facts.periodType != .trial
+            mapping.events = [draft]
+        case 3, 18:  // CANCELED, CANCELLATION_SCHEDULED
+            guard !facts.replaced else { break }
+            draft.type = .cancellation
+            draft.cancelReason = facts.cancelReason ?? Reason.unsubscribe
+            draft.amount = nil
+            mapping.events = [draft]
+        case 7:  // RESTARTED
+            state.autoRenew = true
+            draft.type = .uncancellation
+            draft.amount = nil
+            mapping.events = [draft]
+        case 6:  // IN_GRACE_PERIOD
+            state.status = .inGracePeriod
+            state.gracePeriodExpiresAt = facts.expiresAt
+            draft.type = .billingIssue
+            draft.gracePeriodExpiresAt = facts.expiresAt
+            draft.amount = nil
+            mapping.events = [draft]
+        case 5:  // ON_HOLD: access ends; a billing issue unless the grace period already reported it
+            state.status = .inBillingRetry
+            state.gracePeriodExpiresAt = nil
+            if prior?.status != .inGracePeriod {
+                draft.type = .billingIssue
+                draft.amount = nil
+                mapping.events = [draft]
+            }
+        case 9:  // DEFERRED
+            draft.type = .subscriptionExtended
+            draft.amount = nil
+            mapping.events = [draft]
+        case 10:  // PAUSED
+            state.status = .paused
+            draft.type = .subscriptionPaused
+            draft.amount = nil
+            mapping.events = [draft]
+        case 12:  // REVOKED: refunded and access removed now (the voided purchase carries the refund)
+            state.status = .revoked
+            state.autoRenew = false
+            draft.type = .expiration
+            draft.expirationReason = Reason.customerSupport
+            draft.amount = nil
+            mapping.events = [draft]
+        case 13:  // EXPIRED
+            state.status = .expired
+            state.autoRenew = false
+            guard !facts.replaced else { break }
+            draft.type = .expiration
+            draft.expirationReason = facts.cancelReason ?? (prior?.status == .inBillingRetry ? Reason.billingError : Reason.unknown)
+            draft.amount = nil
+            mapping.events = [draft]
+        default:
+            // PRICE_CHANGE_CONFIRMED, PAUSE_SCHEDULE_CHANGED, ITEMS_CHANGED, PRICE_CHANGE_UPDATED,
+            // PRICE_STEP_UP_CONSENT_UPDATED: the state is refreshed, no event.
+            break
+        }
+        mapping.state = state
+        return mapping
+    }
+
+    /// Subscription notification codes this mapping handles (all that Google documents).
+    static let subscriptionCodes: Set<Int64> = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 18, 19, 20, 22]
+
+    // MARK: One-time products
+
+    private static func oneTime(code: Int64, _ input: MappingInput, prior: SubscriptionState?, eventTime: Int64) -> StoreMapping {
+        let one = input.notification.payload["oneTimeProductNotification"] ?? .object([:])
+        let token = one.text("purchaseToken")
+        var mapping = StoreMapping(subject: token, environment: prior?.environment ?? "PRODUCTION", eventTime: eventTime)
+        guard code == 1 || code == 2 else {
+            mapping.recognized = false
+            return mapping
+        }
+        // ONE_TIME_PRODUCT_CANCELED: a pending purchase was canceled; it never gave access.
+        guard code == 1, let token, let purchase = input.play?.product else { return mapping }
+        guard purchase.integer("purchaseState") == 0 else { return mapping }  // pending or canceled
+        let productId = purchase.text("productId") ?? one.text("sku") ?? ""
+        let environment = purchase.integer("purchaseType") == 0 ? "SANDBOX" : "PRODUCTION"
+        mapping.environment = environment
+        mapping.appUserId = purchase.text("obfuscatedExternalAccountId")
+        mapping.bundleId = input.notification.payload.text("packageName")
+        let orderId = purchase.text("orderId")
+        mapping.state = SubscriptionState(
+            store: .google, originalTransactionId: token, applicationId: input.app.applicationId,
+            originalAppUserId: mapping.appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: productId,
+            status: .active, periodType: .normal, autoRenew: false, expiresAt: nil, environment: environment, lastTransactionId: orderId,
+            sourceTimestamp: eventTime)
+        mapping.events = [
+            EventDraft(
+                type: .nonRenewingPurchase, productId: productId, transactionId: orderId,
+                purchasedAt: purchase.integer("purchaseTimeMillis") ?? eventTime, countryCode: purchase.text("regionCode"),
+                sdkEvents: [SDKEvent.transactionComplete, SDKEvent.nonRecurringProductPurchase])
+        ]
+        return mapping
+    }
+
+    // MARK: Voided purchases (refunds, chargebacks)
+
+    private static func voided(_ input: MappingInput, prior: SubscriptionState?, eventTime: Int64) -> StoreMapping {
+        let voided = input.notification.payload["voidedPurchaseNotification"] ?? .object([:])
+        let token = voided.text("purchaseToken")
+        var mapping = StoreMapping(subject: token, environment: prior?.environment ?? "PRODUCTION", eventTime: eventTime)
+        mapping.appUserId = prior?.originalAppUserId
+        mapping.bundleId = input.notification.payload.text("packageName")
+        var draft = EventDraft(
+            type: .cancellation, productId: prior?.productId, transactionId: voided.text("orderId"), purchasedAt: eventTime,
+            cancelReason: Reason.customerSupport)
+        if voided.integer("productType") == 1, let purchase = input.play?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) {
+            // The subscription's price; a partial (quantity-based) refund's amount is not reported.
+            mapping.environment = facts.environment
+            mapping.appUserId = facts.appUserId ?? mapping.appUserId
+            draft.productId = facts.productId
+            draft.periodType = facts.periodType
+            draft.expirationAt = facts.expiresAt
+            draft.countryCode = facts.countryCode
+            if voided.integer("refundType") != 2 { draft.amount = facts.recurringPrice?.negated }
+            // Access is removed by SUBSCRIPTION_REVOKED when Google revokes it; a refund alone keeps it.
+        } else if voided.integer("productType") == 2, var state = prior {
+            // A refunded one-time product no longer gives access.
+            state.status = .refunded
+            state.sourceTimestamp = eventTime
+            mapping.state = state
+        }
+        mapping.events = [draft]
+        return mapping
+    }
+}
+
+/// The fields of a SubscriptionPurchaseV2 that events and state use.
+private struct SubscriptionFacts {
+    /// `productId:basePlanId` (or the subscription id alone when there is no base plan).
+    var productId: String
+    /// The subscription's `productId`.
+    var subscriptionId: String
+    var expiresAt: Int64?
+    var startedAt: Int64?
+    var autoRenew: Bool
+    var status: SubscriptionState.Status
+    var pending: Bool
+    var periodType: SubscriptionState.PeriodType
+    var recurringPrice: Amount?
+    var amount: Amount?
+    var countryCode: String?
+    var appUserId: String?
+    var environment: String
+    var orderId: String?
+    var offerCode: String?
+    var cancelReason: String?
+    /// Canceled because a plan change replaced it (no cancellation or expiration event).
+    var replaced: Bool
+
+    init?(_ purchase: JSON, eventTime: Int64) {
+        guard let line = purchase["lineItems"]?.arrayValue?.first, let product = line.text("productId") else { return nil }
+        let basePlan = line["offerDetails"]?.text("basePlanId")
+        productId = basePlan.map { "\(product):\($0)" } ?? product
+        subscriptionId = product
+        expiresAt = Timestamp.milliseconds(line.text("expiryTime"))
+        startedAt = Timestamp.milliseconds(purchase.text("startTime"))
+        autoRenew = line["autoRenewingPlan"]?["autoRenewEnabled"]?.boolValue ?? false
+        let state = purchase.text("subscriptionState") ?? ""
+        pending = state == "SUBSCRIPTION_STATE_PENDING"
+        switch state {
+        case "SUBSCRIPTION_STATE_IN_GRACE_PERIOD": status = .inGracePeriod
+        case "SUBSCRIPTION_STATE_ON_HOLD": status = .inBillingRetry
+        case "SUBSCRIPTION_STATE_PAUSED": status = .paused
+        case "SUBSCRIPTION_STATE_EXPIRED", "SUBSCRIPTION_STATE_PENDING_PURCHASE_CANCELED": status = .expired
+        case "SUBSCRIPTION_STATE_CANCELED": status = (expiresAt.map { $0 > eventTime } ?? false) ? .active : .expired
+        default: status = .active
+        }
+        // `offerPhase` says which phase the current period is in; a signup promotion is a promotional period.
+        let phase = line["offerPhase"]
+        if phase?.present("freeTrial") != nil {
+            periodType = .trial
+        } else if phase?.present("introductoryPrice") != nil {
+            periodType = .intro
+        } else if line.present("signupPromotion") != nil || purchase.present("signupPromotion") != nil {
+            periodType = .promotional
+        } else {
+            periodType = .normal
+        }
+        recurringPrice = Amount.googleMoney(line["autoRenewingPlan"]?["recurringPrice"])
+        switch periodType {
+        case .trial: amount = recurringPrice.map { Amount(0, $0.currency) }
+        case .normal: amount = recurringPrice
+        case .intro, .promotional: amount = nil  // the discounted price is not in the API's answer
+        }
+        countryCode = purchase.text("regionCode")
+        appUserId = purchase["externalAccountIdentifiers"]?.text("obfuscatedExternalAccountId")
+        environment = purchase.present("testPurchase") != nil ? "SANDBOX" : "PRODUCTION"
+        orderId = line.text("latestSuccessfulOrderId") ?? purchase.text("latestOrderId")
+        offerCode = line["offerDetails"]?.text("offerId")
+        let canceled = purchase["canceledStateContext"]
+        replaced = canceled?.present("replacementCancellation") != nil
+        if canceled?.present("userInitiatedCancellation") != nil {
+            cancelReason = Reason.unsubscribe
+        } else if canceled?.present("systemInitiatedCancellation") != nil {
+            cancelReason = Reason.billingError
+        } else if canceled?.present("developerInitiatedCancellation") != nil {
+            cancelReason = Reason.developerInitiated
+        } else {
+            cancelReason = nil
+        }
+    }
+
+    func draft(_ type: EventType, purchasedAt: Int64) -> EventDraft {
+        EventDraft(
+            type: type, periodType: periodType, productId: productId, transactionId: orderId, purchasedAt: purchasedAt,
+            expirationAt: expiresAt, offerCode: offerCode, countryCode: countryCode, amount: amount)
+    }
+}

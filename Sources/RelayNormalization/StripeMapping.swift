@@ -1,0 +1,279 @@
+import Foundation
+import RelayBackend
+import RelayCore
+
+/// Stripe Billing events → standardized events and state. Subscriptions are keyed by their id; a
+/// Checkout payment (one-time purchase) by its session id.
+enum StripeMapping {
+    static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        let event = input.notification.payload
+        let type = event.text("type") ?? ""
+        let object = event["data"]?["object"] ?? .object([:])
+        let previous = event["data"]?["previous_attributes"]
+        let environment = event["livemode"]?.boolValue == true ? "PRODUCTION" : "SANDBOX"
+        let eventTime = (event.integer("created") ?? input.receivedAt / 1000) * 1000
+        var mapping = StoreMapping(subject: nil, environment: environment, eventTime: eventTime)
+        switch type {
+        case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted",
+            "customer.subscription.paused", "customer.subscription.resumed", "customer.subscription.trial_will_end",
+            "customer.subscription.pending_update_applied", "customer.subscription.pending_update_expired":
+            subscriptionEvent(type, object, previous: previous, input, prior: prior, into: &mapping)
+        case "invoice.paid", "invoice.payment_succeeded", "invoice.payment_failed":
+            invoiceEvent(type, object, input, prior: prior, into: &mapping)
+        case "charge.refunded":
+            refund(object, previous: previous, event: event, into: &mapping)
+        case "checkout.session.completed":
+            checkout(object, input, prior: prior, into: &mapping)
+        default:
+            mapping.recognized = false
+        }
+        return mapping
+    }
+
+    // MARK: Subscriptions
+
+    private static func subscriptionEvent(
+        _ type: String, _ subscription: JSON, previous: JSON?, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping
+    ) {
+        guard let id = subscription.text("id") else { return }
+        mapping.subject = id
+        let facts = SubscriptionFacts(subscription)
+        mapping.appUserId = facts.appUserId
+        guard let priceId = facts.priceId else { return }
+        // An incomplete subscription has not been paid yet; it starts when it becomes active.
+        guard facts.stripeStatus != "incomplete" else { return }
+        let state = SubscriptionState(
+            store: .stripe, originalTransactionId: id, applicationId: input.app.applicationId,
+            originalAppUserId: facts.appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: priceId,
+            productGroupId: facts.productId, status: facts.status, periodType: facts.periodType, autoRenew: facts.autoRenew,
+            expiresAt: facts.expiresAt, environment: mapping.environment, lastTransactionId: facts.latestInvoice ?? prior?.lastTransactionId,
+            sourceTimestamp: mapping.eventTime)
+        mapping.state = state
+        var draft = facts.draft()
+        switch type {
+        case "customer.subscription.created":
+            guard facts.stripeStatus == "active" || facts.stripeStatus == "trialing" else { return }
+            draft.type = .initialPurchase
+            draft.purchasedAt = facts.startedAt ?? mapping.eventTime
+            draft.sdkEvents = SDKEvent.purchase(facts.periodType)
+            mapping.events = [draft]
+        case "customer.subscription.updated":
+            guard let previous else { return }
+            if previous["status"]?.stringValue == "incomplete", facts.stripeStatus == "active" || facts.stripeStatus == "trialing" {
+                draft.type = .initialPurchase
+                draft.purchasedAt = facts.startedAt ?? mapping.eventTime
+                draft.sdkEvents = SDKEvent.purchase(facts.periodType)
+                mapping.events.append(draft)
+            }
+            if let oldPrice = previous["items"]?["data"]?.arrayValue?.first.flatMap({ SubscriptionFacts.price(of: $0)?.text("id") }),
+                oldPrice != priceId
+            {
+                var change = draft
+                change.type = .productChange
+                change.productId = oldPrice
+                change.newProductId = priceId
+                change.amount = nil
+                mapping.events.append(change)
+            }
+            // previous_attributes holds the old values of what changed (a key with null when it was null).
+            var oldAutoRenew: Bool?
+            if let flag = previous["cancel_at_period_end"]?.boolValue {
+                oldAutoRenew = !flag
+            } else if let cancelAt = previous["cancel_at"] {
+                oldAutoRenew = cancelAt.isNull
+            }
+            if let oldAutoRenew, oldAutoRenew != facts.autoRenew, facts.stripeStatus != "canceled" {
+                var change = draft
+                change.type = facts.autoRenew ? .uncancellation : .cancellation
+                change.cancelReason = facts.autoRenew ? nil : facts.cancelReason ?? Reason.unsubscribe
+                change.amount = nil
+                mapping.events.append(change)
+            }
+        case "customer.subscription.deleted":
+            draft.type = .expiration
+            draft.expirationReason = facts.cancelReason ?? Reason.unknown
+            draft.amount = nil
+            mapping.events = [draft]
+        case "customer.subscription.paused":
+            draft.type = .subscriptionPaused
+            draft.amount = nil
+            mapping.events = [draft]
+        default:
+            // resumed (the next invoice is the renewal), trial_will_end, pending updates: state only.
+            break
+        }
+    }
+
+    // MARK: Invoices
+
+    private static func invoiceEvent(_ type: String, _ invoice: JSON, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping) {
+        let subscriptionId = invoice.text("subscription") ?? invoice["subscription"]?.text("id")
+            ?? invoice["parent"]?["subscription_details"]?.text("subscription")
+        guard let subscriptionId else { return }  // a one-off invoice: not a subscription event
+        mapping.subject = subscriptionId
+        let details = invoice.present("subscription_details") ?? invoice["parent"]?.present("subscription_details")
+        mapping.appUserId = details?["metadata"]?.text("app_user_id") ?? prior?.originalAppUserId
+        let line = invoice["lines"]?["data"]?.arrayValue?.first { $0.present("price") != nil || $0["pricing"]?.present("price_details") != nil }
+            ?? invoice["lines"]?["data"]?.arrayValue?.first
+        let price = line.flatMap { SubscriptionFacts.price(of: $0) }
+        let priceId = price?.text("id") ?? line?["pricing"]?["price_details"]?.text("price") ?? prior?.productId
+        let productId = SubscriptionFacts.productId(of: price) ?? line?["pricing"]?["price_details"]?.text("product") ?? prior?.productGroupId
+        let periodEnd = line?["period"]?.integer("end").map { $0 * 1000 }
+        let currency = invoice.text("currency") ?? "usd"
+        let tax = invoice.integer("tax") ?? invoice["total_taxes"]?.arrayValue.map { $0.reduce(Int64(0)) { $0 + ($1.integer("amount") ?? 0) } }
+        let reason = invoice.text("billing_reason")
+        guard let priceId else { return }
+
+        var state = prior ?? SubscriptionState(
+            store: .stripe, originalTransactionId: subscriptionId, applicationId: input.app.applicationId, productId: priceId,
+            status: .active, sourceTimestamp: mapping.eventTime)
+        state.productId = priceId
+        state.productGroupId = productId ?? state.productGroupId
+        state.originalAppUserId = mapping.appUserId
+        state.environment = mapping.environment
+        state.sourceTimestamp = mapping.eventTime
+        var draft = EventDraft(
+            type: .renewal, periodType: .normal, productId: priceId, transactionId: invoice.text("id"), purchasedAt: mapping.eventTime,
+            expirationAt: periodEnd ?? prior?.expiresAt, countryCode: invoice["customer_address"]?.text("country"))
+        if type == "invoice.payment_failed" {
+            state.status = .inGracePeriod  // Stripe retries the payment; the subscription is past_due
+            state.gracePeriodExpiresAt = invoice.integer("next_payment_attempt").map { $0 * 1000 }
+            draft.type = .billingIssue
+            draft.gracePeriodExpiresAt = state.gracePeriodExpiresAt
+            mapping.events = [draft]
+            mapping.state = state
+            return
+        }
+        // invoice.paid (and its older twin invoice.payment_succeeded, which Stripe sends for the same payment)
+        guard type == "invoice.paid" else { return }
+        state.status = .active
+        state.gracePeriodExpiresAt = nil
+        state.lastTransactionId = invoice.text("id")
+        if let periodEnd { state.expiresAt = max(periodEnd, state.expiresAt ?? periodEnd) }
+        if reason == "subscription_cycle" {
+            let paid = invoice.integer("amount_paid") ?? 0
+            draft.amount = Amount.stripeMinorUnits(paid, currency)
+            if let tax, paid - tax > 0 { draft.taxPercentage = Decimal(tax) / Decimal(paid - tax) }
+            draft.isTrialConversion = prior?.periodType == .trial
+            state.periodType = .normal
+            mapping.events = [draft]
+        }
+        // subscription_create: customer.subscription.created is the initial purchase; subscription_update:
+        // the proration of a product change. Both update the state only.
+        mapping.state = state
+    }
+
+    // MARK: Refunds and one-time purchases
+
+    private static func refund(_ charge: JSON, previous: JSON?, event: JSON, into mapping: inout StoreMapping) {
+        // A charge does not name the subscription or product; the event stands alone (no state change).
+        mapping.subject = NotificationSubject.extract(store: .stripe, document: event)
+        mapping.appUserId = charge["metadata"]?.text("app_user_id")
+        let refunded = (charge.integer("amount_refunded") ?? 0) - (previous?.integer("amount_refunded") ?? 0)
+        let currency = charge.text("currency") ?? "usd"
+        mapping.events = [
+            EventDraft(
+                type: .cancellation, transactionId: charge.text("id"), purchasedAt: mapping.eventTime, cancelReason: Reason.customerSupport,
+                countryCode: charge["billing_details"]?["address"]?.text("country"),
+                amount: refunded > 0 ? Amount.stripeMinorUnits(refunded, currency).negated : nil)
+        ]
+    }
+
+    private static func checkout(_ session: JSON, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping) {
+        // Subscriptions bought through Checkout arrive as customer.subscription.created.
+        guard session.text("mode") == "payment", session.text("payment_status") == "paid", let id = session.text("id") else { return }
+        mapping.subject = id
+        mapping.appUserId = session["metadata"]?.text("app_user_id") ?? session.text("client_reference_id")
+        let productId = session["metadata"]?.text("price_id") ?? session["metadata"]?.text("product_id")
+        let total = session.integer("amount_total") ?? 0
+        let tax = session["total_details"]?.integer("amount_tax")
+        var draft = EventDraft(
+            type: .nonRenewingPurchase, productId: productId, transactionId: session.text("payment_intent") ?? id,
+            purchasedAt: mapping.eventTime, countryCode: session["customer_details"]?["address"]?.text("country"),
+            amount: Amount.stripeMinorUnits(total, session.text("currency") ?? "usd"),
+            sdkEvents: [SDKEvent.transactionComplete, SDKEvent.nonRecurringProductPurchase])
+        if let tax, total - tax > 0 { draft.taxPercentage = Decimal(tax) / Decimal(total - tax) }
+        mapping.events = [draft]
+        if let productId {
+            mapping.state = SubscriptionState(
+                store: .stripe, originalTransactionId: id, applicationId: input.app.applicationId,
+                originalAppUserId: mapping.appUserId ?? prior?.originalAppUserId, productId: productId,
+                productGroupId: session["metadata"]?.text("product_id"), status: .active, autoRenew: false, environment: mapping.environment,
+                lastTransactionId: draft.transactionId, sourceTimestamp: mapping.eventTime)
+        }
+    }
+}
+
+/// The fields of a Stripe Subscription object that events and state use.
+private struct SubscriptionFacts {
+    var stripeStatus: String
+    var priceId: String?
+    var productId: String?
+    var amount: Amount?
+    var status: SubscriptionState.Status
+    var periodType: SubscriptionState.PeriodType
+    var autoRenew: Bool
+    var expiresAt: Int64?
+    var startedAt: Int64?
+    var appUserId: String?
+    var latestInvoice: String?
+    var offerCode: String?
+    var cancelReason: String?
+
+    init(_ subscription: JSON) {
+        stripeStatus = subscription.text("status") ?? ""
+        let item = subscription["items"]?["data"]?.arrayValue?.first
+        let price = item.flatMap { Self.price(of: $0) }
+        priceId = price?.text("id")
+        productId = Self.productId(of: price)
+        let quantity = item?.integer("quantity") ?? 1
+        switch stripeStatus {
+        case "trialing", "active": status = .active
+        case "past_due": status = .inGracePeriod  // Stripe is retrying the payment
+        case "unpaid": status = .inBillingRetry
+        case "paused": status = .paused
+        default: status = .expired  // canceled, incomplete_expired
+        }
+        let discounts = subscription["discounts"]?.arrayValue ?? []
+        if stripeStatus == "trialing" {
+            periodType = .trial
+        } else if subscription.present("discount") != nil || !discounts.isEmpty {
+            periodType = .promotional
+        } else {
+            periodType = .normal
+        }
+        if let unit = price?.integer("unit_amount"), let currency = price?.text("currency") {
+            amount = periodType == .trial ? Amount(0, currency) : Amount.stripeMinorUnits(unit * quantity, currency)
+        }
+        autoRenew = stripeStatus != "canceled" && subscription["cancel_at_period_end"]?.boolValue != true && subscription.present("cancel_at") == nil
+        let periodEnd = subscription.integer("current_period_end") ?? item?.integer("current_period_end")
+        expiresAt = (stripeStatus == "trialing" ? subscription.integer("trial_end") ?? periodEnd : periodEnd).map { $0 * 1000 }
+        if stripeStatus == "canceled", let ended = subscription.integer("ended_at") { expiresAt = ended * 1000 }
+        startedAt = subscription.integer("start_date").map { $0 * 1000 }
+        appUserId = subscription["metadata"]?.text("app_user_id") ?? subscription["customer"]?["metadata"]?.text("app_user_id")
+        latestInvoice = subscription.text("latest_invoice") ?? subscription["latest_invoice"]?.text("id")
+        offerCode = subscription["discount"]?["coupon"]?.text("id") ?? subscription["discount"]?.text("promotion_code")
+        cancelReason = switch subscription["cancellation_details"]?.text("reason") {
+        case "cancellation_requested": Reason.unsubscribe
+        case "payment_failed": Reason.billingError
+        case "payment_disputed": Reason.customerSupport
+        default: nil
+        }
+    }
+
+    /// A subscription item's or invoice line's price object.
+    static func price(of item: JSON) -> JSON? {
+        if let price = item.present("price"), case .object = price { return price }
+        return item["plan"].flatMap { $0.isNull ? nil : $0 }
+    }
+
+    static func productId(of price: JSON?) -> String? {
+        price?.text("product") ?? price?["product"]?.text("id")
+    }
+
+    func draft() -> EventDraft {
+        EventDraft(
+            type: .renewal, periodType: periodType, productId: priceId, transactionId: latestInvoice, purchasedAt: nil,
+            expirationAt: expiresAt, offerCode: offerCode, amount: amount)
+    }
+}

@@ -1,0 +1,254 @@
+import CoreMetrics
+import Foundation
+import Logging
+import RelayBackend
+import RelayConfig
+import RelayCore
+import RelayGooglePlay
+import RelayLocalBackend
+import RelayNormalization
+import RelayTestSupport
+import RelayVerification
+import ServiceLifecycle
+import Testing
+
+/// A scenario file (`Scenarios/<store>/<name>.json`): store notifications in, the expected events out.
+///
+/// ```json
+/// { "description": "...", "store": "apple", "user": "user-1",
+///   "templates": { "tx": { ...shared fields... } },
+///   "steps": [
+///     { "notification": { "$base": "tx", ...overrides },   // "$base" merges a template under the object
+///       "play": { "subscription": {...} },                 // Google: the Play Developer API's answers
+///       "messageId": "m-1",                                // Google: the Pub/Sub message id (dedup key)
+///       "receivedAt": 1893456001000,                       // default: the notification's own time + 1 s
+///       "expect": [ { "type": "initial_purchase", "data": { ...fields that must match... } } ],
+///       "state": { ...fields of the stored subscription state... },
+///       "entitlements": ["pro"],                           // the user's active entitlements afterwards
+///       "rejected": "purchase_not_found",                  // instead of events: the reject reason
+///       "resend": 0, "sameEventsAs": 0 }                   // send step 0 again; expect its exact events
+///   ] }
+/// ```
+///
+/// Apple notifications are written decoded: `data.signedTransactionInfo` and `data.signedRenewalInfo`
+/// are objects, signed with the fixture PKI by the runner. Google steps give the DeveloperNotification.
+/// Stripe and Paddle steps give the event as the store sends it; the runner signs it.
+struct Scenario: CustomTestStringConvertible, Sendable {
+    var file: String
+    var document: JSON
+
+    var testDescription: String { file }
+
+    static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Scenarios")
+
+    static var all: [Scenario] {
+        let files = (FileManager.default.enumerator(atPath: directory.path)?.compactMap { $0 as? String } ?? [])
+            .filter { $0.hasSuffix(".json") }.sorted()
+        return files.map { file in
+            let bytes = (try? Data(contentsOf: directory.appendingPathComponent(file))).map(Array.init) ?? []
+            return Scenario(file: file, document: (try? JSON.parse(bytes)) ?? ["invalid": .string(file)])
+        }
+    }
+}
+
+/// Resolves `"$base": "<template>"` members recursively: the template's members under the object's own.
+func resolveTemplates(_ value: JSON, _ templates: [String: JSON]) -> JSON {
+    switch value {
+    case .object(var members):
+        if let base = members.removeValue(forKey: "$base")?.stringValue, let template = templates[base] {
+            let resolvedTemplate = resolveTemplates(template, templates)
+            var merged = resolvedTemplate.objectValue ?? [:]
+            for (key, member) in members {
+                if case .object = member, case .object = merged[key] ?? .null {
+                    merged[key] = deepMerge(merged[key]!, resolveTemplates(member, templates))
+                } else {
+                    merged[key] = resolveTemplates(member, templates)
+                }
+            }
+            return .object(merged)
+        }
+        return .object(members.mapValues { resolveTemplates($0, templates) })
+    case .array(let elements):
+        return .array(elements.map { resolveTemplates($0, templates) })
+    default:
+        return value
+    }
+}
+
+/// `overlay`'s members over `base`'s, recursively for objects; `null` removes a member.
+func deepMerge(_ base: JSON, _ overlay: JSON) -> JSON {
+    guard case .object(var merged) = base, case .object(let members) = overlay else { return overlay }
+    for (key, member) in members {
+        if member.isNull {
+            merged[key] = nil
+        } else if case .object = member, let existing = merged[key], case .object = existing {
+            merged[key] = deepMerge(existing, member)
+        } else {
+            merged[key] = member
+        }
+    }
+    return .object(merged)
+}
+
+/// Where `actual` differs from the pattern `expected`: objects match by the expected members only
+/// (a missing actual member is null), arrays element by element with equal length, numbers by value.
+func mismatches(_ expected: JSON, _ actual: JSON?, path: String = "$") -> [String] {
+    let actual = actual ?? .null
+    switch expected {
+    case .object(let members):
+        guard case .object = actual else { return ["\(path): expected an object, got \(actual.text)"] }
+        return members.keys.sorted().flatMap { mismatches(members[$0]!, actual[$0], path: "\(path).\($0)") }
+    case .array(let elements):
+        guard let list = actual.arrayValue, list.count == elements.count else {
+            return ["\(path): expected \(expected.text), got \(actual.text)"]
+        }
+        return zip(elements, list).enumerated().flatMap { mismatches($0.element.0, $0.element.1, path: "\(path)[\($0.offset)]") }
+    case .integer, .number:
+        guard let want = expected.doubleValue, let got = actual.doubleValue, abs(want - got) < 1e-9 else {
+            return ["\(path): expected \(expected.text), got \(actual.text)"]
+        }
+        return []
+    default:
+        return expected == actual ? [] : ["\(path): expected \(expected.text), got \(actual.text)"]
+    }
+}
+
+/// The real pipeline pieces a scenario runs through: the verifier, the normalizer, the local backend
+/// over SQLite on 127.0.0.1, and a Play Developer API on 127.0.0.1 answering what the step says.
+final class ScenarioHarness: Sendable {
+    let configuration: RelayConfiguration
+    let verifier: NotificationVerifier
+    let normalizer: Normalizer
+    let client: BackendClient
+    /// The receive time of the current step: the backend's clock and the Play API's answers follow it.
+    let now = LockedBox<Int64>(Fixtures.signedDate)
+    let play = LockedBox<JSON>(.null)
+    private let backendGroup: ServiceGroup
+    private let backendTask: Task<Void, any Error>
+    private let playServer: TestHTTPServer
+
+    static let apiKey = "scenario-key"
+
+    init() async throws {
+        let play = self.play
+        playServer = try await TestHTTPServer { request in
+            if request.path.hasSuffix("/token") {
+                return TestHTTPResponse(text: #"{"access_token": "play-token", "expires_in": 3600, "token_type": "Bearer"}"#)
+            }
+            let answers = play.value
+            let document = request.path.contains("/subscriptionsv2/") ? answers["subscription"] : answers["product"]
+            guard let document, !document.isNull else {
+                return TestHTTPResponse(status: 404, text: #"{"error": {"code": 404, "message": "The purchase token was not found."}}"#)
+            }
+            return TestHTTPResponse(body: document.serialized())
+        }
+        let database = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scenario") + "/backend.sqlite").path
+        configuration = try RelayConfiguration.parse(
+            yaml: Self.yaml(database: database, playURL: playServer.baseURL), baseDirectory: Fixtures.directory.path, environment: [:])
+        let now = self.now
+        let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: database), clock: { now.value })
+        let ports = AsyncStream.makeStream(of: Int.self)
+        let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
+        backendGroup = ServiceGroup(services: [application], gracefulShutdownSignals: [], logger: testLogger())
+        let group = backendGroup
+        backendTask = Task { try await group.run() }
+        var iterator = ports.stream.makeAsyncIterator()
+        var backendConfiguration = configuration.backend
+        backendConfiguration.url = "http://127.0.0.1:\(await iterator.next() ?? 0)"
+        client = BackendClient(
+            configuration: backendConfiguration, retry: .init(retries: 2, initialDelay: .milliseconds(10)), logger: testLogger(),
+            metrics: NOOPMetricsHandler.instance)
+        verifier = try NotificationVerifier(configuration: configuration, logger: testLogger())
+        normalizer = try Normalizer(
+            configuration: configuration, stateStore: BackendStateStore(client: client), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+    }
+
+    func stop() async {
+        await backendGroup.triggerGracefulShutdown()
+        _ = try? await backendTask.value
+        await playServer.stop()
+    }
+
+    static func yaml(database: String, playURL: String) -> String {
+        """
+        backend: { url: "http://127.0.0.1:1", apiKey: "\(apiKey)", database: "\(database)", listen: "127.0.0.1:0", entitlementsTTL: 60s }
+        apps:
+          - key: demo
+            projectId: 1
+            applicationId: 1
+            apple: { bundleId: com.example.app, appAppleId: 1234, environments: [Sandbox, Production], rootCertificates: [apple/root.pem] }
+            google:
+              packageName: com.example.app
+              pushAudience: "https://relay.example.com/v1/notifications/google/demo"
+              pushServiceAccount: "pubsub-push@example.iam.gserviceaccount.com"
+              jwks: google/jwks.json
+              playApi: { baseUrl: "\(playURL)", tokenUrl: "\(playURL)/token", serviceAccountKey: google/service-account.json }
+            stripe: { signingSecrets: ["whsec_test_secret"] }
+            paddle: { secretKeys: ["pdl_ntfset_scenario_secret"] }
+            products:
+              - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
+              - { productId: com.example.pro.yearly, store: APP_STORE, entitlements: [pro] }
+              - { productId: com.example.premium.monthly, store: APP_STORE, entitlements: [pro, premium] }
+              - { productId: com.example.lifetime, store: APP_STORE, entitlements: [lifetime] }
+              - { productId: pro_monthly, store: PLAY_STORE, entitlements: [pro] }
+              - { productId: premium_monthly, store: PLAY_STORE, entitlements: [pro] }
+              - { productId: "premium_monthly:monthly", store: PLAY_STORE, entitlements: [pro, premium] }
+              - { productId: lifetime, store: PLAY_STORE, entitlements: [lifetime] }
+              - { productId: price_pro_monthly, store: STRIPE, entitlements: [pro] }
+              - { productId: prod_premium, store: STRIPE, entitlements: [pro, premium] }
+              - { productId: price_lifetime, store: STRIPE, entitlements: [lifetime] }
+              - { productId: pri_pro_monthly, store: PADDLE, entitlements: [pro] }
+              - { productId: pro_premium, store: PADDLE, entitlements: [pro, premium] }
+              - { productId: pri_lifetime, store: PADDLE, entitlements: [lifetime] }
+        money: { exchangeRates: exchange-rates.json }
+        """
+    }
+
+    /// The request the store would send for `notification`, received at `receivedAt`.
+    func request(store: Store, notification: JSON, messageId: String?, receivedAt: Int64) -> RawNotification {
+        var headers: [String: String] = [:]
+        let body: [UInt8]
+        switch store {
+        case .apple:
+            let signer = AppleSigner()
+            var payload = notification
+            if case .object(var members) = payload, case .object(var data) = members["data"] ?? .null {
+                for key in ["signedTransactionInfo", "signedRenewalInfo"] {
+                    if let nested = data[key], case .object = nested { data[key] = .string(signer.sign(nested)) }
+                }
+                members["data"] = .object(data)
+                payload = .object(members)
+            }
+            body = signer.body(payload)
+        case .google:
+            body = GooglePushSigner.envelope(notification, messageId: messageId ?? "0")
+            let signer = GooglePushSigner()
+            headers["authorization"] = "Bearer " + signer.token(GooglePushSigner.claims(issuedAt: receivedAt / 1000))
+        case .stripe:
+            body = notification.serialized()
+            headers["stripe-signature"] = WebhookSigning.stripeHeader(body: body, secret: "whsec_test_secret", timestamp: receivedAt / 1000)
+        case .paddle:
+            body = notification.serialized()
+            headers["paddle-signature"] = WebhookSigning.paddleHeader(body: body, secret: "pdl_ntfset_scenario_secret", timestamp: receivedAt / 1000)
+        }
+        return RawNotification(store: store, app: "demo", receivedAtMilliseconds: receivedAt, body: body, requestHeaders: headers)
+    }
+
+    /// The notification's own time (Unix ms), for the default receive time.
+    static func eventTime(store: Store, _ notification: JSON) -> Int64? {
+        switch store {
+        case .apple: notification["signedDate"]?.int64Value
+        case .google: notification["eventTimeMillis"]?.stringValue.flatMap { Int64($0) } ?? notification["eventTimeMillis"]?.int64Value
+        case .stripe: notification["created"]?.int64Value.map { $0 * 1000 }
+        case .paddle: notification["occurred_at"]?.stringValue.flatMap(parseRFC3339)
+        }
+    }
+
+    static func parseRFC3339(_ text: String) -> Int64? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: text) { return Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: text).map { Int64($0.timeIntervalSince1970 * 1000) }
+    }
+}
