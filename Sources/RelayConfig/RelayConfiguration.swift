@@ -118,6 +118,12 @@ public struct RelayConfiguration: Sendable {
         public var baseUrl: String = "https://androidpublisher.googleapis.com"
         public var tokenUrl: String = "https://oauth2.googleapis.com/token"
         public var serviceAccountKey: String?
+
+        public init(baseUrl: String = "https://androidpublisher.googleapis.com", tokenUrl: String = "https://oauth2.googleapis.com/token", serviceAccountKey: String? = nil) {
+            self.baseUrl = baseUrl
+            self.tokenUrl = tokenUrl
+            self.serviceAccountKey = serviceAccountKey
+        }
     }
 
     public struct Stripe: Sendable {
@@ -159,6 +165,8 @@ public struct RelayConfiguration: Sendable {
         public var exchangeRates: String?
         public var commission: [String: Double] = ["APP_STORE": 0.30, "APP_STORE_SMALL_BUSINESS": 0.15, "PLAY_STORE": 0.15, "STRIPE": 0.0, "PADDLE": 0.05]
         public var smallBusiness = false
+
+        public init() {}
     }
 
     /// The app with this key, if configured.

@@ -30,6 +30,8 @@ final class TestRelay: Sendable {
                 google: { packageName: com.example.app, pushAudience: "https://relay.test/google", pushServiceAccount: "push@example.iam.gserviceaccount.com", jwks: jwks.json }
                 stripe: { signingSecrets: ["whsec_test"] }
                 paddle: { secretKeys: ["pdl_test"] }
+                products:
+                  - { productId: price_pro, store: STRIPE, entitlements: [pro] }
               - key: stripe-only
                 projectId: 1
                 applicationId: 2

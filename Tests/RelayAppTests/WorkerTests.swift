@@ -111,6 +111,55 @@ import Testing
     }
 }
 
+/// Accepted notifications become standardized events on `relay.events` and state in the backend.
+@Suite struct NormalizationFlowTests {
+    @Test func aPostedNotificationYieldsEventsOnRelayEventsAndEntitlementsInTheBackend() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        let now = Int64(Date().timeIntervalSince1970)
+        let subscription: JSON = [
+            "id": "sub_flow", "object": "subscription", "customer": "cus_1", "status": "active", "start_date": .integer(now),
+            "current_period_end": .integer(now + 2_592_000), "cancel_at_period_end": false, "livemode": false,
+            "metadata": ["app_user_id": "user-flow"],
+            "items": ["data": [["quantity": 1, "price": ["id": "price_pro", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
+        ]
+        let event: JSON = [
+            "id": "evt_flow_1", "object": "event", "type": "customer.subscription.created", "created": .integer(now), "livemode": false,
+            "data": ["object": subscription],
+        ]
+        let body = event.text
+        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", signature)]).status == 200)
+
+        let (reader, collector) = try relay.reader(topic: "relay.events")
+        let records = try await collector.waitFor(count: 2)
+        #expect(records.map(\.keyString) == ["sub_flow", "sub_flow"])
+        let payloads = records.compactMap { try? JSON.parse($0.value) }
+        #expect(payloads.map { $0["type"]?.stringValue } == ["initial_purchase", "subscription_status_did_change"])
+        #expect(payloads.first?["data"]?["id"] == "stripe:evt_flow_1:initial_purchase")
+        #expect(payloads.first?["data"]?["price"] == 9.99)
+        #expect(payloads.first?["data"]?["store"] == "STRIPE")
+        #expect(payloads.first?["data"]?["originalAppUserId"] == "user-flow")
+        #expect(records.first?.headers.first(named: "relay-event-id")?.stringValue == "stripe:evt_flow_1:initial_purchase")
+        #expect(records.first?.headers.first(named: "relay-event-type")?.stringValue == "initial_purchase")
+
+        // The backend follows: the state is stored and the user has `pro`.
+        let client = relay.environment.process.backendClient
+        let stored = try #require(try await client.subscription(store: .stripe, originalTransactionId: "sub_flow"))
+        #expect(stored.status == .active)
+        #expect(stored.version == 1)
+        let entitlements = try await client.entitlements(appUserId: "user-flow")
+        #expect(entitlements?["entitlements"] == [["identifier": "pro", "type": "SERVICE_LEVEL"]])
+
+        // Stripe sends the event again: the same events (same ids), and the state does not move.
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", signature)]).status == 200)
+        let again = try await collector.waitFor(count: 4)
+        #expect(again.suffix(2).map(\.value) == records.map(\.value))
+        #expect(try await client.subscription(store: .stripe, originalTransactionId: "sub_flow")?.version == 1)
+        await reader.close()
+        try await relay.stop()
+    }
+}
+
 /// The process's local backend (dev runs it) serves the backend client at the address it publishes.
 @Suite struct LocalBackendRoleTests {
     @Test func devRunsTheLocalBackendAndTheWorkersClientReadsAndUpdatesState() async throws {

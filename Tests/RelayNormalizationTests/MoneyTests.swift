@@ -1,0 +1,106 @@
+import Foundation
+import RelayConfig
+import RelayCore
+@testable import RelayNormalization
+import RelayTestSupport
+import Testing
+
+@Suite struct MoneyTests {
+    let rates = ExchangeRates(base: "USD", rates: ["EUR": Decimal(string: "0.92")!, "JPY": 150])
+    let money = RelayConfiguration.Money()
+
+    @Test func storeUnitsBecomeExactDecimals() {
+        #expect(Amount.milliunits(9990, "usd") == Amount(Decimal(string: "9.99")!, "USD"))
+        #expect(Amount.micros(4_990_000, "EUR").value == Decimal(string: "4.99")!)
+        #expect(Amount.googleMoney(["currencyCode": "EUR", "units": "4", "nanos": 990_000_000])?.value == Decimal(string: "4.99")!)
+        #expect(Amount.stripeMinorUnits(999, "usd").value == Decimal(string: "9.99")!)
+        #expect(Amount.stripeMinorUnits(1500, "jpy").value == 1500)  // zero-decimal
+        #expect(Amount.stripeMinorUnits(12345, "kwd").value == Decimal(string: "12.345")!)  // three-decimal
+        #expect(Amount.paddleMinorUnits("999", "USD")?.value == Decimal(string: "9.99")!)
+        #expect(Amount.paddleMinorUnits("1500", "JPY")?.value == 1500)
+        #expect(Amount.paddleMinorUnits("9.99", "USD") == nil)
+    }
+
+    @Test func usdFieldsUseTheConfiguredRateAndTheStoresCommission() {
+        let fields = MoneyFields.compute(
+            amount: Amount(Decimal(string: "9.99")!, "EUR"), taxPercentage: nil, storeName: "APP_STORE", money: money, rates: rates)
+        #expect(fields.priceInPurchasedCurrency == Decimal(string: "9.99")!)
+        #expect(fields.currencyCode == "EUR")
+        #expect(fields.price == Decimal(string: "10.86")!)  // 9.99 / 0.92 = 10.8587
+        #expect(fields.proceeds == Decimal(string: "7.6")!)  // × 0.7
+        #expect(fields.exchangeRate == Decimal(string: "1.086957")!)
+        #expect(fields.commissionPercentage == Decimal(string: "0.3")!)
+        #expect(fields.missingRate == nil)
+    }
+
+    @Test func aCurrencyWithoutARateLeavesTheUSDFieldsNullNeverZero() {
+        let fields = MoneyFields.compute(amount: Amount(5, "CHF"), taxPercentage: nil, storeName: "PLAY_STORE", money: money, rates: rates)
+        #expect(fields.price == nil)
+        #expect(fields.proceeds == nil)
+        #expect(fields.exchangeRate == nil)
+        #expect(fields.priceInPurchasedCurrency == 5)
+        #expect(fields.missingRate == "CHF")
+    }
+
+    @Test func refundsAreNegativeAndTaxComesOutOfProceeds() {
+        let refund = MoneyFields.compute(
+            amount: Amount(Decimal(string: "-9.99")!, "USD"), taxPercentage: nil, storeName: "APP_STORE", money: money, rates: rates)
+        #expect(refund.price == Decimal(string: "-9.99")!)
+        #expect(refund.proceeds == Decimal(string: "-6.99")!)
+        let taxed = MoneyFields.compute(
+            amount: Amount(Decimal(string: "11.90")!, "USD"), taxPercentage: Decimal(string: "0.19")!, storeName: "PADDLE", money: money,
+            rates: rates)
+        #expect(taxed.price == Decimal(string: "11.9")!)
+        #expect(taxed.proceeds == Decimal(string: "9.5")!)  // 10.00 without tax, less Paddle's 5 %
+        #expect(taxed.taxPercentage == Decimal(string: "0.19")!)
+    }
+
+    @Test func smallBusinessUsesItsCommissionOnTheAppStoreOnly() {
+        var small = money
+        small.smallBusiness = true
+        let apple = MoneyFields.compute(amount: Amount(10, "USD"), taxPercentage: nil, storeName: "APP_STORE", money: small, rates: rates)
+        #expect(apple.commissionPercentage == Decimal(string: "0.15")!)
+        #expect(apple.isSmallBusiness)
+        #expect(apple.proceeds == Decimal(string: "8.5")!)
+        let google = MoneyFields.compute(amount: Amount(10, "USD"), taxPercentage: nil, storeName: "PLAY_STORE", money: small, rates: rates)
+        #expect(!google.isSmallBusiness)
+        #expect(google.commissionPercentage == Decimal(string: "0.15")!)
+    }
+
+    @Test func ratesFileAnyBaseAndClearErrors() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("rates"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let eurBase = directory.appendingPathComponent("eur.json")
+        try Data(#"{"base": "EUR", "rates": {"USD": 1.25, "GBP": 0.85}}"#.utf8).write(to: eurBase)
+        let rates = try ExchangeRates.load(path: eurBase.path)
+        #expect(rates.usdPerUnit(of: "EUR") == Decimal(string: "1.25")!)
+        #expect(rates.usdPerUnit(of: "USD") == 1)
+        #expect(rates.usdPerUnit(of: "SEK") == nil)
+        let bad = directory.appendingPathComponent("bad.json")
+        try Data(#"{"base": "USD", "rates": {"EUR": 0}}"#.utf8).write(to: bad)
+        #expect(throws: ConfigurationError.self) { try ExchangeRates.load(path: bad.path) }
+        try Data(#"{"rates": {}}"#.utf8).write(to: bad)
+        #expect(throws: ConfigurationError.self) { try ExchangeRates.load(path: bad.path) }
+        #expect(ExchangeRates().usdPerUnit(of: "usd") == 1)
+    }
+
+    @Test func rfc3339TimestampsAsUnixMilliseconds() {
+        #expect(Timestamp.milliseconds("2030-01-01T00:00:00Z") == 1_893_456_000_000)
+        #expect(Timestamp.milliseconds("2030-01-01T00:00:00.123456Z") == 1_893_456_000_123)
+        #expect(Timestamp.milliseconds("2030-01-01T00:00:00.5Z") == 1_893_456_000_500)
+        #expect(Timestamp.milliseconds("2030-01-01T02:00:00+02:00") == 1_893_456_000_000)
+        #expect(Timestamp.milliseconds("1969-12-31T23:59:59Z") == -1000)
+        #expect(Timestamp.milliseconds("2030-02-30") == nil)
+        #expect(Timestamp.milliseconds("2030-01-01T00:00:00") == nil)
+        #expect(Timestamp.milliseconds("2030-13-01T00:00:00Z") == nil)
+        #expect(Timestamp.milliseconds("2030-01-01T00:00:00.Z") == nil)
+    }
+
+    @Test func storefrontsBecomeAlpha2() {
+        #expect(CountryCodes.alpha2("USA") == "US")
+        #expect(CountryCodes.alpha2("DEU") == "DE")
+        #expect(CountryCodes.alpha2("de") == "DE")
+        #expect(CountryCodes.alpha2("XXX") == nil)
+        #expect(CountryCodes.alpha2(nil) == nil)
+    }
+}
