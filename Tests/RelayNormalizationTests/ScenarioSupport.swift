@@ -136,6 +136,9 @@ final class ScenarioHarness: Sendable {
                 return TestHTTPResponse(text: #"{"access_token": "play-token", "expires_in": 3600, "token_type": "Bearer"}"#)
             }
             let answers = play.value
+            if let status = answers["$status"]?.int64Value {  // a failing Play API, for the error tests
+                return TestHTTPResponse(status: Int(status), text: #"{"error": {"code": \#(status), "message": "test"}}"#)
+            }
             let document = request.path.contains("/subscriptionsv2/") ? answers["subscription"] : answers["product"]
             guard let document, !document.isNull else {
                 return TestHTTPResponse(status: 404, text: #"{"error": {"code": 404, "message": "The purchase token was not found."}}"#)

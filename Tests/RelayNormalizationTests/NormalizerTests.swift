@@ -1,0 +1,116 @@
+import CoreMetrics
+import Foundation
+import RelayBackend
+import RelayCore
+import RelayNormalization
+import RelayTestSupport
+import RelayVerification
+import Testing
+
+/// The normalizer's behaviour around the mapping tables: concurrency, failures, what it rejects.
+@Suite struct NormalizerTests {
+    /// A Stripe subscription event, verified, for `subscription` at `created` (Unix seconds).
+    func stripeEvent(_ id: String, subscription: String = "sub_n", status: String = "active", cancelAtPeriodEnd: Bool = false, created: Int64)
+        -> VerifiedNotification
+    {
+        let object: JSON = [
+            "id": .string(subscription), "object": "subscription", "customer": "cus_n", "status": .string(status),
+            "start_date": .integer(created), "current_period_end": .integer(created + 2_592_000), "cancel_at_period_end": .bool(cancelAtPeriodEnd),
+            "metadata": ["app_user_id": "user-n"],
+            "items": ["data": [["quantity": 1, "price": ["id": "price_pro_monthly", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
+        ]
+        let event: JSON = [
+            "id": .string(id), "object": "event", "type": "customer.subscription.updated", "created": .integer(created), "livemode": false,
+            "data": ["object": object, "previous_attributes": ["cancel_at_period_end": .bool(!cancelAtPeriodEnd)]],
+        ]
+        return VerifiedNotification(store: .stripe, app: "demo", payload: event, notificationId: id, type: "customer.subscription.updated")
+    }
+
+    @Test func concurrentNotificationsOfOneSubscriptionAreAllApplied() async throws {
+        let harness = try await ScenarioHarness()
+        // Two workers racing on one subscription (as after a rebalance): If-Match makes the loser re-read.
+        async let first = harness.normalizer.normalize(stripeEvent("evt_a", cancelAtPeriodEnd: true, created: 1_893_456_000), receivedAt: 1_893_456_001_000)
+        async let second = harness.normalizer.normalize(stripeEvent("evt_b", cancelAtPeriodEnd: true, created: 1_893_456_000), receivedAt: 1_893_456_001_000)
+        let events = try await [first, second]
+        #expect(events.allSatisfy { !$0.isEmpty })
+        let stored = try #require(try await harness.client.subscription(store: .stripe, originalTransactionId: "sub_n"))
+        #expect(Set(stored.recentNotifications.map(\.id)) == ["evt_a", "evt_b"])
+        #expect(stored.version == 2)
+        await harness.stop()
+    }
+
+    @Test func theAppliedNotificationsAreBounded() async throws {
+        let harness = try await ScenarioHarness()
+        for index in 0..<20 {
+            let time = Int64(1_893_456_000 + index)
+            _ = try await harness.normalizer.normalize(
+                stripeEvent("evt_\(index)", cancelAtPeriodEnd: index % 2 == 0, created: time), receivedAt: time * 1000 + 1000)
+        }
+        let stored = try #require(try await harness.client.subscription(store: .stripe, originalTransactionId: "sub_n"))
+        #expect(stored.recentNotifications.count == Normalizer.recentNotificationLimit)
+        #expect(stored.recentNotifications.last?.id == "evt_19")
+        await harness.stop()
+    }
+
+    @Test func anUnreachableBackendIsRetriedNotRejected() async throws {
+        let harness = try await ScenarioHarness()
+        await harness.stop()  // the backend is gone
+        await #expect {
+            _ = try await harness.normalizer.normalize(stripeEvent("evt_down", created: 1_893_456_000), receivedAt: 1_893_456_001_000)
+        } throws: { error in
+            guard case .unavailable = error as? NormalizationError else { return false }
+            return true
+        }
+    }
+
+    func googleNotification(token: String = "token-n") -> VerifiedNotification {
+        let notification: JSON = [
+            "version": "1.0", "packageName": "com.example.app", "eventTimeMillis": "1893456000000",
+            "subscriptionNotification": ["version": "1.0", "notificationType": 2, "purchaseToken": .string(token), "subscriptionId": "pro_monthly"],
+        ]
+        return VerifiedNotification(store: .google, app: "demo", payload: notification, notificationId: "m-1", type: "SUBSCRIPTION_RENEWED")
+    }
+
+    @Test func playAPIFailuresAreRetriedOrRejectedByKind() async throws {
+        let harness = try await ScenarioHarness()
+        harness.play.withLock { $0 = ["$status": 503] }
+        do {
+            _ = try await harness.normalizer.normalize(googleNotification(), receivedAt: 1_893_456_001_000)
+            Issue.record("a Play API answering 503 must not yield events")
+        } catch {
+            guard case .unavailable = error else { Issue.record("503: \(error)"); return }
+        }
+        harness.play.withLock { $0 = ["$status": 403] }
+        do {
+            _ = try await harness.normalizer.normalize(googleNotification(), receivedAt: 1_893_456_001_000)
+            Issue.record("a Play API answering 403 must not yield events")
+        } catch {
+            guard case .rejected(let rejection) = error else { Issue.record("403: \(error)"); return }
+            #expect(rejection.reason == .storeAPIRejected)
+        }
+        harness.play.withLock { $0 = .null }
+        do {
+            _ = try await harness.normalizer.normalize(googleNotification(), receivedAt: 1_893_456_001_000)
+            Issue.record("an unknown purchase token must not yield events")
+        } catch {
+            guard case .rejected(let rejection) = error else { Issue.record("404: \(error)"); return }
+            #expect(rejection.reason == .purchaseNotFound)
+        }
+        await harness.stop()
+    }
+
+    @Test func aGoogleAppWithoutPlayAPIRejectsWithAReasonThatSaysSo() async throws {
+        let configuration = try Fixtures.configuration()  // its Google app has no playApi
+        let normalizer = try Normalizer(
+            configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: testLogger(),
+            metrics: NOOPMetricsHandler.instance)
+        do {
+            _ = try await normalizer.normalize(googleNotification(), receivedAt: 1_893_456_001_000)
+            Issue.record("expected a reject")
+        } catch {
+            guard case .rejected(let rejection) = error else { Issue.record("\(error)"); return }
+            #expect(rejection.reason == .storeAPIRejected)
+            #expect(rejection.detail.contains("playApi"))
+        }
+    }
+}
