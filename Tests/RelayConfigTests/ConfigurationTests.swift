@@ -27,7 +27,8 @@ import Testing
     }
 
     @Test func exampleConfigurationLoadsWithItsSecretsFromTheEnvironment() throws {
-        let environment = ["RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+        let environment = ["RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "GOOGLE_SERVICE_ACCOUNT_KEY_FILE": Self.repositoryRoot.appendingPathComponent("Tests/Fixtures/google/service-account.json").path]
         let configuration = try RelayConfiguration.load(path: Self.repositoryRoot.appendingPathComponent("config/example.yaml").path, environment: environment)
         #expect(configuration.app("demo")?.stripe?.signingSecrets == ["whsec_s"])
         #expect(configuration.endpoints.first?.id == "analytics")

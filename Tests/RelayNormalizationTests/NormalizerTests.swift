@@ -1,6 +1,7 @@
 import CoreMetrics
 import Foundation
 import RelayBackend
+import RelayConfig
 import RelayCore
 import RelayNormalization
 import RelayTestSupport
@@ -111,6 +112,30 @@ import Testing
             guard case .rejected(let rejection) = error else { Issue.record("\(error)"); return }
             #expect(rejection.reason == .storeAPIRejected)
             #expect(rejection.detail.contains("playApi"))
+        }
+    }
+}
+
+/// The configurations the repository ships build a normalizer: exchange rates and Play API keys load.
+@Suite struct ShippedNormalizerConfigurationTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test func devAndExampleConfigurationsBuildANormalizer() throws {
+        for (file, environment) in [
+            ("config/dev.yaml", [:]),
+            (
+                "config/example.yaml",
+                [
+                    "RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                    "GOOGLE_SERVICE_ACCOUNT_KEY_FILE": Fixtures.path("google/service-account.json"),
+                ]
+            ),
+        ] {
+            let configuration = try RelayConfiguration.load(path: Self.root.appendingPathComponent(file).path, environment: environment)
+            #expect(configuration.money.exchangeRates != nil, "\(file) names no exchange rates")
+            _ = try Normalizer(
+                configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: testLogger(),
+                metrics: NOOPMetricsHandler.instance)
         }
     }
 }
