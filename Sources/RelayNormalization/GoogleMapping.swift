@@ -69,21 +69,18 @@ enum GoogleMapping {
         mapping.appUserId = facts.appUserId
         mapping.bundleId = input.notification.payload.text("packageName")
 
-        var state = SubscriptionState(
-            store: .google, originalTransactionId: token, applicationId: input.app.applicationId,
-            originalAppUserId: facts.appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: facts.productId,
-            productGroupId: facts.subscriptionId, status: facts.status, periodType: facts.periodType, autoRenew: facts.autoRenew, expiresAt: facts.expiresAt,
-            gracePeriodExpiresAt: facts.status == .inGracePeriod ? facts.expiresAt : nil, environment: facts.environment,
-            lastTransactionId: facts.orderId, sourceTimestamp: eventTime)
-        if facts.pending { state.status = .inBillingRetry }
+        var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
 
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {
         case 4:  // PURCHASED
             draft.purchasedAt = facts.startedAt ?? eventTime
             if purchase.text("linkedPurchaseToken") != nil {
-                // An upgrade, downgrade or resubscription replaced an older purchase token.
+                // An upgrade, downgrade or resubscription replaced an older purchase token. The product
+                // it replaced is `lineItems[].itemReplacement` when Play reports it; otherwise only the
+                // old token's own state knows it, so the event names the new product for both.
                 draft.type = .productChange
+                draft.productId = facts.replacedProductId ?? facts.productId
                 draft.newProductId = facts.productId
             } else {
                 draft.type = .initialPurchase
@@ -139,7 +136,10 @@ enum GoogleMapping {
         case 13:  // EXPIRED
             state.status = .expired
             state.autoRenew = false
-            guard !facts.replaced else { break }
+            // Replaced by a plan change, or already ended by SUBSCRIPTION_REVOKED (which was the
+            // expiration): no second event.
+            if prior?.status == .revoked { state.status = .revoked }
+            guard !facts.replaced, prior?.status != .revoked else { break }
             draft.type = .expiration
             draft.expirationReason = facts.cancelReason ?? (prior?.status == .inBillingRetry ? Reason.billingError : Reason.unknown)
             draft.amount = nil
@@ -210,6 +210,13 @@ enum GoogleMapping {
             draft.countryCode = facts.countryCode
             if voided.integer("refundType") != 2 { draft.amount = facts.recurringPrice?.negated }
             // Access is removed by SUBSCRIPTION_REVOKED when Google revokes it; a refund alone keeps it.
+            // The state is refreshed from subscriptionsv2 as for any subscription notification, which
+            // also records this notification: a redelivery then replays the events as first built.
+            if let token {
+                var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
+                if prior?.status == .revoked, !state.grantsAccess { state.status = .revoked }
+                mapping.state = state
+            }
         } else if voided.integer("productType") == 2, var state = prior {
             // A refunded one-time product no longer gives access.
             state.status = .refunded
@@ -243,12 +250,17 @@ private struct SubscriptionFacts {
     var cancelReason: String?
     /// Canceled because a plan change replaced it (no cancellation or expiration event).
     var replaced: Bool
+    /// The `productId:basePlanId` this purchase replaced (`lineItems[].itemReplacement`), when Play says.
+    var replacedProductId: String?
 
     init?(_ purchase: JSON, eventTime: Int64) {
         guard let line = purchase["lineItems"]?.arrayValue?.first, let product = line.text("productId") else { return nil }
         let basePlan = line["offerDetails"]?.text("basePlanId")
         productId = basePlan.map { "\(product):\($0)" } ?? product
         subscriptionId = product
+        if let replacement = line.present("itemReplacement"), let replacedProduct = replacement.text("productId") {
+            replacedProductId = replacement.text("basePlanId").map { "\(replacedProduct):\($0)" } ?? replacedProduct
+        }
         expiresAt = Timestamp.milliseconds(line.text("expiryTime"))
         startedAt = Timestamp.milliseconds(purchase.text("startTime"))
         autoRenew = line["autoRenewingPlan"]?["autoRenewEnabled"]?.boolValue ?? false
@@ -283,7 +295,10 @@ private struct SubscriptionFacts {
         appUserId = purchase["externalAccountIdentifiers"]?.text("obfuscatedExternalAccountId")
         environment = purchase.present("testPurchase") != nil ? "SANDBOX" : "PRODUCTION"
         orderId = line.text("latestSuccessfulOrderId") ?? purchase.text("latestOrderId")
-        offerCode = line["offerDetails"]?.text("offerId")
+        // The code a customer redeemed (Play's vanity promotion code), as Apple's offer codes; not
+        // `offerDetails.offerId`, which names any offer of the base plan (a free trial, an intro price).
+        let promotion = line.present("signupPromotion") ?? purchase.present("signupPromotion")
+        offerCode = promotion?["vanityCode"]?.text("promotionCode")
         let canceled = purchase["canceledStateContext"]
         replaced = canceled?.present("replacementCancellation") != nil
         if canceled?.present("userInitiatedCancellation") != nil {
@@ -295,6 +310,16 @@ private struct SubscriptionFacts {
         } else {
             cancelReason = nil
         }
+    }
+
+    /// The subscription state this purchase shows (before a notification type's own rules).
+    func state(token: String, applicationId: Int, prior: SubscriptionState?, eventTime: Int64) -> SubscriptionState {
+        SubscriptionState(
+            store: .google, originalTransactionId: token, applicationId: applicationId,
+            originalAppUserId: appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: productId,
+            productGroupId: subscriptionId, status: pending ? .inBillingRetry : status, periodType: periodType, autoRenew: autoRenew,
+            expiresAt: expiresAt, gracePeriodExpiresAt: status == .inGracePeriod ? expiresAt : nil, environment: environment,
+            lastTransactionId: orderId, sourceTimestamp: eventTime)
     }
 
     func draft(_ type: EventType, purchasedAt: Int64) -> EventDraft {

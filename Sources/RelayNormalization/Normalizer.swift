@@ -113,7 +113,7 @@ public final class Normalizer: Sendable {
                     var replay = input
                     replay.receivedAt = context.receivedAt
                     let again = map(replay, prior: context.prior)
-                    let after = merge(context.prior, again)
+                    let after = merge(context.prior, again) ?? context.prior
                     return build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
                 }
                 let result = map(input, prior: current)
@@ -124,6 +124,12 @@ public final class Normalizer: Sendable {
                     others = try await stateStore.otherActiveSubscriptions(
                         appUserId: user, excluding: notification.store, originalTransactionId: subject
                     ).flatMap { mapping.entitlements(of: $0) }
+                }
+                // A notification with events but no state change is still remembered in a stored state,
+                // so that a repeat yields these events rather than ones built from a later state.
+                if next == nil, var remembered = current, notification.notificationId != nil, !result.events.isEmpty {
+                    remembered.recentNotifications = current?.recentNotifications ?? []
+                    next = remembered
                 }
                 guard var state = next else {
                     return build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)

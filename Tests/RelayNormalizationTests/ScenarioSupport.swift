@@ -91,7 +91,7 @@ func deepMerge(_ base: JSON, _ overlay: JSON) -> JSON {
 }
 
 /// Where `actual` differs from the pattern `expected`: objects match by the expected members only
-/// (a missing actual member is null), arrays element by element with equal length, numbers by value.
+/// (a missing actual member is null), arrays element by element with equal length, numbers by exact value.
 func mismatches(_ expected: JSON, _ actual: JSON?, path: String = "$") -> [String] {
     let actual = actual ?? .null
     switch expected {
@@ -104,7 +104,8 @@ func mismatches(_ expected: JSON, _ actual: JSON?, path: String = "$") -> [Strin
         }
         return zip(elements, list).enumerated().flatMap { mismatches($0.element.0, $0.element.1, path: "\(path)[\($0.offset)]") }
     case .integer, .number:
-        guard let want = expected.doubleValue, let got = actual.doubleValue, abs(want - got) < 1e-9 else {
+        // Exactly: 3.49 must not arrive as 3.4899999999999998 (integers and doubles of one value are equal).
+        guard let want = expected.doubleValue, let got = actual.doubleValue, want == got else {
             return ["\(path): expected \(expected.text), got \(actual.text)"]
         }
         return []
