@@ -235,6 +235,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            exclude: ["Scenarios"],  // data files, read from the source tree by ScenarioTests
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -200,10 +200,13 @@ public final class Normalizer: Sendable {
             "type": notification.type.map(JSON.string) ?? .null, "subtype": notification.subtype.map(JSON.string) ?? .null,
         ]
         let eventSubject = subject ?? after?.originalTransactionId ?? base
+        // A notification that names neither a known subscription nor a user (a stand-alone Stripe
+        // refund) cannot say the user's status: the SDK's UNKNOWN, not a made-up INACTIVE.
+        let statusJSON: JSON = after == nil && prior == nil && appUserId == nil ? ["status": "UNKNOWN", "entitlements": []] : status.json
         var events: [StandardEvent] = []
         for draft in result.events {
             let id = "\(draft.idBase ?? base):\(draft.type.rawValue)"
-            let productEntitlements = entitlements(of: draft.productId, store: store, after: after, mapping: mapping)
+            let productEntitlements = entitlements(of: draft.productId, store: store, states: [after, prior], mapping: mapping)
             let money = MoneyFields.compute(
                 amount: draft.amount ?? (draft.movesMoney ? nil : .some(Amount(0, "USD"))), taxPercentage: draft.taxPercentage,
                 storeName: storeName, money: configuration.money, rates: rates)
@@ -212,7 +215,7 @@ public final class Normalizer: Sendable {
                 "id": .string(id), "name": .string(draft.type.rawValue),
                 "cancelReason": draft.cancelReason.map(JSON.string) ?? .null,
                 "expirationReason": draft.expirationReason.map(JSON.string) ?? .null,
-                "exchangeRate": money.exchangeRate?.json ?? .null, "isSmallBusiness": .bool(money.isSmallBusiness),
+                "exchangeRate": draft.amount == nil ? .null : money.exchangeRate?.json ?? .null, "isSmallBusiness": .bool(money.isSmallBusiness),
                 "periodType": .string(draft.periodType.rawValue), "countryCode": draft.countryCode.map(JSON.string) ?? .null,
                 "price": money.price?.json ?? .null, "proceeds": money.proceeds?.json ?? .null,
                 "priceInPurchasedCurrency": money.priceInPurchasedCurrency?.json ?? .null,
@@ -226,7 +229,7 @@ public final class Normalizer: Sendable {
                 "environment": .string(result.environment), "isTrialConversion": .bool(draft.isTrialConversion),
                 "newProductId": draft.newProductId.map(JSON.string) ?? .null, "bundleId": result.bundleId.map(JSON.string) ?? .null,
                 "ts": .integer(result.eventTime), "sdkEvents": .array(draft.sdkEvents.map(JSON.string)),
-                "entitlements": SubscriptionStatus.entitlementList(productEntitlements), "subscriptionStatus": status.json,
+                "entitlements": SubscriptionStatus.entitlementList(productEntitlements), "subscriptionStatus": statusJSON,
                 "gracePeriodExpiresAt": draft.gracePeriodExpiresAt.map(JSON.integer) ?? .null, "source": source,
             ]
             events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
@@ -261,11 +264,12 @@ public final class Normalizer: Sendable {
             ])
     }
 
-    /// The entitlements of an event's product: the stored state's when it is that product (so its
-    /// product group counts too), else the product's own mapping entry.
-    private func entitlements(of productId: String?, store: Store, after: SubscriptionState?, mapping: ProductMapping) -> [String] {
+    /// The entitlements of an event's product: a state's (after, then before the notification) when it
+    /// is that product, so its product group counts too (a product change's old price mapped through
+    /// its product); else the product's own mapping entry.
+    private func entitlements(of productId: String?, store: Store, states: [SubscriptionState?], mapping: ProductMapping) -> [String] {
         guard let productId else { return [] }
-        if let after, after.productId == productId { return mapping.entitlements(of: after).sorted() }
+        if let state = states.compactMap({ $0 }).first(where: { $0.productId == productId }) { return mapping.entitlements(of: state).sorted() }
         if store == .google, let colon = productId.firstIndex(of: ":") {
             // `productId:basePlanId`: the specific entry wins over the subscription's.
             return mapping.entitlements(

@@ -43,23 +43,31 @@ enum PaddleMapping {
         }
         let periodType: SubscriptionState.PeriodType =
             paddleStatus == "trialing" ? .trial : subscription.present("discount") != nil ? .promotional : .normal
+        // A trial that has ended stays TRIAL until the transaction paying the first period after it
+        // (transaction.completed, subscription_recurring) reports the conversion: subscription.activated and
+        // subscription.updated (or past_due when that payment fails) come before it completes.
+        let statePeriodType = prior?.periodType == .trial && ["active", "past_due"].contains(paddleStatus) ? .trial : periodType
         let expiresAt = Timestamp.milliseconds(subscription["current_billing_period"]?.text("ends_at"))
             ?? Timestamp.milliseconds(subscription.text("canceled_at"))
         let autoRenew = paddleStatus != "canceled" && scheduled != "cancel"
         var amount: Amount?
-        if let unit = item?["price"]?["unit_price"] {
+        // The subscription names its discount but neither its amount nor the discounted price (only the
+        // transactions do), so a discounted purchase's amount is unknown rather than the list price.
+        if let unit = item?["price"]?["unit_price"], periodType != .promotional {
             let quantity = item?.integer("quantity") ?? 1
             amount = Amount.paddleMinorUnits(unit.text("amount"), unit.text("currency_code") ?? subscription.text("currency_code"))
                 .map { periodType == .trial ? Amount(0, $0.currency) : Amount($0.value * Decimal(quantity), $0.currency) }
         }
+        // subscription.created names the transaction that created it (its checkout); other events do not.
+        let lastTransactionId = subscription.text("transaction_id") ?? prior?.lastTransactionId
         mapping.state = SubscriptionState(
             store: .paddle, originalTransactionId: id, applicationId: input.app.applicationId,
             originalAppUserId: mapping.appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: priceId,
-            productGroupId: item?["price"]?.text("product_id") ?? item?["product"]?.text("id"), status: status, periodType: periodType,
-            autoRenew: autoRenew, expiresAt: expiresAt, environment: mapping.environment, lastTransactionId: prior?.lastTransactionId,
+            productGroupId: item?["price"]?.text("product_id") ?? item?["product"]?.text("id"), status: status, periodType: statePeriodType,
+            autoRenew: autoRenew, expiresAt: expiresAt, environment: mapping.environment, lastTransactionId: lastTransactionId,
             sourceTimestamp: mapping.eventTime)
         let draft = EventDraft(
-            type: .renewal, periodType: periodType, productId: priceId, transactionId: prior?.lastTransactionId,
+            type: .renewal, periodType: periodType, productId: priceId, transactionId: lastTransactionId,
             purchasedAt: Timestamp.milliseconds(subscription.text("started_at")) ?? mapping.eventTime, expirationAt: expiresAt,
             offerCode: subscription["discount"]?.text("id"), amount: amount)
         func event(_ type: EventType, _ change: (inout EventDraft) -> Void = { _ in }) {
@@ -120,6 +128,9 @@ enum PaddleMapping {
         if let subscriptionId = transaction.text("subscription_id") {
             mapping.subject = subscriptionId
             mapping.appUserId = mapping.appUserId ?? prior?.originalAppUserId
+            // The $0 transaction of a payment-method change on an active subscription pays for nothing (a
+            // past-due subscription's new method pays the past-due transaction itself).
+            guard origin != "subscription_payment_method_change" else { return }
             guard var state = prior ?? priceId.map({
                 SubscriptionState(
                     store: .paddle, originalTransactionId: subscriptionId, applicationId: input.app.applicationId, productId: $0,
@@ -134,7 +145,12 @@ enum PaddleMapping {
             if origin == "subscription_recurring" {
                 var renewal = draft
                 renewal.isTrialConversion = prior?.periodType == .trial
-                state.periodType = .normal
+                // A discount still applying to this payment makes the period PROMOTIONAL, as at the purchase.
+                if let discount = transaction.text("discount_id") {
+                    renewal.periodType = .promotional
+                    renewal.offerCode = discount
+                }
+                state.periodType = renewal.periodType
                 mapping.events = [renewal]
             }
             // web/api: the first payment of a subscription whose subscription.created is the initial
@@ -161,23 +177,32 @@ enum PaddleMapping {
     private static func adjustment(_ adjustment: JSON, prior: SubscriptionState?, into mapping: inout StoreMapping) {
         guard let id = adjustment.text("id") else { return }
         mapping.subject = adjustment.text("subscription_id") ?? adjustment.text("transaction_id")
-        // Only an approved refund or chargeback moves money back; credits and pending requests do not.
-        guard adjustment.text("status") == "approved", ["refund", "chargeback"].contains(adjustment.text("action") ?? "") else { return }
+        // Only an approved refund or chargeback moves money back, and an approved chargeback_reverse (Paddle
+        // won the dispute) brings it in again; credits, chargeback warnings and pending requests move none.
+        let action = adjustment.text("action") ?? ""
+        guard adjustment.text("status") == "approved", ["refund", "chargeback", "chargeback_reverse"].contains(action) else { return }
+        let reversal = action == "chargeback_reverse"
         mapping.appUserId = mapping.appUserId ?? prior?.originalAppUserId
         let totals = adjustment["totals"]
         let amount = Amount.paddleMinorUnits(totals?.text("total"), totals?.text("currency_code") ?? adjustment.text("currency_code"))
         let tax = Amount.paddleMinorUnits(totals?.text("tax"), totals?.text("currency_code") ?? adjustment.text("currency_code"))
         var draft = EventDraft(
-            type: .cancellation, productId: prior?.productId, transactionId: adjustment.text("transaction_id"), purchasedAt: mapping.eventTime,
-            cancelReason: Reason.customerSupport, amount: amount?.negated)
+            type: reversal ? .refundReversed : .cancellation, productId: prior?.productId, transactionId: adjustment.text("transaction_id"),
+            purchasedAt: mapping.eventTime, cancelReason: reversal ? nil : Reason.customerSupport, amount: reversal ? amount : amount?.negated)
         if let amount, let tax, amount.value - tax.value > 0 { draft.taxPercentage = tax.value / (amount.value - tax.value) }
         draft.idBase = "paddle:\(id)"
         mapping.events = [draft]
-        // A refunded one-time purchase no longer gives access; a subscription keeps its own status.
-        if var state = prior, !state.autoRenew, state.originalTransactionId == adjustment.text("transaction_id") {
+        // A refunded one-time purchase no longer gives access (a partial refund leaves it), and gets it back
+        // when the chargeback is reversed; a subscription keeps its own status.
+        guard var state = prior, !state.autoRenew, state.originalTransactionId == adjustment.text("transaction_id") else { return }
+        if reversal, state.status == .refunded {
+            state.status = .active
+        } else if !reversal, adjustment.text("type") != "partial" {
             state.status = .refunded
-            state.sourceTimestamp = max(state.sourceTimestamp, mapping.eventTime)
-            mapping.state = state
+        } else {
+            return
         }
+        state.sourceTimestamp = max(state.sourceTimestamp, mapping.eventTime)
+        mapping.state = state
     }
 }

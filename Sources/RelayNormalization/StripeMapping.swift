@@ -3,7 +3,7 @@ import RelayBackend
 import RelayCore
 
 /// Stripe Billing events → standardized events and state. Subscriptions are keyed by their id; a
-/// Checkout payment (one-time purchase) by its session id.
+/// Checkout payment (one-time purchase) by its PaymentIntent, which is what a refunded charge names.
 enum StripeMapping {
     static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         let event = input.notification.payload
@@ -21,8 +21,10 @@ enum StripeMapping {
         case "invoice.paid", "invoice.payment_succeeded", "invoice.payment_failed":
             invoiceEvent(type, object, input, prior: prior, into: &mapping)
         case "charge.refunded":
-            refund(object, previous: previous, event: event, into: &mapping)
-        case "checkout.session.completed":
+            refund(object, previous: previous, event: event, prior: prior, into: &mapping)
+        case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+            // A delayed payment method (bank debit, transfer) completes the session unpaid; the purchase
+            // is async_payment_succeeded, with the same session now paid.
             checkout(object, input, prior: prior, into: &mapping)
         default:
             mapping.recognized = false
@@ -42,12 +44,24 @@ enum StripeMapping {
         guard let priceId = facts.priceId else { return }
         // An incomplete subscription has not been paid yet; it starts when it becomes active.
         guard facts.stripeStatus != "incomplete" else { return }
+        // A trial that has ended stays TRIAL until the invoice paying the first period after it
+        // (invoice.paid, subscription_cycle) reports the conversion: Stripe sends this update (trialing →
+        // active, or past_due when that payment fails) before the invoice is paid.
+        let periodType = prior?.periodType == .trial && ["active", "past_due", "unpaid"].contains(facts.stripeStatus) ? .trial : facts.periodType
+        // past_due: the failed invoice's notifications know the retry schedule (grace period, or none left);
+        // the subscription only says it is past due, so what they recorded stays.
+        var status = facts.status
+        var gracePeriodExpiresAt: Int64?
+        if facts.status == .inGracePeriod, let prior, prior.status == .inGracePeriod || prior.status == .inBillingRetry {
+            status = prior.status
+            gracePeriodExpiresAt = prior.gracePeriodExpiresAt
+        }
         let state = SubscriptionState(
             store: .stripe, originalTransactionId: id, applicationId: input.app.applicationId,
             originalAppUserId: facts.appUserId ?? prior?.originalAppUserId, appUserIds: prior?.appUserIds ?? [], productId: priceId,
-            productGroupId: facts.productId, status: facts.status, periodType: facts.periodType, autoRenew: facts.autoRenew,
-            expiresAt: facts.expiresAt, environment: mapping.environment, lastTransactionId: facts.latestInvoice ?? prior?.lastTransactionId,
-            sourceTimestamp: mapping.eventTime)
+            productGroupId: facts.productId, status: status, periodType: periodType, autoRenew: facts.autoRenew,
+            expiresAt: facts.expiresAt, gracePeriodExpiresAt: gracePeriodExpiresAt, environment: mapping.environment,
+            lastTransactionId: facts.latestInvoice ?? prior?.lastTransactionId, sourceTimestamp: mapping.eventTime)
         mapping.state = state
         var draft = facts.draft()
         switch type {
@@ -113,8 +127,12 @@ enum StripeMapping {
         mapping.subject = subscriptionId
         let details = invoice.present("subscription_details") ?? invoice["parent"]?.present("subscription_details")
         mapping.appUserId = details?["metadata"]?.text("app_user_id") ?? prior?.originalAppUserId
-        let line = invoice["lines"]?["data"]?.arrayValue?.first { $0.present("price") != nil || $0["pricing"]?.present("price_details") != nil }
-            ?? invoice["lines"]?["data"]?.arrayValue?.first
+        // The line of the subscription's current price. A product change's proration invoice credits the
+        // unused time on the old price (a negative line, often listed first) next to the remaining time on
+        // the new one; a cycle invoice may carry such prorations beside its own line.
+        let lines = invoice["lines"]?["data"]?.arrayValue ?? []
+        let priced = lines.filter { $0.present("price") != nil || $0["pricing"]?.present("price_details") != nil }
+        let line = priced.first { !isProration($0) } ?? priced.first { ($0.integer("amount") ?? 0) > 0 } ?? priced.first ?? lines.first
         let price = line.flatMap { SubscriptionFacts.price(of: $0) }
         let priceId = price?.text("id") ?? line?["pricing"]?["price_details"]?.text("price") ?? prior?.productId
         let productId = SubscriptionFacts.productId(of: price) ?? line?["pricing"]?["price_details"]?.text("product") ?? prior?.productGroupId
@@ -123,6 +141,10 @@ enum StripeMapping {
         let tax = invoice.integer("tax") ?? invoice["total_taxes"]?.arrayValue.map { $0.reduce(Int64(0)) { $0 + ($1.integer("amount") ?? 0) } }
         let reason = invoice.text("billing_reason")
         guard let priceId else { return }
+        // The first invoice of a subscription: customer.subscription.created (or its update from incomplete
+        // to active) is the purchase. While that invoice is unpaid the subscription is incomplete, which is
+        // neither a purchase nor a billing issue, and paying it adds nothing before the subscription starts.
+        if reason == "subscription_create", type == "invoice.payment_failed" || prior == nil { return }
 
         var state = prior ?? SubscriptionState(
             store: .stripe, originalTransactionId: subscriptionId, applicationId: input.app.applicationId, productId: priceId,
@@ -136,11 +158,19 @@ enum StripeMapping {
             type: .renewal, periodType: .normal, productId: priceId, transactionId: invoice.text("id"), purchasedAt: mapping.eventTime,
             expirationAt: periodEnd ?? prior?.expiresAt, countryCode: invoice["customer_address"]?.text("country"))
         if type == "invoice.payment_failed" {
-            state.status = .inGracePeriod  // Stripe retries the payment; the subscription is past_due
-            state.gracePeriodExpiresAt = invoice.integer("next_payment_attempt").map { $0 * 1000 }
-            draft.type = .billingIssue
-            draft.gracePeriodExpiresAt = state.gracePeriodExpiresAt
-            mapping.events = [draft]
+            // While Stripe retries (next_payment_attempt set) the subscription is past_due and access
+            // continues until that attempt; after the last one nothing is scheduled and access ends until
+            // the invoice is paid (or Stripe cancels the subscription).
+            let nextAttempt = invoice.integer("next_payment_attempt").map { $0 * 1000 }
+            state.status = nextAttempt == nil ? .inBillingRetry : .inGracePeriod
+            state.gracePeriodExpiresAt = nextAttempt
+            // One billing_issue per failing invoice, on its first attempt; each retry sends
+            // invoice.payment_failed again and only moves the grace period.
+            if (invoice.integer("attempt_count") ?? 1) <= 1 {
+                draft.type = .billingIssue
+                draft.gracePeriodExpiresAt = state.gracePeriodExpiresAt
+                mapping.events = [draft]
+            }
             mapping.state = state
             return
         }
@@ -150,45 +180,76 @@ enum StripeMapping {
         state.gracePeriodExpiresAt = nil
         state.lastTransactionId = invoice.text("id")
         if let periodEnd { state.expiresAt = max(periodEnd, state.expiresAt ?? periodEnd) }
-        if reason == "subscription_cycle" {
-            let paid = invoice.integer("amount_paid") ?? 0
+        let paid = invoice.integer("amount_paid") ?? 0
+        // Ending a trial early (trial_end now) bills the first paid period with a subscription_update
+        // invoice; during a trial a plan change costs nothing, so a paid one is the conversion.
+        let endsTrial = reason == "subscription_update" && prior?.periodType == .trial && paid > 0
+        if reason == "subscription_cycle" || endsTrial {
             draft.amount = Amount.stripeMinorUnits(paid, currency)
             if let tax, paid - tax > 0 { draft.taxPercentage = Decimal(tax) / Decimal(paid - tax) }
             draft.isTrialConversion = prior?.periodType == .trial
-            state.periodType = .normal
+            // A coupon still applying to this invoice makes the period PROMOTIONAL, as at the purchase.
+            if invoice.present("discount") != nil || !(invoice["discounts"]?.arrayValue ?? []).isEmpty {
+                draft.periodType = .promotional
+                draft.offerCode = invoice["discount"]?["coupon"]?.text("id")
+            }
+            state.periodType = draft.periodType
             mapping.events = [draft]
         }
-        // subscription_create: customer.subscription.created is the initial purchase; subscription_update:
-        // the proration of a product change. Both update the state only.
+        // subscription_create: customer.subscription.created is the initial purchase; subscription_update
+        // (after the trial): the proration of a product change. Both update the state only.
         mapping.state = state
+    }
+
+    /// Whether an invoice line is a proration (older API versions: `proration`; newer ones:
+    /// `parent.subscription_item_details.proration`).
+    private static func isProration(_ line: JSON) -> Bool {
+        line["proration"]?.boolValue == true || line["parent"]?["subscription_item_details"]?["proration"]?.boolValue == true
     }
 
     // MARK: Refunds and one-time purchases
 
-    private static func refund(_ charge: JSON, previous: JSON?, event: JSON, into mapping: inout StoreMapping) {
-        // A charge does not name the subscription or product; the event stands alone (no state change).
-        mapping.subject = NotificationSubject.extract(store: .stripe, document: event)
-        mapping.appUserId = charge["metadata"]?.text("app_user_id")
+    private static func refund(
+        _ charge: JSON, previous: JSON?, event: JSON, prior: SubscriptionState?, into mapping: inout StoreMapping
+    ) {
+        // A charge names neither the subscription nor the product, but it names its PaymentIntent: the key of
+        // a one-time purchase (see `checkout`). A subscription's payment has no state there; its refund
+        // stands alone and changes no state.
+        let paymentIntent = charge.text("payment_intent") ?? charge["payment_intent"]?.text("id")
+        mapping.subject = paymentIntent ?? NotificationSubject.extract(store: .stripe, document: event)
+        let purchase = prior.flatMap { !$0.autoRenew && $0.originalTransactionId == paymentIntent ? $0 : nil }
+        mapping.appUserId = charge["metadata"]?.text("app_user_id") ?? purchase?.originalAppUserId
+        // amount_refunded is cumulative: this refund is what it grew by.
         let refunded = (charge.integer("amount_refunded") ?? 0) - (previous?.integer("amount_refunded") ?? 0)
         let currency = charge.text("currency") ?? "usd"
         mapping.events = [
             EventDraft(
-                type: .cancellation, transactionId: charge.text("id"), purchasedAt: mapping.eventTime, cancelReason: Reason.customerSupport,
-                countryCode: charge["billing_details"]?["address"]?.text("country"),
+                type: .cancellation, productId: purchase?.productId, transactionId: charge.text("id"), purchasedAt: mapping.eventTime,
+                cancelReason: Reason.customerSupport, countryCode: charge["billing_details"]?["address"]?.text("country"),
                 amount: refunded > 0 ? Amount.stripeMinorUnits(refunded, currency).negated : nil)
         ]
+        // A fully refunded one-time purchase no longer gives access; a partial refund leaves it.
+        if var state = purchase, charge["refunded"]?.boolValue == true {
+            state.status = .refunded
+            state.sourceTimestamp = max(state.sourceTimestamp, mapping.eventTime)
+            mapping.state = state
+        }
     }
 
     private static func checkout(_ session: JSON, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping) {
         // Subscriptions bought through Checkout arrive as customer.subscription.created.
         guard session.text("mode") == "payment", session.text("payment_status") == "paid", let id = session.text("id") else { return }
-        mapping.subject = id
+        // Keyed by the PaymentIntent (a paid session in payment mode has one), which the charge of a later
+        // refund names.
+        let paymentIntent = session.text("payment_intent") ?? session["payment_intent"]?.text("id")
+        let subject = paymentIntent ?? id
+        mapping.subject = subject
         mapping.appUserId = session["metadata"]?.text("app_user_id") ?? session.text("client_reference_id")
         let productId = session["metadata"]?.text("price_id") ?? session["metadata"]?.text("product_id")
         let total = session.integer("amount_total") ?? 0
         let tax = session["total_details"]?.integer("amount_tax")
         var draft = EventDraft(
-            type: .nonRenewingPurchase, productId: productId, transactionId: session.text("payment_intent") ?? id,
+            type: .nonRenewingPurchase, productId: productId, transactionId: subject,
             purchasedAt: mapping.eventTime, countryCode: session["customer_details"]?["address"]?.text("country"),
             amount: Amount.stripeMinorUnits(total, session.text("currency") ?? "usd"),
             sdkEvents: [SDKEvent.transactionComplete, SDKEvent.nonRecurringProductPurchase])
@@ -196,7 +257,7 @@ enum StripeMapping {
         mapping.events = [draft]
         if let productId {
             mapping.state = SubscriptionState(
-                store: .stripe, originalTransactionId: id, applicationId: input.app.applicationId,
+                store: .stripe, originalTransactionId: subject, applicationId: input.app.applicationId,
                 originalAppUserId: mapping.appUserId ?? prior?.originalAppUserId, productId: productId,
                 productGroupId: session["metadata"]?.text("product_id"), status: .active, autoRenew: false, environment: mapping.environment,
                 lastTransactionId: draft.transactionId, sourceTimestamp: mapping.eventTime)
@@ -242,8 +303,20 @@ private struct SubscriptionFacts {
         } else {
             periodType = .normal
         }
-        if let unit = price?.integer("unit_amount"), let currency = price?.text("currency") {
-            amount = periodType == .trial ? Amount(0, currency) : Amount.stripeMinorUnits(unit * quantity, currency)
+        // The customer pays in the subscription's currency. A multi-currency price bills it from its
+        // currency_options, which events carry only when expanded; without them the amount is unknown.
+        let currency = subscription.text("currency") ?? price?.text("currency")
+        var unit = price?.integer("unit_amount")
+        if let currency, let priceCurrency = price?.text("currency"), currency.lowercased() != priceCurrency.lowercased() {
+            unit = price?["currency_options"]?[currency.lowercased()]?.integer("unit_amount")
+        }
+        if let currency, periodType == .trial {
+            amount = Amount(0, currency)
+        } else if let currency, let unit {
+            let discount = subscription.present("discount") ?? discounts.first { $0.objectValue != nil }
+            amount = periodType == .promotional
+                ? Self.discounted(unit * quantity, currency: currency, discount: discount).map { Amount.stripeMinorUnits($0, currency) }
+                : Amount.stripeMinorUnits(unit * quantity, currency)
         }
         autoRenew = stripeStatus != "canceled" && subscription["cancel_at_period_end"]?.boolValue != true && subscription.present("cancel_at") == nil
         let periodEnd = subscription.integer("current_period_end") ?? item?.integer("current_period_end")
@@ -259,6 +332,21 @@ private struct SubscriptionFacts {
         case "payment_disputed": Reason.customerSupport
         default: nil
         }
+    }
+
+    /// What a discounted subscription costs (minor units): its coupon's `percent_off` (rounded to the minor
+    /// unit, as Stripe does) or `amount_off`. Nil when the discount's value is not in the event: newer API
+    /// versions list the discounts' ids only, and a list price would overstate what was paid.
+    static func discounted(_ total: Int64, currency: String, discount: JSON?) -> Int64? {
+        let coupon = discount?.present("coupon") ?? discount?["source"]?.present("coupon")
+        if let percent = coupon?["percent_off"]?.doubleValue, let fraction = Decimal(string: "\(percent)") {
+            let off = MoneyFields.round(Decimal(total) * fraction / 100, 0)
+            return max(0, total - NSDecimalNumber(decimal: off).int64Value)
+        }
+        if let off = coupon?.integer("amount_off"), coupon?.text("currency")?.lowercased() == currency.lowercased() {
+            return max(0, total - off)
+        }
+        return nil
     }
 
     /// A subscription item's or invoice line's price object.
