@@ -92,7 +92,9 @@ public final class Normalizer: Sendable {
                 ])
             return []
         }
-        guard first.state != nil || !first.events.isEmpty else { return [] }
+        // Without a subject there is no state to read; with one, the stored state decides (an invoice
+        // names its price only through the subscription the relay already knows).
+        guard first.subject != nil || !first.events.isEmpty else { return [] }
         let mapping: ProductMapping
         do {
             mapping = try await stateStore.productMapping(applicationId: app.applicationId)
@@ -117,6 +119,7 @@ public final class Normalizer: Sendable {
                     return build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
                 }
                 let result = map(input, prior: current)
+                guard result.state != nil || !result.events.isEmpty else { return [] }
                 var next = merge(current, result)
                 let user = (next ?? current)?.entitlementUserIds.first
                 var others: [String] = []
