@@ -8,6 +8,8 @@ public enum LogKey {
     public static let kafkaClient = "kafka.client"
     public static let notificationStore = "notification.store"
     public static let notificationApp = "notification.app"
+    public static let notificationType = "notification.type"
+    public static let notificationId = "notification.id"
     public static let error = "error"
     public static let httpListen = "http.listen"
     public static let role = "relay.role"

@@ -208,7 +208,10 @@ enum GoogleMapping {
             draft.periodType = facts.periodType
             draft.expirationAt = facts.expiresAt
             draft.countryCode = facts.countryCode
-            if voided.integer("refundType") != 2 { draft.amount = facts.recurringPrice?.negated }
+            // What the voided order cost, when that is known: the current order's price in a normal
+            // period. An intro or promotional order's price, an older order's (the price may have changed
+            // since) and a partial (quantity-based) refund's amount are not in the API's answer: null.
+            if voided.integer("refundType") != 2, voided.text("orderId") == facts.orderId { draft.amount = facts.amount?.negated }
             // Access is removed by SUBSCRIPTION_REVOKED when Google revokes it; a refund alone keeps it.
             // The state is refreshed from subscriptionsv2 as for any subscription notification, which
             // also records this notification: a redelivery then replays the events as first built.

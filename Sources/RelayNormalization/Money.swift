@@ -18,11 +18,6 @@ struct Amount: Sendable, Equatable {
         Amount(Decimal(value) / 1000, currency)
     }
 
-    /// Google's legacy `priceAmountMicros` (`9990000` is 9.99).
-    static func micros(_ value: Int64, _ currency: String) -> Amount {
-        Amount(Decimal(value) / 1_000_000, currency)
-    }
-
     /// Google's `Money` (`{"currencyCode", "units": "9", "nanos": 990000000}`).
     static func googleMoney(_ money: JSON?) -> Amount? {
         guard let money, let currency = money["currencyCode"]?.stringValue else { return nil }
@@ -33,10 +28,10 @@ struct Amount: Sendable, Equatable {
 
     /// Stripe amounts are integers in the currency's minor unit, with Stripe's own list of zero- and
     /// three-decimal currencies (https://docs.stripe.com/currencies#zero-decimal).
-    static func stripeMinorUnits(_ value: Int64, _ currency: String) -> Amount {
+    static func stripeMinorUnits(_ value: Decimal, _ currency: String) -> Amount {
         let code = currency.uppercased()
         let exponent = Self.stripeZeroDecimal.contains(code) ? 0 : Self.threeDecimal.contains(code) ? 3 : 2
-        return Amount(Decimal(value) / Self.power(exponent), code)
+        return Amount(value / Self.power(exponent), code)
     }
 
     /// Paddle amounts are strings in the currency's lowest denomination (ISO 4217 minor units).

@@ -77,8 +77,9 @@ public final class Normalizer: Sendable {
     public func normalize(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = configuration.app(notification.app) else { return [] }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, play: nil)
-        if notification.store == .google { input.play = try await fetchPlay(app: app, notification: notification.payload) }
 
+        // Google's subject (the purchase token) is in the notification; its Play data is fetched only
+        // after the dedup check below, so a repeat replays what was recorded without calling Google.
         let first = map(input, prior: nil)
         guard first.recognized else {
             Counter(
@@ -87,74 +88,81 @@ public final class Normalizer: Sendable {
             logger.warning(
                 "notification type not mapped; no events",
                 metadata: [
-                    LogKey.notificationStore: "\(notification.store.rawValue)", "notification.type": "\(notification.type ?? "-")",
-                    "notification.id": "\(notification.notificationId ?? "-")",
+                    LogKey.notificationStore: "\(notification.store.rawValue)", LogKey.notificationType: "\(notification.type ?? "-")",
+                    LogKey.notificationId: "\(notification.notificationId ?? "-")",
                 ])
             return []
         }
         // Without a subject there is no state to read; with one, the stored state decides (an invoice
         // names its price only through the subscription the relay already knows).
         guard first.subject != nil || !first.events.isEmpty else { return [] }
-        let mapping: ProductMapping
-        do {
-            mapping = try await stateStore.productMapping(applicationId: app.applicationId)
-        } catch {
-            throw .unavailable("\(error)")
-        }
+        let mapping = try await backend { () async throws(BackendError) in try await stateStore.productMapping(applicationId: app.applicationId) }
         guard let subject = first.subject else {
             return build(first, input: input, subject: nil, prior: nil, after: nil, others: [], mapping: mapping)
         }
 
+        var fetched = notification.store != .google
         for _ in 0..<10 {
-            do {
-                let current = try await stateStore.subscription(store: notification.store, originalTransactionId: subject)
-                if let id = notification.notificationId, let recent = current?.recentNotifications.last(where: { $0.id == id }),
-                    let context = AppliedContext(recent.context)
-                {
-                    // Seen before: the same events, from what was recorded when it was applied.
-                    var replay = input
-                    replay.receivedAt = context.receivedAt
-                    let again = map(replay, prior: context.prior)
-                    let after = merge(context.prior, again) ?? context.prior
-                    return build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
-                }
-                let result = map(input, prior: current)
-                guard result.state != nil || !result.events.isEmpty else { return [] }
-                var next = merge(current, result)
-                let user = (next ?? current)?.entitlementUserIds.first
-                var others: [String] = []
-                if let user, !user.hasPrefix("$RelayAnonymous:") {
-                    others = try await stateStore.otherActiveSubscriptions(
-                        appUserId: user, excluding: notification.store, originalTransactionId: subject
-                    ).flatMap { mapping.entitlements(of: $0) }
-                }
-                // A notification with events but no state change is still remembered in a stored state,
-                // so that a repeat yields these events rather than ones built from a later state.
-                if next == nil, var remembered = current, notification.notificationId != nil, !result.events.isEmpty {
-                    remembered.recentNotifications = current?.recentNotifications ?? []
-                    next = remembered
-                }
-                guard var state = next else {
-                    return build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
-                }
-                if let id = notification.notificationId {
-                    let context = AppliedContext(receivedAt: receivedAt, prior: current, others: others)
-                    state.recentNotifications.append(.init(id: id, context: context.json))
-                    state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
-                }
-                switch try await stateStore.write(state, ifMatch: current?.version ?? 0) {
-                case .written:
-                    next = state
-                    return build(result, input: input, subject: subject, prior: current, after: next, others: others, mapping: mapping)
-                case .versionMismatch, .stale:
-                    Counter(label: "relay_backend_write_conflicts_total", dimensions: [], factory: metrics).increment()
-                    continue
-                }
-            } catch {
-                throw .unavailable("\(error)")
+            let current = try await backend { () async throws(BackendError) in
+                try await stateStore.subscription(store: notification.store, originalTransactionId: subject)
+            }
+            if let id = notification.notificationId, let recent = current?.recentNotifications.last(where: { $0.id == id }),
+                let context = AppliedContext(recent.context)
+            {
+                // Seen before: the same events, from what was recorded when it was applied.
+                var replay = input
+                replay.receivedAt = context.receivedAt
+                replay.play = context.play
+                let again = mapAgainst(replay, prior: context.prior)
+                let after = merge(context.prior, again) ?? context.prior
+                return build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
+            }
+            if !fetched {
+                input.play = try await fetchPlay(app: app, notification: notification.payload)
+                fetched = true
+            }
+            let result = mapAgainst(input, prior: current)
+            guard result.state != nil || !result.events.isEmpty else { return [] }
+            var next = merge(current, result)
+            let user = (next ?? current)?.entitlementUserIds.first
+            var others: [String] = []
+            if let user, !user.hasPrefix("$RelayAnonymous:") {
+                others = try await backend { () async throws(BackendError) in
+                    try await stateStore.otherActiveSubscriptions(appUserId: user, excluding: notification.store, originalTransactionId: subject)
+                }.flatMap { mapping.entitlements(of: $0) }
+            }
+            // A notification with events but no state change is still remembered in a stored state,
+            // so that a repeat yields these events rather than ones built from a later state.
+            if next == nil, let current, notification.notificationId != nil, !result.events.isEmpty {
+                next = current
+            }
+            guard var state = next else {
+                return build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
+            }
+            if let id = notification.notificationId {
+                let context = AppliedContext(receivedAt: receivedAt, prior: current, others: others, play: input.play)
+                state.recentNotifications.append(.init(id: id, context: context.json))
+                state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
+            }
+            let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
+            switch written {
+            case .written:
+                return build(result, input: input, subject: subject, prior: current, after: state, others: others, mapping: mapping)
+            case .versionMismatch, .stale:
+                Counter(label: "relay_backend_write_conflicts_total", dimensions: [], factory: metrics).increment()
+                continue
             }
         }
         throw .unavailable("subscription \(notification.store.rawValue)/\(subject) kept changing under 10 attempts")
+    }
+
+    /// A backend call whose failure means "try the record again later".
+    private func backend<Value>(_ body: () async throws(BackendError) -> Value) async throws(NormalizationError) -> Value {
+        do {
+            return try await body()
+        } catch {
+            throw .unavailable("\(error)")
+        }
     }
 
     // MARK: Mapping and state
@@ -166,6 +174,15 @@ public final class Normalizer: Sendable {
         case .stripe: StripeMapping.map(input, prior: prior)
         case .paddle: PaddleMapping.map(input, prior: prior, environment: input.app.paddle?.environment ?? "PRODUCTION")
         }
+    }
+
+    /// Maps against the stored state, unless the notification is older than it: what a late
+    /// notification means cannot be read off a newer state (a late Paddle update diffed against it
+    /// would invent a product change back), so it is mapped on its own, and `merge` keeps the newer state.
+    private func mapAgainst(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        let mapping = map(input, prior: prior)
+        guard let prior, mapping.eventTime < prior.sourceTimestamp else { return mapping }
+        return map(input, prior: nil)
     }
 
     /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a
@@ -283,7 +300,9 @@ public final class Normalizer: Sendable {
     }
 
     private func countMissingRate(_ currency: String, event: String) {
-        Counter(label: "relay_exchange_rate_missing_total", dimensions: [("currency", currency)], factory: metrics).increment()
+        // The label comes from the payload: only currency-shaped codes become label values.
+        let label = currency.count == 3 && currency.allSatisfy { $0.isASCII && $0.isUppercase } ? currency : "other"
+        Counter(label: "relay_exchange_rate_missing_total", dimensions: [("currency", label)], factory: metrics).increment()
         logger.warning(
             "no exchange rate for the purchase currency; price, proceeds and exchangeRate are null",
             metadata: ["currency": "\(currency)", "event.id": "\(event)"])
@@ -306,10 +325,19 @@ public final class Normalizer: Sendable {
                 return PlayData(product: try await client.product(packageName: packageName, productId: productId, purchaseToken: token))
             }
         } catch {
+            Counter(label: "relay_play_api_errors_total", dimensions: [("kind", error.kind.rawValue)], factory: metrics).increment()
             switch error.kind {
-            case .notFound: throw .rejected(Rejection(.purchaseNotFound, error.message))
-            case .rejected, .configuration, .invalidResponse: throw .rejected(Rejection(.storeAPIRejected, error.message))
-            case .unavailable: throw .unavailable(error.message)
+            case .notFound:
+                throw .rejected(Rejection(.purchaseNotFound, error.message))
+            case .rejected, .configuration, .invalidResponse:
+                // Our side (credentials, Play Console permissions) or a broken answer: retried, in order,
+                // until fixed; rejecting would lose the purchase's place in its subscription's history.
+                logger.error(
+                    "the Play Developer API refused the request; retrying until it is fixed",
+                    metadata: [LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
+                throw .unavailable(error.message)
+            case .unavailable:
+                throw .unavailable(error.message)
             }
         }
     }
@@ -334,8 +362,10 @@ struct AppliedContext {
     var receivedAt: Int64
     var prior: SubscriptionState?
     var others: [String]
+    /// Google: the Play Developer API's answers the notification was mapped with.
+    var play: PlayData?
 
-    init(receivedAt: Int64, prior: SubscriptionState?, others: [String]) {
+    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], play: PlayData?) {
         self.receivedAt = receivedAt
         self.prior = prior.map {
             var stripped = $0
@@ -344,6 +374,7 @@ struct AppliedContext {
             return stripped
         }
         self.others = others
+        self.play = play
     }
 
     init?(_ json: JSON) {
@@ -356,9 +387,14 @@ struct AppliedContext {
             self.prior = nil
         }
         self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        if let play = json["play"], !play.isNull {
+            self.play = PlayData(subscription: play.present("subscription"), product: play.present("product"))
+        }
     }
 
     var json: JSON {
-        ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
+        var json: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
+        if let play { json["play"] = ["subscription": play.subscription ?? .null, "product": play.product ?? .null] }
+        return .object(json)
     }
 }

@@ -167,6 +167,14 @@ extension JSON {
         return value.int64Value ?? value.stringValue.flatMap { Int64($0) }
     }
 
+    /// A member in Unix seconds as Unix milliseconds; nil when absent, or too large to be a time (a
+    /// store-supplied number must never trap the worker).
+    func milliseconds(fromSeconds key: String) -> Int64? {
+        guard let seconds = integer(key) else { return nil }
+        let (milliseconds, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        return overflow ? nil : milliseconds
+    }
+
     /// The member, unless it is absent or null.
     func present(_ key: String) -> JSON? {
         guard let value = self[key], !value.isNull else { return nil }

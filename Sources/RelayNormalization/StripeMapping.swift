@@ -11,7 +11,7 @@ enum StripeMapping {
         let object = event["data"]?["object"] ?? .object([:])
         let previous = event["data"]?["previous_attributes"]
         let environment = event["livemode"]?.boolValue == true ? "PRODUCTION" : "SANDBOX"
-        let eventTime = (event.integer("created") ?? input.receivedAt / 1000) * 1000
+        let eventTime = event.milliseconds(fromSeconds: "created") ?? input.receivedAt
         var mapping = StoreMapping(subject: nil, environment: environment, eventTime: eventTime)
         switch type {
         case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted",
@@ -136,9 +136,11 @@ enum StripeMapping {
         let price = line.flatMap { SubscriptionFacts.price(of: $0) }
         let priceId = price?.text("id") ?? line?["pricing"]?["price_details"]?.text("price") ?? prior?.productId
         let productId = SubscriptionFacts.productId(of: price) ?? line?["pricing"]?["price_details"]?.text("product") ?? prior?.productGroupId
-        let periodEnd = line?["period"]?.integer("end").map { $0 * 1000 }
+        let periodEnd = line?["period"]?.milliseconds(fromSeconds: "end")
         let currency = invoice.text("currency") ?? "usd"
-        let tax = invoice.integer("tax") ?? invoice["total_taxes"]?.arrayValue.map { $0.reduce(Int64(0)) { $0 + ($1.integer("amount") ?? 0) } }
+        // Decimal sums: a store-supplied integer can be anything, and Int64 arithmetic on it can trap.
+        let tax = invoice.integer("tax").map { Decimal($0) }
+            ?? invoice["total_taxes"]?.arrayValue.map { $0.reduce(Decimal(0)) { $0 + Decimal($1.integer("amount") ?? 0) } }
         let reason = invoice.text("billing_reason")
         guard let priceId else { return }
         // The first invoice of a subscription: customer.subscription.created (or its update from incomplete
@@ -161,7 +163,7 @@ enum StripeMapping {
             // While Stripe retries (next_payment_attempt set) the subscription is past_due and access
             // continues until that attempt; after the last one nothing is scheduled and access ends until
             // the invoice is paid (or Stripe cancels the subscription).
-            let nextAttempt = invoice.integer("next_payment_attempt").map { $0 * 1000 }
+            let nextAttempt = invoice.milliseconds(fromSeconds: "next_payment_attempt")
             state.status = nextAttempt == nil ? .inBillingRetry : .inGracePeriod
             state.gracePeriodExpiresAt = nextAttempt
             // One billing_issue per failing invoice, on its first attempt; each retry sends
@@ -185,8 +187,8 @@ enum StripeMapping {
         // invoice; during a trial a plan change costs nothing, so a paid one is the conversion.
         let endsTrial = reason == "subscription_update" && prior?.periodType == .trial && paid > 0
         if reason == "subscription_cycle" || endsTrial {
-            draft.amount = Amount.stripeMinorUnits(paid, currency)
-            if let tax, paid - tax > 0 { draft.taxPercentage = Decimal(tax) / Decimal(paid - tax) }
+            draft.amount = Amount.stripeMinorUnits(Decimal(paid), currency)
+            if let tax, Decimal(paid) - tax > 0 { draft.taxPercentage = tax / (Decimal(paid) - tax) }
             draft.isTrialConversion = prior?.periodType == .trial
             // A coupon still applying to this invoice makes the period PROMOTIONAL, as at the purchase.
             if invoice.present("discount") != nil || !(invoice["discounts"]?.arrayValue ?? []).isEmpty {
@@ -220,7 +222,7 @@ enum StripeMapping {
         let purchase = prior.flatMap { !$0.autoRenew && $0.originalTransactionId == paymentIntent ? $0 : nil }
         mapping.appUserId = charge["metadata"]?.text("app_user_id") ?? purchase?.originalAppUserId
         // amount_refunded is cumulative: this refund is what it grew by.
-        let refunded = (charge.integer("amount_refunded") ?? 0) - (previous?.integer("amount_refunded") ?? 0)
+        let refunded = Decimal(charge.integer("amount_refunded") ?? 0) - Decimal(previous?.integer("amount_refunded") ?? 0)
         let currency = charge.text("currency") ?? "usd"
         mapping.events = [
             EventDraft(
@@ -247,13 +249,13 @@ enum StripeMapping {
         mapping.appUserId = session["metadata"]?.text("app_user_id") ?? session.text("client_reference_id")
         let productId = session["metadata"]?.text("price_id") ?? session["metadata"]?.text("product_id")
         let total = session.integer("amount_total") ?? 0
-        let tax = session["total_details"]?.integer("amount_tax")
+        let tax = session["total_details"]?.integer("amount_tax").map { Decimal($0) }
         var draft = EventDraft(
             type: .nonRenewingPurchase, productId: productId, transactionId: subject,
             purchasedAt: mapping.eventTime, countryCode: session["customer_details"]?["address"]?.text("country"),
-            amount: Amount.stripeMinorUnits(total, session.text("currency") ?? "usd"),
+            amount: Amount.stripeMinorUnits(Decimal(total), session.text("currency") ?? "usd"),
             sdkEvents: [SDKEvent.transactionComplete, SDKEvent.nonRecurringProductPurchase])
-        if let tax, total - tax > 0 { draft.taxPercentage = Decimal(tax) / Decimal(total - tax) }
+        if let tax, Decimal(total) - tax > 0 { draft.taxPercentage = tax / (Decimal(total) - tax) }
         mapping.events = [draft]
         if let productId {
             mapping.state = SubscriptionState(
@@ -315,14 +317,14 @@ private struct SubscriptionFacts {
         } else if let currency, let unit {
             let discount = subscription.present("discount") ?? discounts.first { $0.objectValue != nil }
             amount = periodType == .promotional
-                ? Self.discounted(unit * quantity, currency: currency, discount: discount).map { Amount.stripeMinorUnits($0, currency) }
-                : Amount.stripeMinorUnits(unit * quantity, currency)
+                ? Self.discounted(Decimal(unit) * Decimal(quantity), currency: currency, discount: discount).map { Amount.stripeMinorUnits($0, currency) }
+                : Amount.stripeMinorUnits(Decimal(unit) * Decimal(quantity), currency)
         }
         autoRenew = stripeStatus != "canceled" && subscription["cancel_at_period_end"]?.boolValue != true && subscription.present("cancel_at") == nil
-        let periodEnd = subscription.integer("current_period_end") ?? item?.integer("current_period_end")
-        expiresAt = (stripeStatus == "trialing" ? subscription.integer("trial_end") ?? periodEnd : periodEnd).map { $0 * 1000 }
-        if stripeStatus == "canceled", let ended = subscription.integer("ended_at") { expiresAt = ended * 1000 }
-        startedAt = subscription.integer("start_date").map { $0 * 1000 }
+        let periodEnd = subscription.milliseconds(fromSeconds: "current_period_end") ?? item?.milliseconds(fromSeconds: "current_period_end")
+        expiresAt = stripeStatus == "trialing" ? subscription.milliseconds(fromSeconds: "trial_end") ?? periodEnd : periodEnd
+        if stripeStatus == "canceled", let ended = subscription.milliseconds(fromSeconds: "ended_at") { expiresAt = ended }
+        startedAt = subscription.milliseconds(fromSeconds: "start_date")
         appUserId = subscription["metadata"]?.text("app_user_id") ?? subscription["customer"]?["metadata"]?.text("app_user_id")
         latestInvoice = subscription.text("latest_invoice") ?? subscription["latest_invoice"]?.text("id")
         offerCode = subscription["discount"]?["coupon"]?.text("id") ?? subscription["discount"]?.text("promotion_code")
@@ -337,14 +339,13 @@ private struct SubscriptionFacts {
     /// What a discounted subscription costs (minor units): its coupon's `percent_off` (rounded to the minor
     /// unit, as Stripe does) or `amount_off`. Nil when the discount's value is not in the event: newer API
     /// versions list the discounts' ids only, and a list price would overstate what was paid.
-    static func discounted(_ total: Int64, currency: String, discount: JSON?) -> Int64? {
+    static func discounted(_ total: Decimal, currency: String, discount: JSON?) -> Decimal? {
         let coupon = discount?.present("coupon") ?? discount?["source"]?.present("coupon")
-        if let percent = coupon?["percent_off"]?.doubleValue, let fraction = Decimal(string: "\(percent)") {
-            let off = MoneyFields.round(Decimal(total) * fraction / 100, 0)
-            return max(0, total - NSDecimalNumber(decimal: off).int64Value)
+        if let percent = coupon?["percent_off"]?.doubleValue, (0...100).contains(percent), let fraction = Decimal(string: "\(percent)") {
+            return max(0, total - MoneyFields.round(total * fraction / 100, 0))
         }
         if let off = coupon?.integer("amount_off"), coupon?.text("currency")?.lowercased() == currency.lowercased() {
-            return max(0, total - off)
+            return max(0, total - Decimal(off))
         }
         return nil
     }

@@ -35,8 +35,8 @@ public enum RejectReason: String, Sendable, CaseIterable, CustomStringConvertibl
     case unknownApp = "unknown_app"
     /// Google: the Play Developer API does not know the notification's purchase token (404/410).
     case purchaseNotFound = "purchase_not_found"
-    /// Google: the Play Developer API refused the request (credentials, permissions), or no `playApi`
-    /// is configured for the app. Fix the configuration, then re-drive the rejected record.
+    /// Google: no `playApi` is configured for the app, so the subscription's state cannot be read.
+    /// Configure it, then re-drive the rejected record. (A Play API that refuses is retried instead.)
     case storeAPIRejected = "store_api_rejected"
 
     public var description: String { rawValue }

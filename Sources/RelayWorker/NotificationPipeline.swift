@@ -84,7 +84,7 @@ public struct NotificationPipeline: NotificationProcessor {
                 "notification normalized",
                 metadata: [
                     LogKey.notificationStore: "\(notification.store.rawValue)", LogKey.notificationApp: "\(appLabel)",
-                    "notification.type": "\(verified.type ?? "-")", "notification.id": "\(verified.notificationId ?? "-")",
+                    LogKey.notificationType: "\(verified.type ?? "-")", LogKey.notificationId: "\(verified.notificationId ?? "-")",
                     "events": "\(events.map(\.type.rawValue).joined(separator: ","))",
                     LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)",
                 ])
