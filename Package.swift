@@ -130,11 +130,17 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Webhook delivery: endpoint fan-out, Standard Webhooks signing.
+        .target(
+            name: "RelayDelivery",
+            dependencies: ["RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization"],
+            swiftSettings: swiftSettings
+        ),
         // The worker: consumes raw notifications and runs the stages.
         .target(
             name: "RelayWorker",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayBackend",
+                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayBackend", "RelayDelivery",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -236,6 +242,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             exclude: ["Scenarios"],  // data files, read from the source tree by ScenarioTests
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayDeliveryTests",
+            dependencies: ["RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -2,6 +2,7 @@ public import CoreMetrics
 public import Logging
 public import RelayConfig
 public import RelayCore
+import RelayDelivery
 public import RelayNormalization
 public import RelayVerification
 
@@ -14,7 +15,8 @@ public import RelayVerification
 ///    a raw notification at all (stage 1 failed) is rejected as `malformed` the same way.
 /// 3. Normalize into standardized events, updating the subscription's state in the backend
 ///    (`Normalizer`). A Google purchase the Play Developer API does not know is rejected like a forged one.
-/// 4. Produce the events to `relay.events` (key: the subscription's subject), each acknowledged.
+/// 4. Produce the events to `relay.events` (key: the subscription's subject), and for each event one
+///    delivery record per matching endpoint to `relay.deliveries`, each acknowledged.
 ///
 /// `process` returns only when what the record caused is durable (events or the rejected record
 /// acknowledged, state written), so the worker may then store its offset. It throws when that cannot
@@ -24,6 +26,7 @@ public struct NotificationPipeline: NotificationProcessor {
     private let configuration: RelayConfiguration
     private let verifier: NotificationVerifier
     private let normalizer: Normalizer
+    private let fanOut: DeliveryFanOut
     private let producer: any RecordProducer
     private let logger: Logger
     private let metrics: any MetricsFactory
@@ -35,6 +38,7 @@ public struct NotificationPipeline: NotificationProcessor {
         self.configuration = configuration
         self.verifier = verifier
         self.normalizer = normalizer
+        self.fanOut = DeliveryFanOut(configuration: configuration)
         self.producer = producer
         self.logger = logger
         self.metrics = metrics
@@ -79,6 +83,9 @@ public struct NotificationPipeline: NotificationProcessor {
                 ]
                 _ = try await producer.produce(
                     OutgoingRecord(topic: configuration.kafka.topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
+                for delivery in fanOut.records(for: event, app: notification.app) {
+                    _ = try await producer.produce(delivery)
+                }
             }
             logger.info(
                 "notification normalized",

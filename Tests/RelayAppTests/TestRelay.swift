@@ -36,6 +36,10 @@ final class TestRelay: Sendable {
                 projectId: 1
                 applicationId: 2
                 stripe: { signingSecrets: ["whsec_test"] }
+            endpoints:
+              - { id: hooks, app: demo, url: "http://127.0.0.1:9/hooks", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], events: ["*"] }
+              - { id: renewals, app: demo, url: "http://127.0.0.1:9/renewals", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], events: [renewal] }
+            delivery: { allowPrivateNetworks: true }
             shutdownTimeout: 20s
             """
         return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])

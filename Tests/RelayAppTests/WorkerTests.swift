@@ -142,6 +142,15 @@ import Testing
         #expect(records.first?.headers.first(named: "relay-event-id")?.stringValue == "stripe:evt_flow_1:initial_purchase")
         #expect(records.first?.headers.first(named: "relay-event-type")?.stringValue == "initial_purchase")
 
+        // Fan-out: each event to the endpoint that takes every type (not to the renewals-only one),
+        // keyed by endpoint and subject, produced before the notification's offset was stored.
+        let (deliveryReader, deliveries) = try relay.reader(topic: "relay.deliveries")
+        let delivered = try await deliveries.waitFor(count: 2)
+        #expect(delivered.map(\.keyString) == ["hooks:sub_flow", "hooks:sub_flow"])
+        #expect(delivered.map(\.value) == records.map(\.value))
+        #expect(delivered.compactMap { $0.headers.first(named: "relay-endpoint")?.stringValue } == ["hooks", "hooks"])
+        await deliveryReader.close()
+
         // The backend follows: the state is stored and the user has `pro`.
         let client = relay.environment.process.backendClient
         let stored = try #require(try await client.subscription(store: .stripe, originalTransactionId: "sub_flow"))

@@ -1,0 +1,46 @@
+public import RelayConfig
+public import RelayCore
+public import RelayNormalization
+
+/// Header names of `relay.deliveries` records (and of the retry and dead-letter topics after them).
+public enum DeliveryHeaderName {
+    /// The endpoint's configured `id`.
+    public static let endpoint = "relay-endpoint"
+}
+
+/// Fan-out (DESIGN section 1): one delivery record per endpoint whose `app`, `events` and
+/// `environments` match a standardized event, keyed `<endpoint id>:<subject>` so one endpoint's
+/// deliveries for one subscription stay on one partition, in order.
+public struct DeliveryFanOut: Sendable {
+    private let endpoints: [RelayConfiguration.Endpoint]
+    private let topic: String
+
+    public init(configuration: RelayConfiguration) {
+        endpoints = configuration.endpoints
+        topic = configuration.kafka.topics.deliveries
+    }
+
+    /// The endpoints that take `event` of `app`: `events` lists its type or `*`, `environments` its environment.
+    public func endpoints(for event: StandardEvent, app: String) -> [RelayConfiguration.Endpoint] {
+        endpoints.filter { endpoint in
+            endpoint.app == app && (endpoint.events.contains("*") || endpoint.events.contains(event.type.rawValue))
+                && endpoint.environments.contains(event.environment)
+        }
+    }
+
+    /// The delivery records of `event`: its payload as the webhook body, unsigned (signing happens at
+    /// send time, so every attempt carries a fresh timestamp).
+    public func records(for event: StandardEvent, app: String) -> [OutgoingRecord] {
+        let body = event.payload.serialized()
+        return endpoints(for: event, app: app).map { endpoint in
+            OutgoingRecord(
+                topic: topic, key: Array("\(endpoint.id):\(event.subject)".utf8), value: body,
+                headers: [
+                    RecordHeader(name: DeliveryHeaderName.endpoint, value: endpoint.id),
+                    RecordHeader(name: RelayHeaderName.eventId, value: event.id),
+                    RecordHeader(name: RelayHeaderName.eventType, value: event.type.rawValue),
+                    RecordHeader(name: RelayHeaderName.app, value: app),
+                ])
+        }
+    }
+}

@@ -1,0 +1,44 @@
+public import RelayCore
+import RelayVerification
+
+/// Signs webhook deliveries as Standard Webhooks does (DESIGN section 5): `webhook-id`,
+/// `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,<base64 HMAC-SHA256 of
+/// "id.timestamp.body">`, one per secret, space-separated during rotation), keyed with the
+/// base64-decoded secret after `whsec_`. The same values go out as `svix-id`, `svix-timestamp` and
+/// `svix-signature`, so receivers written for Superwall's (Svix) webhooks verify unchanged.
+public struct WebhookSigner: Sendable {
+    /// Why an endpoint secret cannot sign. The message names the secret's position, never its value.
+    public struct SecretError: Error, Sendable, CustomStringConvertible {
+        public var index: Int
+        public var description: String { "endpoint secret \(index + 1) is not whsec_ followed by base64" }
+    }
+
+    private let keys: [[UInt8]]
+
+    /// - Parameter secrets: the endpoint's secrets (`whsec_…`), newest first or last: every one signs.
+    public init(secrets: [String]) throws(SecretError) {
+        var keys: [[UInt8]] = []
+        for (index, secret) in secrets.enumerated() {
+            let encoded = secret.hasPrefix("whsec_") ? String(secret.dropFirst(6)) : secret
+            guard let key = Base64.decode(encoded), !key.isEmpty else { throw SecretError(index: index) }
+            keys.append(key)
+        }
+        self.keys = keys
+    }
+
+    /// `v1,<signature>` per secret, space-separated.
+    public func signature(id: String, timestamp: Int64, body: [UInt8]) -> String {
+        let message = Array("\(id).\(timestamp).".utf8) + body
+        return keys.compactMap { key in Digest.hmacSHA256(key: key, message: message).map { "v1," + Base64.encode($0) } }
+            .joined(separator: " ")
+    }
+
+    /// Every signing header of one attempt, Standard Webhooks' and their `svix-*` aliases.
+    public func headers(id: String, timestamp: Int64, body: [UInt8]) -> [(name: String, value: String)] {
+        let signature = signature(id: id, timestamp: timestamp, body: body)
+        return [
+            ("webhook-id", id), ("webhook-timestamp", String(timestamp)), ("webhook-signature", signature),
+            ("svix-id", id), ("svix-timestamp", String(timestamp)), ("svix-signature", signature),
+        ]
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import RelayConfig
+import RelayCore
+import RelayDelivery
+import RelayNormalization
+import RelayTestSupport
+import Testing
+
+@Suite struct WebhookSignerTests {
+    /// Standard Webhooks' own test vectors (github.com/standard-webhooks/standard-webhooks, MIT): the
+    /// "sign function works" case of every reference library, and the Rust library's.
+    static let embedded: [(secret: String, id: String, timestamp: Int64, body: String, signature: String)] = [
+        ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, #"{"test": 2432232314}"#,
+         "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+        ("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1_649_367_553,
+         #"{"email":"test@example.com","username":"test_user"}"#, "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="),
+    ]
+
+    @Test func reproducesTheOfficialVectors() throws {
+        for vector in Self.embedded {
+            let signer = try WebhookSigner(secrets: [vector.secret])
+            #expect(signer.signature(id: vector.id, timestamp: vector.timestamp, body: Array(vector.body.utf8)) == vector.signature)
+        }
+    }
+
+    @Test(.enabled(if: Fixtures.sharedVectors != nil, "../shared/vectors is not next to the repository"))
+    func reproducesEveryFixedVectorInSharedVectors() throws {
+        let file = try #require(Fixtures.sharedVectors).appendingPathComponent("standard-webhooks/vectors.json")
+        let document = try JSON.parse(Array(try Data(contentsOf: file)))
+        var checked = 0
+        for vector in document["vectors"]?.arrayValue ?? [] {
+            guard let expected = vector["expected_signature"]?.stringValue, let secret = vector["secret"]?.stringValue,
+                let id = vector["webhook_id"]?.stringValue, let timestamp = vector["webhook_timestamp"]?.stringValue.flatMap({ Int64($0) }),
+                let payload = vector["payload"]?.stringValue
+            else { continue }
+            let signer = try WebhookSigner(secrets: [secret])
+            #expect(signer.signature(id: id, timestamp: timestamp, body: Array(payload.utf8)) == expected, "\(vector["name"]?.text ?? "")")
+            checked += 1
+        }
+        #expect(checked >= 2)
+    }
+
+    @Test func everySecretSignsDuringRotationAndTheSvixAliasesMatch() throws {
+        let old = Self.embedded[0]
+        let new = Self.embedded[1]
+        let signer = try WebhookSigner(secrets: [old.secret, new.secret])
+        let body = Array(old.body.utf8)
+        let headers = Dictionary(uniqueKeysWithValues: signer.headers(id: old.id, timestamp: old.timestamp, body: body).map { ($0.name, $0.value) })
+        let signatures = try #require(headers["webhook-signature"]).split(separator: " ").map(String.init)
+        #expect(signatures.count == 2)
+        #expect(signatures.first == old.signature)
+        #expect(signatures.last == (try WebhookSigner(secrets: [new.secret])).signature(id: old.id, timestamp: old.timestamp, body: body))
+        #expect(headers["webhook-id"] == old.id)
+        #expect(headers["webhook-timestamp"] == "1614265330")
+        #expect(headers["svix-id"] == headers["webhook-id"])
+        #expect(headers["svix-timestamp"] == headers["webhook-timestamp"])
+        #expect(headers["svix-signature"] == headers["webhook-signature"])
+    }
+
+    @Test func aSecretThatIsNotBase64IsRefusedWithoutEchoingIt() {
+        #expect(throws: WebhookSigner.SecretError.self) { try WebhookSigner(secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_!!!"]) }
+        do {
+            _ = try WebhookSigner(secrets: ["whsec_not*base64"])
+        } catch {
+            #expect(!error.description.contains("not*base64"))
+        }
+    }
+}
+
+@Suite struct DeliveryFanOutTests {
+    static func configuration() throws -> RelayConfiguration {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+        return try RelayConfiguration.parse(
+            yaml: """
+                apps:
+                  - { key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["whsec_s"] } }
+                  - { key: other, projectId: 1, applicationId: 2, stripe: { signingSecrets: ["whsec_s"] } }
+                endpoints:
+                  - { id: all, app: demo, url: "https://a.example/hook", secrets: ["\(secret)"], events: ["*"] }
+                  - { id: renewals-prod, app: demo, url: "https://b.example/hook", secrets: ["\(secret)"], events: [renewal], environments: [PRODUCTION] }
+                  - { id: other-app, app: other, url: "https://c.example/hook", secrets: ["\(secret)"], events: ["*"] }
+                """, baseDirectory: "/", environment: [:])
+    }
+
+    func event(_ type: EventType, environment: String) -> StandardEvent {
+        StandardEvent(
+            type: type, id: "apple:n1:\(type.rawValue)", subject: "2000000100000001", environment: environment,
+            payload: ["object": "event", "type": .string(type.rawValue), "data": ["id": .string("apple:n1:\(type.rawValue)")]])
+    }
+
+    @Test func oneRecordPerMatchingEndpointKeyedByEndpointAndSubject() throws {
+        let fanOut = DeliveryFanOut(configuration: try Self.configuration())
+        let production = fanOut.records(for: event(.renewal, environment: "PRODUCTION"), app: "demo")
+        #expect(production.map { String(decoding: $0.key ?? [], as: UTF8.self) } == ["all:2000000100000001", "renewals-prod:2000000100000001"])
+        #expect(production.allSatisfy { $0.topic == "relay.deliveries" })
+        #expect(production.first?.headers.first(named: "relay-endpoint")?.stringValue == "all")
+        #expect(production.first?.headers.first(named: "relay-event-id")?.stringValue == "apple:n1:renewal")
+        #expect(production.first?.value == event(.renewal, environment: "PRODUCTION").payload.serialized())
+        // The environment and the event type filter: a sandbox renewal, and a production cancellation.
+        #expect(fanOut.records(for: event(.renewal, environment: "SANDBOX"), app: "demo").count == 1)
+        #expect(fanOut.records(for: event(.cancellation, environment: "PRODUCTION"), app: "demo").count == 1)
+        #expect(fanOut.records(for: event(.renewal, environment: "PRODUCTION"), app: "nobody").isEmpty)
+    }
+}
