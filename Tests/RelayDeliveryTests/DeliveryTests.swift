@@ -102,3 +102,20 @@ import Testing
         #expect(fanOut.records(for: event(.renewal, environment: "PRODUCTION"), app: "nobody").isEmpty)
     }
 }
+
+@Suite struct AddressPolicyTests {
+    @Test(arguments: [
+        "127.0.0.1", "127.8.9.10", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+        "100.127.255.255", "0.0.0.0", "224.0.0.1", "255.255.255.255", "198.18.0.1", "192.0.0.170",
+        "::1", "::", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "fe80::1", "fe80::1%eth0", "fd00:ec2::254", "fc00::1", "ff02::1",
+        "64:ff9b::a9fe:a9fe", "2001:db8::1", "not-an-ip", "",
+    ])
+    func nonPublicAddressesAreRefused(_ address: String) {
+        #expect(AddressPolicy.refusal(address) != nil, "\(address) must be refused")
+    }
+
+    @Test(arguments: ["93.184.216.34", "8.8.8.8", "172.32.0.1", "100.128.0.1", "169.255.0.1", "2606:2800:220:1::1", "::ffff:8.8.8.8", "64:ff9b::808:808"])
+    func publicAddressesAreAllowed(_ address: String) {
+        #expect(AddressPolicy.refusal(address) == nil, "\(address) must be allowed")
+    }
+}
