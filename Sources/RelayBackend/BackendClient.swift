@@ -221,11 +221,9 @@ public final class BackendClient: Sendable {
         "/subscriptions-api/internal/v1/subscriptions/\(store.rawValue)/\(pathSegment(id))"
     }
 
-    /// Percent-encodes everything but unreserved characters, so ids never change the path.
+    /// Percent-encodes everything but unreserved ASCII, so ids never change the path (`.` and `..` too).
     static func pathSegment(_ text: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+        PercentEncoding.pathSegment(text)
     }
 
     private static func state(_ response: HTTPClientResponse) throws(BackendError) -> SubscriptionState {

@@ -85,6 +85,13 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         odd.appUserIds = []
         #expect(try await client.write(odd, ifMatch: 0) == .written({ var s = odd; s.version = 1; return s }()))
         #expect(try await client.subscription(store: .apple, originalTransactionId: "a/b c?d")?.originalTransactionId == "a/b c?d")
+        // Non-ASCII letters are encoded too, and `..` cannot climb the path.
+        for id in ["tökén", ".."] {
+            var other = odd
+            other.originalTransactionId = id
+            #expect(try await client.write(other, ifMatch: 0) != .versionMismatch)
+            #expect(try await client.subscription(store: .apple, originalTransactionId: id)?.originalTransactionId == id)
+        }
         await backend.stop()
     }
 

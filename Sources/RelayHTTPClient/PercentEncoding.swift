@@ -1,9 +1,10 @@
-/// RFC 3986 percent-encoding over UTF-8 bytes.
-enum PercentEncoding {
+/// RFC 3986 percent-encoding over UTF-8 bytes, for ids that go into URLs (backend paths, Play API
+/// paths and forms).
+public enum PercentEncoding {
     /// Encodes every byte but the unreserved ASCII characters (`A–Z a–z 0–9 - . _ ~`), so the result is
     /// safe as one URL path segment or one `application/x-www-form-urlencoded` value: a purchase token's
     /// `/`, `+` and `=` can never change the path or the form.
-    static func encode(_ text: String) -> String {
+    public static func encode(_ text: String) -> String {
         var output: [UInt8] = []
         output.reserveCapacity(text.utf8.count)
         for byte in text.utf8 {
@@ -19,7 +20,7 @@ enum PercentEncoding {
     }
 
     /// One URL path segment: `encode`, and `.` and `..` (which would move up the path) spelled `%2E`.
-    static func pathSegment(_ text: String) -> String {
+    public static func pathSegment(_ text: String) -> String {
         text == "." || text == ".." ? String(repeating: "%2E", count: text.count) : encode(text)
     }
 
