@@ -90,7 +90,6 @@ enum Reason {
     static let priceIncrease = "PRICE_INCREASE"
     static let customerSupport = "CUSTOMER_SUPPORT"
     static let productUnavailable = "PRODUCT_UNAVAILABLE"
-    static let subscriptionPaused = "SUBSCRIPTION_PAUSED"
     static let unknown = "UNKNOWN"
 }
 

@@ -6,7 +6,7 @@ import RelayConfig
 import RelayCore
 import RelayGooglePlay
 import RelayLocalBackend
-import RelayNormalization
+@testable import RelayNormalization
 import RelayTestSupport
 import RelayVerification
 import ServiceLifecycle
@@ -244,15 +244,7 @@ final class ScenarioHarness: Sendable {
         case .apple: notification["signedDate"]?.int64Value
         case .google: notification["eventTimeMillis"]?.stringValue.flatMap { Int64($0) } ?? notification["eventTimeMillis"]?.int64Value
         case .stripe: notification["created"]?.int64Value.map { $0 * 1000 }
-        case .paddle: notification["occurred_at"]?.stringValue.flatMap(parseRFC3339)
+        case .paddle: Timestamp.milliseconds(notification["occurred_at"]?.stringValue)
         }
-    }
-
-    static func parseRFC3339(_ text: String) -> Int64? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return Int64((date.timeIntervalSince1970 * 1000).rounded()) }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: text).map { Int64($0.timeIntervalSince1970 * 1000) }
     }
 }

@@ -16,7 +16,17 @@ import Testing
         let templates = document["templates"]?.objectValue ?? [:]
         let steps = try #require(document["steps"]?.arrayValue, "\(scenario.file): \"steps\" is missing")
         let harness = try await ScenarioHarness()
-        defer { Task { await harness.stop() } }
+        do {
+            try await run(scenario, store: store, templates: templates, steps: steps, harness: harness)
+        } catch {
+            await harness.stop()
+            throw error
+        }
+        await harness.stop()
+    }
+
+    private func run(_ scenario: Scenario, store: Store, templates: [String: JSON], steps: [JSON], harness: ScenarioHarness) async throws {
+        let document = scenario.document
 
         var sent: [(notification: JSON, messageId: String?, receivedAt: Int64, play: JSON)] = []
         var produced: [[StandardEvent]] = []
@@ -88,6 +98,5 @@ import Testing
                 #expect(active == expected.compactMap(\.stringValue).sorted(), "\(label): the user's entitlements")
             }
         }
-        await harness.stop()
     }
 }
