@@ -133,7 +133,13 @@ let package = Package(
         // Webhook delivery: endpoint fan-out, Standard Webhooks signing.
         .target(
             name: "RelayDelivery",
-            dependencies: ["RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization"],
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayHTTPClient",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The worker: consumes raw notifications and runs the stages.
@@ -152,7 +158,7 @@ let package = Package(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
-                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay",
+                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayDelivery",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -246,7 +252,10 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayDeliveryTests",
-            dependencies: ["RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore"],
+            dependencies: [
+                "RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayKafka", "RelayHTTPClient",
+                "RelayVerification",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -10,13 +10,15 @@ import RelayLocalBackend
 import RelayNormalization
 import RelayVerification
 import RelayWorker
+import RelayDelivery
 public import ServiceLifecycle
 
 /// One revenue-relay process: the chosen roles as services in one `ServiceGroup`.
 ///
 /// Graceful shutdown (SIGTERM/SIGINT, or `triggerGracefulShutdown`) runs in reverse order of start:
 /// readiness flips to not-ready; the HTTP server stops accepting and finishes in-flight requests;
-/// the worker stops taking records, finishes the dispatched ones and closes its consumer (stores,
+/// the deliverer stops taking records, lets running transfers finish and closes its consumer; the
+/// worker stops taking records, finishes the dispatched ones and closes its consumer (stores,
 /// commits, leaves the group); the producer flushes. All within `shutdownTimeout`, after which
 /// what is left is cancelled (and redelivered later, never lost).
 public final class RelayProcess: Sendable {
@@ -81,30 +83,30 @@ public final class RelayProcess: Sendable {
                     backendAddress.set("http://\(ListenAddress(host: reachableHost, port: port))")
                 })
         }
-        var producer: KafkaProducer?
+        // One producer for the ingest, the worker and the deliverer; it starts before them and so stops after them.
+        var sharedProducer: KafkaProducer?
+        func producer(deliveryTimeout: Duration) throws -> KafkaProducer {
+            if let sharedProducer { return sharedProducer }
+            let producer = try KafkaProducer(
+                configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: deliveryTimeout), logger: logger, metrics: metrics)
+            services.append(ProducerService(producer: producer))
+            sharedProducer = producer
+            return producer
+        }
+        var ingestProducer: KafkaProducer?
         if roles.contains(.ingest) {
-            let ingestProducer = try KafkaProducer(
-                configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: configuration.ingest.ackTimeout),
-                logger: logger, metrics: metrics)
-            health.addReadinessCheck("kafka_unreachable") { ingestProducer.isConnected }
-            services.append(ProducerService(producer: ingestProducer))
-            producer = ingestProducer
+            let producer = try producer(deliveryTimeout: configuration.ingest.ackTimeout)
+            health.addReadinessCheck("kafka_unreachable") { producer.isConnected }
+            ingestProducer = producer
         }
         if roles.contains(.worker) {
             var consumerConfiguration = KafkaConsumerConfiguration(groupID: "relay-worker", topics: [configuration.kafka.topics.notifications])
             consumerConfiguration.maxInFlight = 1000
             let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
-            if producer == nil { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
+            if ingestProducer == nil { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
             // Verification reads the roots and key files now, so a bad one stops startup with its key.
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
-            let workerProducer: KafkaProducer
-            if let producer {
-                workerProducer = producer
-            } else {
-                workerProducer = try KafkaProducer(
-                    configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: .seconds(30)), logger: logger, metrics: metrics)
-                services.append(ProducerService(producer: workerProducer))
-            }
+            let workerProducer = try producer(deliveryTimeout: .seconds(30))
             // The exchange rates and Play API keys are read now too.
             let normalizer = try Normalizer(
                 configuration: configuration, stateStore: BackendStateStore(client: backendClient), logger: logger, metrics: metrics)
@@ -113,9 +115,24 @@ public final class RelayProcess: Sendable {
                 metrics: metrics)
             services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
         }
+        if roles.contains(.deliverer) {
+            let settings = Deliverer.consumerConfiguration(for: configuration)
+            var consumerConfiguration = KafkaConsumerConfiguration(groupID: settings.groupID, topics: settings.topics)
+            consumerConfiguration.maxInFlight = settings.maxInFlight
+            consumerConfiguration.dueTime = { DeliveryRecord.dueTime(of: $0) }
+            let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
+            if ingestProducer == nil && !roles.contains(.worker) { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
+            let delivererProducer = try producer(deliveryTimeout: .seconds(30))
+            do {
+                services.append(
+                    try Deliverer(configuration: configuration, consumer: consumer, producer: delivererProducer, logger: logger, metrics: metrics))
+            } catch {
+                throw ConfigurationError(key: error.key, message: error.message)
+            }
+        }
         let server = RelayHTTPServer(
             listen: configuration.ingest.listen, health: health, registry: registry,
-            ingest: producer.map { RelayHTTPServer.IngestRoutes(configuration: configuration, producer: $0) }, logger: logger)
+            ingest: ingestProducer.map { RelayHTTPServer.IngestRoutes(configuration: configuration, producer: $0) }, logger: logger)
         services.append(server.makeService(onListening: { port in listening.set(port) }))
         services.append(ReadinessService(health: health))
 

@@ -19,13 +19,19 @@ enum ConfigParser {
                 throw ConfigurationError(key: "endpoints[\(index)].app", message: "no app with this key is configured")
             }
         }
+        let delivery = try root.optional("delivery", delivery) ?? .init()
+        for (index, endpoint) in endpoints.enumerated() where !delivery.httpAllowed && endpoint.url.lowercased().hasPrefix("http://") {
+            throw ConfigurationError(
+                key: "endpoints[\(index)].url",
+                message: "webhooks go to https:// endpoints; plain http:// needs delivery.allowHttp: true (or allowPrivateNetworks: true, for development)")
+        }
         return RelayConfiguration(
             kafka: try root.optional("kafka", kafka) ?? .init(),
             ingest: try root.optional("ingest", ingest) ?? .init(),
             backend: try root.optional("backend", backend) ?? .init(),
             apps: apps,
             endpoints: endpoints,
-            delivery: try root.optional("delivery", delivery) ?? .init(),
+            delivery: delivery,
             money: try root.optional("money", money) ?? .init(),
             shutdownTimeout: try root.optional("shutdownTimeout") { (node) throws(ConfigurationError) in try node.duration() } ?? .seconds(30)
         )
@@ -43,7 +49,7 @@ enum ConfigParser {
         if let value = try map.optional("bootstrapServers", { (node) throws(ConfigurationError) in try node.nonEmptyString() }) { kafka.bootstrapServers = value }
         if let value = try map.optional("properties", { (node) throws(ConfigurationError) in try node.stringMap() }) { kafka.properties = value }
         if let topicsNode = try map.optional("topics", { $0 }) {
-            let topics = try topicsNode.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter"])
+            let topics = try topicsNode.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter", "replayed"])
             func topic(_ key: String, _ keyPath: WritableKeyPath<RelayConfiguration.Topics, String>) throws(ConfigurationError) {
                 if let value = try topics.optional(key, { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
                     kafka.topics[keyPath: keyPath] = value
@@ -55,6 +61,7 @@ enum ConfigParser {
             try topic("deliveries", \.deliveries)
             try topic("retryPrefix", \.retryPrefix)
             try topic("deadLetter", \.deadLetter)
+            try topic("replayed", \.replayed)
         }
         return kafka
     }
@@ -230,13 +237,14 @@ enum ConfigParser {
     }
 
     static func delivery(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Delivery {
-        let map = try node.mapping(known: ["timeout", "retrySchedule", "maxInFlight", "maxInFlightPerEndpoint", "allowPrivateNetworks"])
+        let map = try node.mapping(known: ["timeout", "retrySchedule", "maxInFlight", "maxInFlightPerEndpoint", "allowPrivateNetworks", "allowHttp"])
         var delivery = RelayConfiguration.Delivery()
         if let value = try map.optional("timeout", positive) { delivery.timeout = value }
         if let value = try map.optional("retrySchedule", { (node) throws(ConfigurationError) in try list(node, positive) }) { delivery.retrySchedule = value }
         if let value = try map.optional("maxInFlight", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { delivery.maxInFlight = value }
         if let value = try map.optional("maxInFlightPerEndpoint", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { delivery.maxInFlightPerEndpoint = value }
         if let value = try map.optional("allowPrivateNetworks", { (node) throws(ConfigurationError) in try node.bool() }) { delivery.allowPrivateNetworks = value }
+        if let value = try map.optional("allowHttp", { (node) throws(ConfigurationError) in try node.bool() }) { delivery.allowHttp = value }
         return delivery
     }
 

@@ -42,10 +42,16 @@ public struct RelayConfiguration: Sendable {
         public var deliveries = "relay.deliveries"
         public var retryPrefix = "relay.deliveries.retry"
         public var deadLetter = "relay.deliveries.dlq"
+        /// `replay`'s ledger of dead-letter records already re-driven (a compacted topic).
+        public var replayed = "relay.deliveries.dlq.replayed"
+
+        /// The retry topic of step `step` of the retry schedule, counted from 1: `relay.deliveries.retry.1`
+        /// holds the deliveries waiting for their second attempt.
+        public func retry(step: Int) -> String { "\(retryPrefix).\(step)" }
 
         /// Every topic the pipeline uses, given the retry schedule's length.
         public func all(retrySteps: Int) -> [String] {
-            [notifications, rejected, events, deliveries, deadLetter] + (0..<retrySteps).map { "\(retryPrefix).\($0)" }
+            [notifications, rejected, events, deliveries, deadLetter, replayed] + (0..<retrySteps).map { retry(step: $0 + 1) }
         }
     }
 
@@ -159,6 +165,12 @@ public struct RelayConfiguration: Sendable {
         public var maxInFlight = 1024
         public var maxInFlightPerEndpoint = 64
         public var allowPrivateNetworks = false
+        /// Whether endpoints may use plain `http://`. Unset: allowed exactly when `allowPrivateNetworks` is
+        /// true (development); production endpoints use `https://`.
+        public var allowHttp: Bool?
+
+        /// Whether `http://` endpoint URLs are allowed.
+        public var httpAllowed: Bool { allowHttp ?? allowPrivateNetworks }
     }
 
     public struct Money: Sendable {

@@ -2,12 +2,6 @@ public import RelayConfig
 public import RelayCore
 public import RelayNormalization
 
-/// Header names of `relay.deliveries` records (and of the retry and dead-letter topics after them).
-public enum DeliveryHeaderName {
-    /// The endpoint's configured `id`.
-    public static let endpoint = "relay-endpoint"
-}
-
 /// Fan-out (DESIGN section 1): one delivery record per endpoint whose `app`, `events` and
 /// `environments` match a standardized event, keyed `<endpoint id>:<subject>` so one endpoint's
 /// deliveries for one subscription stay on one partition, in order.

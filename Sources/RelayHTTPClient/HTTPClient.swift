@@ -23,6 +23,8 @@ public struct HTTPClientResponse: Sendable {
 public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
     public enum Kind: String, Sendable {
         case setup, invalidRequest = "invalid_request", connect, timeout, transfer
+        /// The address check refused the address a connection was about to reach (SSRF guard).
+        case addressRefused = "address_refused"
     }
 
     public var kind: Kind

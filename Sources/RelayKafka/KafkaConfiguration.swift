@@ -1,3 +1,5 @@
+public import RelayCore
+
 /// How to reach Kafka and which raw librdkafka settings to pass through (DESIGN section 8).
 public struct KafkaConfiguration: Sendable {
     /// `host:port[,host:port...]`.
@@ -45,6 +47,11 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var commitInterval: Duration = .seconds(1)
     /// How often librdkafka reports statistics (consumer lag). Default: 5 s.
     public var statisticsInterval: Duration = .seconds(5)
+    /// When a record may be handed out (Unix milliseconds), or nil for at once. A record not yet due is
+    /// held back: its partition is paused at it, so nothing is fetched or handed out behind it, and is
+    /// resumed once the record is due (checked on every poll, about every 100 ms). Nothing busy-waits, and
+    /// the held record's offset is not stored, so a restart holds it again. Default: nil (nothing held).
+    public var dueTime: (@Sendable (ConsumedRecord) -> Int64?)?
 
     public init(groupID: String, topics: [String]) {
         self.groupID = groupID

@@ -3,6 +3,9 @@ public import Logging
 public import RelayCore
 internal import CRdKafka
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A topic partition.
 public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
@@ -82,6 +85,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
 
         let (stream, continuation) = AsyncStream.makeStream(of: ConsumedRecord.self, bufferingPolicy: .unbounded)
         let consumed = ConsumedCounters(metrics: metrics)
+        let dueTime = consumer.dueTime
         self.records = stream
         self.client = client
         self.shared = shared
@@ -92,9 +96,16 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
                 if let message = rd_kafka_consumer_poll(client.pointer, 100) {
                     if let record = shared.handOut(message) {
                         consumed.increment(topic: record.topic)
-                        continuation.yield(record)
+                        if let due = dueTime?(record), due > UnixTime.nowMilliseconds {
+                            shared.hold(record, until: due, client.pointer)
+                        } else {
+                            continuation.yield(record)
+                        }
                     }
                     rd_kafka_message_destroy(message)
+                }
+                if dueTime != nil {
+                    for record in shared.releaseDue(now: UnixTime.nowMilliseconds, client.pointer) { continuation.yield(record) }
                 }
                 shared.applyBackPressure(client.pointer)
             },
@@ -122,8 +133,12 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         shared.isAssigned(record)
     }
 
-    /// Records handed out and not yet marked done, over all partitions this member still owns.
+    /// Records handed out and not yet marked done, over all partitions this member still owns
+    /// (records held back until they are due included).
     public var inFlightCount: Int { shared.inFlightCount }
+
+    /// Records held back because they are not yet due (`KafkaConsumerConfiguration.dueTime`).
+    public var heldCount: Int { shared.heldCount }
 
     /// The partitions currently assigned to this member.
     public var assignment: Set<TopicPartition> {
@@ -163,8 +178,10 @@ private final class ConsumerShared: Sendable {
         var inFlight = 0
         /// Back-pressure is on: every assigned partition that has started delivering is to be paused.
         var paused = false
-        /// The partitions currently paused by us.
+        /// The partitions currently paused by us for back-pressure.
         var pausedPartitions: Set<TopicPartition> = []
+        /// Records not yet due, per partition (paused at them), in log order, with their due times.
+        var held: [TopicPartition: [(record: ConsumedRecord, due: Int64)]] = [:]
     }
 
     private let state = Mutex(State())
@@ -236,6 +253,49 @@ private final class ConsumerShared: Sendable {
         return type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
     }
 
+    /// Holds back a record that is not yet due and pauses its partition at it (poll thread only).
+    func hold(_ record: ConsumedRecord, until due: Int64, _ rk: OpaquePointer) {
+        let key = TopicPartition(topic: record.topic, partition: record.partition)
+        let pause = state.withLock { state -> Bool in
+            // Only records of this assignment: a revoked partition's record is dropped (its next owner reads it).
+            guard state.partitions[key]?.generation == record.assignmentGeneration else { return false }
+            let first = state.held[key] == nil
+            state.held[key, default: []].append((record, due))
+            return first
+        }
+        if pause { Self.withList([key]) { _ = rd_kafka_pause_partitions(rk, $0) } }
+    }
+
+    /// The held records that are due now, in log order per partition; resumes the partitions that hold
+    /// nothing any more (unless back-pressure keeps them paused). Poll thread only.
+    func releaseDue(now: Int64, _ rk: OpaquePointer) -> [ConsumedRecord] {
+        let (released, toResume) = state.withLock { state -> ([ConsumedRecord], [TopicPartition]) in
+            guard !state.held.isEmpty else { return ([], []) }
+            var released: [ConsumedRecord] = []
+            var toResume: [TopicPartition] = []
+            for (key, queue) in state.held {
+                var remaining = queue[...]
+                while let first = remaining.first, first.due <= now {
+                    released.append(first.record)
+                    remaining = remaining.dropFirst()
+                }
+                guard remaining.count != queue.count else { continue }
+                if remaining.isEmpty {
+                    state.held[key] = nil
+                    if state.paused { state.pausedPartitions.insert(key) } else { toResume.append(key) }
+                } else {
+                    state.held[key] = Array(remaining)
+                }
+            }
+            return (released, toResume)
+        }
+        if !toResume.isEmpty { Self.withList(toResume) { _ = rd_kafka_resume_partitions(rk, $0) } }
+        return released
+    }
+
+    /// Records held back because they are not yet due.
+    var heldCount: Int { state.withLock { $0.held.values.reduce(0) { $0 + $1.count } } }
+
     func isAssigned(_ record: ConsumedRecord) -> Bool {
         let key = TopicPartition(topic: record.topic, partition: record.partition)
         return state.withLock { $0.partitions[key]?.generation == record.assignmentGeneration }
@@ -284,6 +344,7 @@ private final class ConsumerShared: Sendable {
             let paused = state.withLock { state -> Bool in
                 for key in keys {
                     state.inFlight -= state.partitions[key]?.tracker.undoneCount ?? 0
+                    state.held[key] = nil
                     state.partitions[key] = Assigned(generation: state.nextGeneration)
                     state.nextGeneration += 1
                     if state.paused { state.pausedPartitions.insert(key) } else { state.pausedPartitions.remove(key) }
@@ -333,6 +394,7 @@ private final class ConsumerShared: Sendable {
             for key in keys {
                 if let assigned = state.partitions.removeValue(forKey: key) { state.inFlight -= assigned.tracker.undoneCount }
                 if state.pausedPartitions.remove(key) != nil { anyPaused = true }
+                if state.held.removeValue(forKey: key) != nil { anyPaused = true }
             }
             inFlightGauge.record(state.inFlight)
             return anyPaused
@@ -358,7 +420,8 @@ private final class ConsumerShared: Sendable {
                 logger.debug("consumer paused for back-pressure")
             } else if state.paused && state.inFlight <= maxInFlight / 2 {
                 state.paused = false
-                let resumed = Array(state.pausedPartitions)
+                // A partition holding a record that is not yet due stays paused until it is.
+                let resumed = Array(state.pausedPartitions.subtracting(state.held.keys))
                 state.pausedPartitions = []
                 logger.debug("consumer resumed")
                 return ([], resumed)
@@ -377,6 +440,14 @@ private final class ConsumerShared: Sendable {
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for partition in partitions { rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition) }
         body(list)
+    }
+}
+
+enum UnixTime {
+    static var nowMilliseconds: Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
     }
 }
 

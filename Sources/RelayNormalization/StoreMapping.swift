@@ -93,63 +93,6 @@ enum Reason {
     static let unknown = "UNKNOWN"
 }
 
-/// RFC 3339 timestamps (`2030-01-01T00:00:00.123456Z`, `+02:00` offsets) as Unix milliseconds.
-enum Timestamp {
-    static func milliseconds(_ text: String?) -> Int64? {
-        guard let text else { return nil }
-        let bytes = Array(text.utf8)
-        func number(_ range: Range<Int>) -> Int? {
-            guard range.upperBound <= bytes.count else { return nil }
-            var value = 0
-            for index in range {
-                let byte = bytes[index]
-                guard byte >= 48, byte <= 57 else { return nil }
-                value = value * 10 + Int(byte - 48)
-            }
-            return value
-        }
-        guard bytes.count >= 20, let year = number(0..<4), bytes[4] == 45, let month = number(5..<7), bytes[7] == 45,
-            let day = number(8..<10), bytes[10] == 84 || bytes[10] == 116 || bytes[10] == 32, let hour = number(11..<13), bytes[13] == 58,
-            let minute = number(14..<16), bytes[16] == 58, let second = number(17..<19), (1...12).contains(month), (1...31).contains(day),
-            hour < 24, minute < 60, second < 61
-        else { return nil }
-        var index = 19
-        var millis = 0
-        if index < bytes.count, bytes[index] == 46 {
-            index += 1
-            var digits = 0
-            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
-                if digits < 3 { millis = millis * 10 + Int(bytes[index] - 48) }
-                digits += 1
-                index += 1
-            }
-            guard digits > 0 else { return nil }
-            for _ in digits..<max(digits, 3) { millis *= 10 }
-        }
-        guard index < bytes.count else { return nil }
-        var offset = 0
-        switch bytes[index] {
-        case 90, 122: index += 1
-        case 43, 45:
-            guard let hours = number(index + 1..<index + 3), index + 3 < bytes.count, bytes[index + 3] == 58,
-                let minutes = number(index + 4..<index + 6)
-            else { return nil }
-            offset = (hours * 60 + minutes) * 60 * (bytes[index] == 43 ? 1 : -1)
-            index += 6
-        default: return nil
-        }
-        guard index == bytes.count else { return nil }
-        // Days from the civil date (Howard Hinnant's algorithm), no calendar or locale involved.
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        let days = era * 146_097 + dayOfEra - 719_468
-        let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offset)
-        return seconds * 1000 + Int64(millis)
-    }
-}
 
 extension JSON {
     /// A member that is a string or an integer, as text (ids arrive as either).

@@ -15,10 +15,6 @@ struct RevenueRelay: AsyncParsableCommand {
     )
 }
 
-enum RelayVersion {
-    static let current = "0.1.0"
-}
-
 /// Exit codes of DESIGN section 2 (sysexits): 64 bad arguments, 65 rejected input (inspect),
 /// 69 a dependency unavailable (inspect could not fetch keys), 78 bad configuration.
 enum Exit {

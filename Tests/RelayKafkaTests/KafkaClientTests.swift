@@ -179,6 +179,41 @@ import Testing
         await consumer.close()
     }
 
+    @Test func aRecordNotYetDueHoldsItsPartitionUntilItIsDueAndOthersFlow() async throws {
+        let topic = try makeTopic(partitions: 2)
+        let producer = try KafkaProducer(configuration: connection, logger: testLogger())
+        var configuration = testConsumerConfiguration(group: uniqueName("group"), topics: [topic])
+        configuration.dueTime = { record in record.headers.first(named: "due")?.stringValue.flatMap { Int64($0) } }
+        let consumer = try KafkaConsumer(configuration: connection, consumer: configuration, logger: testLogger())
+        let collector = RecordCollector(consumer.records)
+        // Once the consumer reads (it joined its group), records arrive within a poll.
+        let warmUp = try await producer.send(OutgoingRecord(topic: topic, key: Array("a".utf8), value: Array("warm-up".utf8)))
+        try await collector.waitFor(count: 1)
+
+        // Same key, same partition: the first is due later; the one behind it must wait with it.
+        let due = Int64(Date().timeIntervalSince1970 * 1000) + 1500
+        _ = try await producer.send(
+            OutgoingRecord(topic: topic, key: Array("a".utf8), value: Array("held".utf8), headers: [RecordHeader(name: "due", value: String(due))]))
+        _ = try await producer.send(OutgoingRecord(topic: topic, key: Array("a".utf8), value: Array("behind".utf8)))
+        // A key on the other partition.
+        var other = 0
+        while try await producer.send(OutgoingRecord(topic: topic, key: Array("b\(other)".utf8), value: Array("free".utf8))).partition == warmUp.partition {
+            other += 1
+        }
+        await producer.close()
+
+        let firstTwo = try await collector.waitFor(count: 2)
+        #expect(firstTwo.dropFirst().map { text($0.value) } == ["free"])
+        #expect(Int64(Date().timeIntervalSince1970 * 1000) < due, "the other partition was not held up")
+        #expect(consumer.heldCount == 1)
+        let all = try await collector.waitFor(count: 4)
+        #expect(Int64(Date().timeIntervalSince1970 * 1000) >= due)
+        #expect(all.dropFirst(2).map { text($0.value) } == ["held", "behind"])
+        #expect(consumer.heldCount == 0)
+        for record in all { consumer.markDone(record) }
+        await consumer.close()
+    }
+
     @Test func sendFailsWhileEveryBrokerIsDownAndSucceedsAfterTheyReturn() async throws {
         let topic = try makeTopic(partitions: 1)
         let producer = try KafkaProducer(configuration: connection, producer: .init(deliveryTimeout: .milliseconds(1500)), logger: testLogger())

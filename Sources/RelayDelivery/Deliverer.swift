@@ -1,0 +1,459 @@
+public import CoreMetrics
+import DequeModule
+public import Logging
+public import RelayConfig
+public import RelayCore
+import RelayHTTPClient
+public import ServiceLifecycle
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Settings of the deliverer that are not configuration keys: tests compress them.
+public struct DelivererOptions: Sendable {
+    /// The least wait after a 429 or a timeout. Default: 60 s.
+    public var throttledMinimumWait: Duration = .seconds(60)
+    /// Failed attempts in a row that open an endpoint's circuit breaker. Default: 5.
+    public var breakerThreshold = 5
+    /// How long an open breaker diverts new deliveries before it lets a probe through. Default: 30 s.
+    public var breakerCooldown: Duration = .seconds(30)
+    /// Connection (TCP and TLS) timeout, at most `delivery.timeout`. Default: 10 s.
+    public var connectTimeout: Duration = .seconds(10)
+    /// Uniform in 0..<1, for the retry jitter.
+    public var random: @Sendable () -> Double = { Double.random(in: 0..<1) }
+    /// The wall clock, Unix milliseconds.
+    public var now: @Sendable () -> Int64 = { wallClockMilliseconds() }
+
+    public init() {}
+}
+
+/// Why the deliverer cannot start: an endpoint's secrets.
+public struct DelivererSetupError: Error, Sendable, CustomStringConvertible {
+    public var key: String
+    public var message: String
+    public var description: String { "\(key): \(message)" }
+}
+
+/// Delivers `relay.deliveries` records as signed webhooks (DESIGN sections 1 and 5; README "Delivery").
+///
+/// - **Intake:** one consumer (group `relay-deliverer`) reads `relay.deliveries` and every retry topic.
+///   Retry records carry `relay-due-at`; the consumer holds a partition paused at a record that is not
+///   yet due, so nothing busy-waits and nothing behind it is read early.
+/// - **Sending:** libcurl's multi handle on its own thread (`HTTPTransferEngine`), many transfers at
+///   once, kept-alive connections, HTTP/2 where offered. At most `delivery.maxInFlight` records are out
+///   (the consumer pauses beyond that) and at most `delivery.maxInFlightPerEndpoint` transfers per
+///   endpoint; up to as many more wait in the endpoint's queue, and beyond that new records are
+///   deferred to the first retry step, so one slow endpoint cannot take the others' share.
+/// - **Signing** at send time with the endpoint's secrets; `webhook-id` is the event's id on every attempt.
+/// - **Outcomes:** 2xx marks the record done. Anything else (3xx included: redirects are not followed),
+///   a timeout, a connection error or a refused address produces the delivery to the next retry topic,
+///   or after the last step to the dead-letter topic, and only then marks the record done. 410 Gone
+///   dead-letters at once (`endpoint_gone`) and disables the endpoint in this process.
+/// - **Offsets** are stored in order per partition as deliveries finish out of order; a crash before
+///   the store repeats the delivery with the same `webhook-id`.
+public final class Deliverer: Service {
+    private let consumer: any RecordConsumer
+    private let producer: any RecordProducer
+    private let engine: HTTPTransferEngine
+    private let lanes: [String: EndpointLane]
+    private let topics: RelayConfiguration.Topics
+    private let policy: RetryPolicy
+    private let options: DelivererOptions
+    private let timeout: Duration
+    private let connectTimeout: Duration
+    private let maxPerEndpoint: Int
+    private let logger: Logger
+    private let counters: DeliveryCounters
+    private let tracker = InFlightTracker()
+
+    public init(
+        configuration: RelayConfiguration, consumer: any RecordConsumer, producer: any RecordProducer, logger: Logger,
+        metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
+    ) throws(DelivererSetupError) {
+        let delivery = configuration.delivery
+        var lanes: [String: EndpointLane] = [:]
+        for (index, endpoint) in configuration.endpoints.enumerated() {
+            let signer: WebhookSigner
+            do {
+                signer = try WebhookSigner(secrets: endpoint.secrets)
+            } catch {
+                throw DelivererSetupError(key: "endpoints[\(index)].secrets", message: "\(error)")
+            }
+            lanes[endpoint.id] = EndpointLane(
+                id: endpoint.id, url: endpoint.url, signer: signer,
+                breaker: CircuitBreaker(threshold: options.breakerThreshold, cooldownMilliseconds: options.breakerCooldown.wholeMilliseconds),
+                metrics: metrics)
+        }
+        var engineConfiguration = HTTPTransferEngine.Configuration()
+        engineConfiguration.maxConnectionsPerHost = delivery.maxInFlightPerEndpoint
+        engineConfiguration.maxCachedConnections = max(64, delivery.maxInFlight)
+        engineConfiguration.maxResponseBytes = DeliveryRecord.maxResponseBytes * 4
+        engineConfiguration.userAgent = "revenue-relay/\(RelayVersion.current)"
+        if !delivery.allowPrivateNetworks {
+            engineConfiguration.addressCheck = { AddressPolicy.refusal($0) }
+        }
+        do {
+            self.engine = try HTTPTransferEngine(configuration: engineConfiguration)
+        } catch {
+            throw DelivererSetupError(key: "delivery", message: "\(error)")
+        }
+        self.consumer = consumer
+        self.producer = producer
+        self.lanes = lanes
+        self.topics = configuration.kafka.topics
+        self.policy = RetryPolicy(schedule: delivery.retrySchedule, throttledMinimumWait: options.throttledMinimumWait)
+        self.options = options
+        self.timeout = delivery.timeout
+        self.connectTimeout = min(options.connectTimeout, delivery.timeout)
+        self.maxPerEndpoint = delivery.maxInFlightPerEndpoint
+        self.logger = logger
+        self.counters = DeliveryCounters(metrics: metrics)
+    }
+
+    /// The consumer settings the deliverer needs: its group, `relay.deliveries` and every retry topic,
+    /// retry records held until due, and `delivery.maxInFlight` records out at most.
+    public static func consumerConfiguration(for configuration: RelayConfiguration) -> (groupID: String, topics: [String], maxInFlight: Int) {
+        let topics = configuration.kafka.topics
+        return (
+            "relay-deliverer",
+            [topics.deliveries] + configuration.delivery.retrySchedule.indices.map { topics.retry(step: $0 + 1) },
+            configuration.delivery.maxInFlight
+        )
+    }
+
+    /// Transfers and produces not yet finished.
+    public var inFlightCount: Int { tracker.count }
+
+    /// Whether the endpoint's circuit breaker is open (or probing); nil for an unknown endpoint.
+    public func isCircuitOpen(endpoint: String) -> Bool? { lanes[endpoint]?.isCircuitOpen }
+
+    public func run() async throws {
+        for await record in consumer.records.cancelOnGracefulShutdown() {
+            dispatch(record)
+        }
+        // Intake stopped: queued deliveries are left for the next owner; running ones finish.
+        for lane in lanes.values { lane.stop() }
+        tracker.abandon(lanes.values.reduce(0) { $0 + $1.dropWaiting() })
+        while tracker.count > 0, !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        await engine.close()
+        await consumer.close()
+        logger.info("deliverer stopped")
+    }
+
+    // MARK: Intake
+
+    private func dispatch(_ record: ConsumedRecord) {
+        tracker.begin()
+        guard let delivery = DeliveryRecord(record) else {
+            logger.error(
+                "delivery record without endpoint or event id; dead-lettered",
+                metadata: [LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)"])
+            let outgoing = OutgoingRecord(
+                topic: topics.deadLetter, key: record.key, value: record.value,
+                headers: record.headers + [
+                    RecordHeader(name: DeliveryHeaderName.deadLetterReason, value: DeadLetterReason.malformed.rawValue),
+                    RecordHeader(name: DeliveryHeaderName.deadLetteredAt, value: Timestamp.rfc3339(milliseconds: options.now())),
+                ])
+            counters.deadLettered(endpoint: "unknown", reason: .malformed)
+            produceThenMarkDone(record, outgoing)
+            return
+        }
+        guard let lane = lanes[delivery.endpointID] else {
+            logger.error("delivery for an endpoint not in the configuration; dead-lettered", metadata: ["endpoint": "\(delivery.endpointID)"])
+            deadLetter(record, delivery, reason: .endpointUnknown, endpointLabel: "unknown")
+            return
+        }
+        let now = options.now()
+        switch lane.admit(record, delivery, now: now, limit: maxPerEndpoint, canDefer: !policy.schedule.isEmpty) {
+        case .start:
+            start(record, delivery, lane)
+        case .queued:
+            break
+        case .disabled:
+            deadLetter(record, delivery, reason: .endpointDisabled, endpointLabel: lane.id)
+        case .divert(let why):
+            // Not an attempt: the delivery waits out the step it is at (the first for a new one).
+            let step = max(1, delivery.attempts)
+            let wait = policy.next(afterAttempt: step, failure: .init(status: nil), random: options.random())
+            guard case .retry(_, let waitMilliseconds) = wait else {
+                deadLetter(record, delivery, reason: .retriesExhausted, endpointLabel: lane.id)
+                return
+            }
+            lane.counters.deferred.increment()
+            logger.debug("delivery deferred", metadata: ["endpoint": "\(lane.id)", "reason": "\(why)"])
+            produceThenMarkDone(record, delivery.retryRecord(topic: topics.retry(step: step), due: now + waitMilliseconds))
+        }
+    }
+
+    /// Sends one attempt. The lane already counted it in flight.
+    private func start(_ record: ConsumedRecord, _ delivery: DeliveryRecord, _ lane: EndpointLane) {
+        // Taken away by a rebalance: the partition's new owner delivers it.
+        guard consumer.isAssigned(record) else {
+            lane.abandonProbeIfAny(now: options.now())
+            finishSlot(lane)
+            tracker.end()
+            return
+        }
+        var attempt = delivery
+        let now = options.now()
+        attempt.attempts += 1
+        attempt.firstAttemptAt = attempt.firstAttemptAt ?? now
+        attempt.lastAttemptAt = now
+        var headers = lane.signer.headers(id: delivery.eventID, timestamp: now / 1000, body: delivery.body)
+        headers.append(("Content-Type", "application/json"))
+        let request = HTTPTransferRequest(url: lane.url, headers: headers, body: delivery.body, connectTimeout: connectTimeout, timeout: timeout)
+        engine.submit(request) { [self, attempt] result in
+            completed(record, attempt, lane, result, startedAt: now)
+        }
+    }
+
+    /// A slot of `lane` is free: start the next queued delivery in it, or release it.
+    private func finishSlot(_ lane: EndpointLane) {
+        if let next = lane.release() {
+            start(next.record, next.delivery, lane)
+        }
+    }
+
+    // MARK: Outcomes (on the engine's thread: nothing here blocks)
+
+    private func completed(_ record: ConsumedRecord, _ attempt: DeliveryRecord, _ lane: EndpointLane, _ result: HTTPTransferResult, startedAt: Int64) {
+        let now = options.now()
+        lane.counters.duration.recordMilliseconds(max(0, now - startedAt))
+        finishSlot(lane)
+        if let response = result.response, (200..<300).contains(response.status) {
+            if lane.record(success: true, now: now) == .closed {
+                logger.info("endpoint recovered; circuit closed", metadata: ["endpoint": "\(lane.id)"])
+            }
+            lane.counters.delivered.increment()
+            consumer.markDone(record)
+            tracker.end()
+            return
+        }
+        var failed = attempt
+        let timedOut = result.error?.kind == .timeout
+        if let response = result.response {
+            failed.lastStatus = response.status
+            failed.lastError = (300..<400).contains(response.status) ? "HTTP \(response.status) (redirects are not followed)" : "HTTP \(response.status)"
+            failed.lastResponse = DeliveryRecord.truncatedResponse(response.body)
+        } else {
+            failed.lastStatus = nil
+            failed.lastError = result.error.map { "\($0.kind.rawValue): \($0.message)" } ?? "no response"
+            failed.lastResponse = nil
+        }
+        lane.counters.failed.increment()
+        if lane.record(success: false, now: now) == .opened {
+            logger.warning("endpoint keeps failing; circuit opened", metadata: ["endpoint": "\(lane.id)", LogKey.error: "\(failed.lastError ?? "")"])
+        }
+        logger.debug(
+            "delivery attempt failed",
+            metadata: ["endpoint": "\(lane.id)", "event.id": "\(attempt.eventID)", "attempt": "\(attempt.attempts)", LogKey.error: "\(failed.lastError ?? "")"])
+        if result.response?.status == 410 {
+            if lane.disable() {
+                logger.warning("endpoint answered 410 Gone; disabled until restart or a successful replay", metadata: ["endpoint": "\(lane.id)"])
+            }
+            deadLetter(record, failed, reason: .endpointGone, endpointLabel: lane.id)
+            return
+        }
+        let retryAfter = RetryPolicy.retryAfterMilliseconds(result.response?.header("retry-after"), now: now)
+        let decision = policy.next(
+            afterAttempt: failed.attempts, failure: .init(status: result.response?.status, timedOut: timedOut, retryAfterMilliseconds: retryAfter),
+            random: options.random())
+        switch decision {
+        case .retry(let step, let wait):
+            lane.counters.retried.increment()
+            produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: step), due: now + wait))
+        case .deadLetter:
+            deadLetter(record, failed, reason: .retriesExhausted, endpointLabel: lane.id)
+        }
+    }
+
+    private func deadLetter(_ record: ConsumedRecord, _ delivery: DeliveryRecord, reason: DeadLetterReason, endpointLabel: String) {
+        counters.deadLettered(endpoint: endpointLabel, reason: reason)
+        logger.info(
+            "delivery dead-lettered",
+            metadata: [
+                "endpoint": "\(delivery.endpointID)", "event.id": "\(delivery.eventID)", "reason": "\(reason.rawValue)",
+                "attempts": "\(delivery.attempts)",
+            ])
+        produceThenMarkDone(record, delivery.deadLetterRecord(topic: topics.deadLetter, reason: reason, at: options.now()))
+    }
+
+    /// Produces `outgoing` (retrying while the log cannot take it) and then marks `record` done. On
+    /// shutdown past its bound the record stays not done, and is delivered again after a restart.
+    private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: OutgoingRecord) {
+        Task { [self] in
+            var delay = Duration.milliseconds(100)
+            while true {
+                do {
+                    _ = try await producer.produce(outgoing)
+                    consumer.markDone(record)
+                    break
+                } catch {
+                    if Task.isCancelled || !consumer.isAssigned(record) { break }
+                    logger.warning("could not produce the delivery's next record; retrying", metadata: [LogKey.kafkaTopic: "\(outgoing.topic)", LogKey.error: "\(error)"])
+                    do { try await Task.sleep(for: delay) } catch { break }
+                    delay = min(delay * 2, .seconds(10))
+                }
+            }
+            tracker.end()
+        }
+    }
+}
+
+/// One endpoint's signer, limits, queue and breaker.
+final class EndpointLane: Sendable {
+    struct Pending: Sendable {
+        var record: ConsumedRecord
+        var delivery: DeliveryRecord
+    }
+
+    enum Admission: Sendable {
+        case start, queued, disabled
+        case divert(String)
+    }
+
+    private struct State {
+        var inFlight = 0
+        var waiting = Deque<Pending>()
+        var breaker: CircuitBreaker
+        var disabled = false
+        var stopped = false
+    }
+
+    let id: String
+    let url: String
+    let signer: WebhookSigner
+    let counters: EndpointCounters
+    private let state: Mutex<State>
+
+    init(id: String, url: String, signer: WebhookSigner, breaker: CircuitBreaker, metrics: any MetricsFactory) {
+        self.id = id
+        self.url = url
+        self.signer = signer
+        self.counters = EndpointCounters(endpoint: id, metrics: metrics)
+        self.state = Mutex(State(breaker: breaker))
+    }
+
+    /// Whether `delivery` may start now, waits for a slot, or goes elsewhere.
+    func admit(_ record: ConsumedRecord, _ delivery: DeliveryRecord, now: Int64, limit: Int, canDefer: Bool) -> Admission {
+        let (admission, circuitOpen) = state.withLock { state -> (Admission, Bool) in
+            if state.disabled && delivery.replayedFrom == nil { return (.disabled, true) }
+            var probing = false
+            if delivery.attempts == 0 && delivery.replayedFrom == nil {
+                switch state.breaker.admitNew(now: now) {
+                case .pass: break
+                case .probe: probing = true
+                case .divert: return (.divert("circuit open"), true)
+                }
+            }
+            if state.inFlight < limit {
+                state.inFlight += 1
+                return (.start, state.breaker.isOpen)
+            }
+            if state.waiting.count < limit || !canDefer {
+                state.waiting.append(Pending(record: record, delivery: delivery))
+                return (.queued, state.breaker.isOpen)
+            }
+            if probing { state.breaker.probeAbandoned(now: now) }
+            return (.divert("endpoint saturated"), state.breaker.isOpen)
+        }
+        counters.circuitOpen.record(circuitOpen ? 1 : 0)
+        return admission
+    }
+
+    /// A transfer finished: the next queued delivery takes its slot (returned), or the slot is freed.
+    func release() -> Pending? {
+        state.withLock { state in
+            if !state.stopped, let next = state.waiting.popFirst() { return next }
+            state.inFlight -= 1
+            return nil
+        }
+    }
+
+    var isCircuitOpen: Bool { state.withLock { $0.breaker.isOpen } }
+
+    func abandonProbeIfAny(now: Int64) {
+        state.withLock { $0.breaker.probeAbandoned(now: now) }
+    }
+
+    func record(success: Bool, now: Int64) -> CircuitBreaker.Transition {
+        let (transition, open) = state.withLock { state -> (CircuitBreaker.Transition, Bool) in
+            if success { state.disabled = false }
+            let transition = state.breaker.record(success: success, now: now)
+            return (transition, state.breaker.isOpen)
+        }
+        if transition != .none { counters.circuitOpen.record(open ? 1 : 0) }
+        return transition
+    }
+
+    /// Disables the endpoint (410 Gone). Returns whether it was enabled.
+    func disable() -> Bool {
+        state.withLock { state in
+            defer { state.disabled = true }
+            return !state.disabled
+        }
+    }
+
+    /// Intake stopped: queued deliveries no longer start.
+    func stop() {
+        state.withLock { $0.stopped = true }
+    }
+
+    /// Drops the queued deliveries (not done: redelivered later). Returns how many.
+    func dropWaiting() -> Int {
+        state.withLock { state in
+            defer { state.waiting.removeAll() }
+            return state.waiting.count
+        }
+    }
+}
+
+/// Counts dispatched records until their outcome is durable, for a graceful shutdown.
+final class InFlightTracker: Sendable {
+    private let value = Atomic<Int>(0)
+    var count: Int { value.load(ordering: .acquiring) }
+    func begin() { value.add(1, ordering: .relaxed) }
+    func end() { value.subtract(1, ordering: .releasing) }
+    func abandon(_ count: Int) { value.subtract(count, ordering: .releasing) }
+}
+
+/// Per-endpoint metrics, created once (the endpoint label is bounded by the configuration).
+struct EndpointCounters: Sendable {
+    let delivered: Counter
+    let failed: Counter
+    let retried: Counter
+    let deferred: Counter
+    let duration: Timer
+    let circuitOpen: Gauge
+
+    init(endpoint: String, metrics: any MetricsFactory) {
+        func outcome(_ name: String) -> Counter {
+            Counter(label: "relay_deliveries_total", dimensions: [("endpoint", endpoint), ("outcome", name)], factory: metrics)
+        }
+        delivered = outcome("delivered")
+        failed = outcome("attempt_failed")
+        retried = outcome("retry_scheduled")
+        deferred = outcome("deferred")
+        duration = Timer(label: "relay_delivery_duration_seconds", dimensions: [("endpoint", endpoint)], preferredDisplayUnit: .seconds, factory: metrics)
+        circuitOpen = Gauge(label: "relay_endpoint_circuit_open", dimensions: [("endpoint", endpoint)], factory: metrics)
+    }
+}
+
+struct DeliveryCounters: Sendable {
+    let metrics: any MetricsFactory
+
+    func deadLettered(endpoint: String, reason: DeadLetterReason) {
+        Counter(label: "relay_deliveries_dead_lettered_total", dimensions: [("endpoint", endpoint), ("reason", reason.rawValue)], factory: metrics)
+            .increment()
+    }
+}
+
+/// Unix milliseconds from the wall clock.
+public func wallClockMilliseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}

@@ -1,0 +1,85 @@
+import Foundation
+import RelayCore
+
+/// When a failed delivery is tried again, as Svix does it (README "Retry schedule"):
+///
+/// - after attempt `n` fails, the next attempt waits step `n` of the schedule, ±20% jitter; after the
+///   last step the delivery is dead-lettered;
+/// - a `Retry-After` (seconds or an HTTP date) is honoured within 1× to 2× of that wait;
+/// - after a 429 or a timeout the wait is at least `throttledMinimumWait` (60 s).
+public struct RetryPolicy: Sendable {
+    public var schedule: [Duration]
+    public var throttledMinimumWait: Duration
+    /// Fraction of each step added or taken away at random. Default 0.2.
+    public var jitter: Double
+
+    public init(schedule: [Duration], throttledMinimumWait: Duration = .seconds(60), jitter: Double = 0.2) {
+        self.schedule = schedule
+        self.throttledMinimumWait = throttledMinimumWait
+        self.jitter = jitter
+    }
+
+    /// What one failed attempt looked like.
+    public struct Failure: Sendable {
+        public var status: Int?
+        public var timedOut: Bool
+        /// The response's `Retry-After`, in milliseconds from now.
+        public var retryAfterMilliseconds: Int64?
+
+        public init(status: Int?, timedOut: Bool = false, retryAfterMilliseconds: Int64? = nil) {
+            self.status = status
+            self.timedOut = timedOut
+            self.retryAfterMilliseconds = retryAfterMilliseconds
+        }
+    }
+
+    public enum Decision: Sendable, Equatable {
+        /// Produce to retry step `step` (1-based), to be attempted `waitMilliseconds` from now.
+        case retry(step: Int, waitMilliseconds: Int64)
+        case deadLetter
+    }
+
+    /// The decision after attempt number `attempts` (1-based, counting this one) failed.
+    /// `random` is uniform in 0..<1.
+    public func next(afterAttempt attempts: Int, failure: Failure, random: Double) -> Decision {
+        guard attempts >= 1, attempts <= schedule.count else { return .deadLetter }
+        let step = Double(schedule[attempts - 1].wholeMilliseconds)
+        let scheduled = step * (1 + jitter * (2 * random - 1))
+        var wait = scheduled
+        if let retryAfter = failure.retryAfterMilliseconds {
+            wait = min(max(Double(retryAfter), scheduled), 2 * scheduled)
+        }
+        if failure.status == 429 || failure.timedOut {
+            wait = max(wait, Double(throttledMinimumWait.wholeMilliseconds))
+        }
+        return .retry(step: attempts, waitMilliseconds: Int64(wait.rounded()))
+    }
+
+    /// `Retry-After` in milliseconds from `now`: delta-seconds or an IMF-fixdate; nil when unreadable.
+    public static func retryAfterMilliseconds(_ value: String?, now: Int64) -> Int64? {
+        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        if let seconds = Int64(value) { return seconds >= 0 && seconds < 10_000_000 ? seconds * 1000 : nil }
+        guard let date = HTTPDate.milliseconds(value) else { return nil }
+        return max(0, date - now)
+    }
+}
+
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use.
+enum HTTPDate {
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    static func milliseconds(_ text: String) -> Int64? {
+        let parts = text.split(separator: " ")
+        guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let monthIndex = months.firstIndex(of: String(parts[2])),
+            let year = Int(parts[3])
+        else { return nil }
+        let time = parts[4].split(separator: ":").compactMap { Int($0) }
+        guard time.count == 3 else { return nil }
+        func pad(_ value: Int, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return Timestamp.milliseconds(
+            "\(pad(year, 4))-\(pad(monthIndex + 1, 2))-\(pad(day, 2))T\(pad(time[0], 2)):\(pad(time[1], 2)):\(pad(time[2], 2))Z")
+    }
+}

@@ -1,0 +1,364 @@
+internal import CCurl
+import Foundation
+import RelayCore
+import Synchronization
+
+/// One outgoing request for `HTTPTransferEngine`.
+public struct HTTPTransferRequest: Sendable {
+    public var url: String
+    public var method: String
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    /// Time to establish a connection (TCP and TLS). Default: 5 s.
+    public var connectTimeout: Duration
+    /// Time for the whole exchange, connecting included.
+    public var timeout: Duration
+
+    public init(
+        url: String, method: String = "POST", headers: [(name: String, value: String)], body: [UInt8],
+        connectTimeout: Duration = .seconds(5), timeout: Duration
+    ) {
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.body = body
+        self.connectTimeout = connectTimeout
+        self.timeout = timeout
+    }
+}
+
+/// What became of one `HTTPTransferRequest`.
+public struct HTTPTransferResult: Sendable {
+    /// The response, when one arrived (any status: 3xx are not followed).
+    public var response: HTTPClientResponse?
+    /// Why there is no response.
+    public var error: HTTPClientError?
+    /// The address the transfer's connection reached, when it connected.
+    public var connectedAddress: String?
+}
+
+/// Many concurrent HTTP transfers over one libcurl multi handle, driven by one dedicated OS thread
+/// (never Swift's cooperative pool): connections are kept alive and reused across transfers, HTTP/2 is
+/// used where a TLS endpoint offers it (and multiplexed), redirects are never followed, only `http` and
+/// `https` are spoken, TLS peers are verified, and proxies from the environment are ignored.
+///
+/// An optional address check runs on every new connection, on the address the socket is about to
+/// connect to (after DNS, so a name that resolves differently later cannot slip past it); a refused
+/// address fails the transfer with kind `.addressRefused`.
+///
+/// Completions run on the engine's thread: keep them short and never block in them.
+public final class HTTPTransferEngine: Sendable {
+    public struct Configuration: Sendable {
+        /// Connections kept open per host (and concurrent transfers per host beyond which libcurl queues).
+        public var maxConnectionsPerHost: Int = 64
+        /// Idle connections kept in the cache over all hosts.
+        public var maxCachedConnections: Int = 1024
+        /// Response bytes kept; the rest of a longer body is read and discarded.
+        public var maxResponseBytes: Int = 4096
+        /// Refusal reason for an address about to be connected to (textual IPv4 or IPv6), or nil to allow it.
+        public var addressCheck: (@Sendable (String) -> String?)?
+        /// `User-Agent` of every request.
+        public var userAgent: String = "revenue-relay"
+
+        public init() {}
+    }
+
+    private let loop: TransferLoop
+
+    public init(configuration: Configuration = .init()) throws(HTTPClientError) {
+        guard CurlGlobal.initialised, let multi = curl_multi_init() else {
+            throw HTTPClientError(kind: .setup, message: "libcurl could not create a multi handle")
+        }
+        _ = relay_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxConnectionsPerHost))
+        _ = relay_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(1, configuration.maxCachedConnections))
+        _ = relay_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        let loop = TransferLoop(multi: multi, configuration: configuration)
+        self.loop = loop
+        let thread = Thread { loop.run() }
+        thread.name = "http-transfer-engine"
+        thread.start()
+    }
+
+    deinit { loop.close() }
+
+    /// Starts a transfer; `completion` runs on the engine's thread once it finished. After `close`,
+    /// completes at once with a `.setup` error.
+    public func submit(_ request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
+        loop.submit(Transfer(request: request, completion: completion))
+    }
+
+    /// Runs one transfer to its end.
+    public func send(_ request: HTTPTransferRequest) async -> HTTPTransferResult {
+        await withCheckedContinuation { continuation in
+            submit(request) { continuation.resume(returning: $0) }
+        }
+    }
+
+    /// Transfers submitted and not yet completed.
+    public var activeTransfers: Int { loop.activeCount.load(ordering: .relaxed) }
+
+    /// Stops taking transfers, lets the running ones finish (each within its own timeout), then ends
+    /// the thread and frees the handles.
+    public func close() async {
+        loop.close()
+        await loop.finished.value()
+    }
+}
+
+/// One transfer's request, response collection and completion. Lives from submit to completion.
+final class Transfer: @unchecked Sendable {
+    let request: HTTPTransferRequest
+    let completion: @Sendable (HTTPTransferResult) -> Void
+    // Written only on the engine's thread while the transfer runs.
+    var headerList: UnsafeMutablePointer<curl_slist>?
+    var status = 0
+    var headers: [(name: String, value: String)] = []
+    var body: [UInt8] = []
+    var maxBody = 0
+    var refusal: String?
+    var addressCheck: (@Sendable (String) -> String?)?
+
+    init(request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
+        self.request = request
+        self.completion = completion
+    }
+
+    func freeHeaders() {
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
+    }
+
+    func addHeaderLine(_ line: String) {
+        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+        if trimmed.hasPrefix("HTTP/") {
+            headers = []  // a new response (after 100 Continue) starts over
+            return
+        }
+        guard let colon = trimmed.firstIndex(of: ":") else { return }
+        headers.append((trimmed[..<colon].lowercased(), trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+    }
+}
+
+/// The engine's thread and everything it owns. The multi handle, the easy-handle pool and the running
+/// transfers are touched only on that thread; `submit` and `close` hand over through the mutex.
+private final class TransferLoop: @unchecked Sendable {
+    struct Inbox {
+        var pending: [Transfer] = []
+        var closed = false
+    }
+
+    private let multi: UnsafeMutableRawPointer
+    private let configuration: HTTPTransferEngine.Configuration
+    private let inbox = Mutex(Inbox())
+    let activeCount = Atomic<Int>(0)
+    let finished = Eventual<Void>()
+    // Engine thread only.
+    private var running: [UnsafeMutableRawPointer: Transfer] = [:]
+    private var idleHandles: [UnsafeMutableRawPointer] = []
+
+    init(multi: UnsafeMutableRawPointer, configuration: HTTPTransferEngine.Configuration) {
+        self.multi = multi
+        self.configuration = configuration
+    }
+
+    func submit(_ transfer: Transfer) {
+        let accepted = inbox.withLock { inbox -> Bool in
+            guard !inbox.closed else { return false }
+            inbox.pending.append(transfer)
+            return true
+        }
+        guard accepted else {
+            transfer.completion(HTTPTransferResult(error: HTTPClientError(kind: .setup, message: "the HTTP engine is closed")))
+            return
+        }
+        activeCount.add(1, ordering: .relaxed)
+        _ = curl_multi_wakeup(multi)
+    }
+
+    func close() {
+        inbox.withLock { $0.closed = true }
+        _ = curl_multi_wakeup(multi)
+    }
+
+    func run() {
+        while true {
+            let (pending, closed) = inbox.withLock { inbox in
+                defer { inbox.pending = [] }
+                return (inbox.pending, inbox.closed)
+            }
+            for transfer in pending { start(transfer) }
+            if closed && running.isEmpty { break }
+            var stillRunning: Int32 = 0
+            _ = curl_multi_perform(multi, &stillRunning)
+            collectFinished()
+            var woken: Int32 = 0
+            _ = curl_multi_poll(multi, nil, 0, 1000, &woken)
+        }
+        for handle in idleHandles { curl_easy_cleanup(handle) }
+        idleHandles = []
+        curl_multi_cleanup(multi)
+        finished.set(())
+    }
+
+    private func start(_ transfer: Transfer) {
+        guard let handle = idleHandles.popLast() ?? curl_easy_init() else {
+            complete(transfer, HTTPTransferResult(error: HTTPClientError(kind: .setup, message: "libcurl could not create a transfer")))
+            return
+        }
+        if let failure = configure(handle, transfer) {
+            transfer.freeHeaders()
+            curl_easy_reset(handle)
+            idleHandles.append(handle)
+            complete(transfer, HTTPTransferResult(error: failure))
+            return
+        }
+        running[handle] = transfer
+        let added = curl_multi_add_handle(multi, handle)
+        if added != CURLM_OK {
+            running[handle] = nil
+            transfer.freeHeaders()
+            curl_easy_reset(handle)
+            idleHandles.append(handle)
+            complete(transfer, HTTPTransferResult(error: HTTPClientError(kind: .setup, message: String(cString: curl_multi_strerror(added)))))
+        }
+    }
+
+    /// Sets every option of one transfer; returns why it cannot run.
+    private func configure(_ handle: UnsafeMutableRawPointer, _ transfer: Transfer) -> HTTPClientError? {
+        let request = transfer.request
+        for (name, value) in request.headers {
+            guard !name.isEmpty, !name.contains(where: { $0 == ":" || $0 == "\r" || $0 == "\n" }),
+                !value.contains(where: { $0 == "\r" || $0 == "\n" })
+            else { return HTTPClientError(kind: .invalidRequest, message: "header \(name) has characters not allowed in HTTP headers") }
+            transfer.headerList = curl_slist_append(transfer.headerList, value.isEmpty ? "\(name);" : "\(name): \(value)")
+        }
+        // No `Expect: 100-continue` round trip for bodies over 1 KiB.
+        transfer.headerList = curl_slist_append(transfer.headerList, "Expect:")
+        transfer.maxBody = configuration.maxResponseBytes
+        transfer.addressCheck = configuration.addressCheck
+        let context = Unmanaged.passUnretained(transfer).toOpaque()
+        var codes: [CURLcode] = [
+            relay_curl_setopt_string(handle, CURLOPT_URL, request.url),
+            relay_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https"),
+            relay_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0),
+            relay_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
+            relay_curl_setopt_string(handle, CURLOPT_PROXY, ""),
+            relay_curl_setopt_long(handle, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS),
+            // Over TLS, wait for ALPN to tell whether a connection multiplexes (HTTP/2) rather than open
+            // more; plain http is HTTP/1.1 here, and waiting would serialise behind a slow response.
+            relay_curl_setopt_long(handle, CURLOPT_PIPEWAIT, request.url.lowercased().hasPrefix("https:") ? 1 : 0),
+            relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1),
+            relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
+            relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
+            relay_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.wholeMilliseconds)),
+            relay_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Int(max(1, request.timeout.wholeMilliseconds))),
+            relay_curl_setopt_string(handle, CURLOPT_USERAGENT, configuration.userAgent),
+            relay_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, request.method),
+            relay_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, transfer.headerList),
+            relay_curl_setopt_pointer(handle, CURLOPT_PRIVATE, context),
+            relay_curl_setopt_write_function(handle, engineWriteBody),
+            relay_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, context),
+            relay_curl_setopt_header_function(handle, engineWriteHeader),
+            relay_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, context),
+        ]
+        if request.method != "GET" {
+            codes.append(relay_curl_setopt_off_t(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
+            // libcurl copies the body: the transfer does not depend on the array's storage.
+            codes.append(request.body.withUnsafeBytes { bytes in
+                relay_curl_setopt_pointer(
+                    handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(("" as StaticString).utf8Start)))
+            })
+        }
+        if configuration.addressCheck != nil {
+            codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
+            codes.append(relay_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, context))
+        }
+        if let failed = codes.first(where: { $0 != CURLE_OK }) {
+            let kind: HTTPClientError.Kind = failed == CURLE_URL_MALFORMAT || failed == CURLE_UNSUPPORTED_PROTOCOL ? .invalidRequest : .setup
+            return HTTPClientError(kind: kind, message: String(cString: curl_easy_strerror(failed)))
+        }
+        return nil
+    }
+
+    private func collectFinished() {
+        var queued: Int32 = 0
+        while let message = curl_multi_info_read(multi, &queued) {
+            guard relay_curl_msg_is_done(message) != 0, let handle = relay_curl_msg_easy(message) else { continue }
+            let code = relay_curl_msg_result(message)
+            _ = curl_multi_remove_handle(multi, handle)
+            guard let transfer = running.removeValue(forKey: handle) else { continue }
+            var result = HTTPTransferResult()
+            var address: UnsafeMutablePointer<CChar>?
+            if relay_curl_getinfo_string(handle, CURLINFO_PRIMARY_IP, &address) == CURLE_OK, let address, address.pointee != 0 {
+                result.connectedAddress = String(cString: address)
+            }
+            if code == CURLE_OK {
+                var status = 0
+                _ = relay_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
+                result.response = HTTPClientResponse(status: status, headers: transfer.headers, body: transfer.body)
+            } else if let refusal = transfer.refusal {
+                result.error = HTTPClientError(kind: .addressRefused, message: refusal)
+            } else {
+                result.error = HTTPClientError(code: code)
+            }
+            transfer.freeHeaders()
+            curl_easy_reset(handle)
+            idleHandles.append(handle)
+            complete(transfer, result)
+        }
+    }
+
+    private func complete(_ transfer: Transfer, _ result: HTTPTransferResult) {
+        activeCount.subtract(1, ordering: .relaxed)
+        transfer.completion(result)
+    }
+}
+
+extension HTTPClientError {
+    init(code: CURLcode) {
+        let message = String(cString: curl_easy_strerror(code))
+        let kind: Kind =
+            switch code {
+            case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST: .connect
+            case CURLE_OPERATION_TIMEDOUT: .timeout
+            case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL: .invalidRequest
+            default: .transfer
+            }
+        self.init(kind: kind, message: message)
+    }
+}
+
+private func engineWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let context else { return 0 }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    let room = transfer.maxBody - transfer.body.count
+    if room > 0 {
+        transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: min(room, size * count)))
+    }
+    return size * count
+}
+
+private func engineWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let context else { return 0 }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    if transfer.headers.count < 100 {
+        transfer.addHeaderLine(String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self))
+    }
+    return size * count
+}
+
+private func engineOpenSocket(_ context: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t {
+    guard let context, let address else { return CURL_SOCKET_BAD }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    var text = [CChar](repeating: 0, count: 64)
+    guard relay_curl_sockaddr_ip(address, &text, socklen_t(text.count)) == 0 else {
+        transfer.refusal = "refused a connection to an address that is not IPv4 or IPv6"
+        return CURL_SOCKET_BAD
+    }
+    let ip = String(cString: text)
+    if let check = transfer.addressCheck, let reason = check(ip) {
+        transfer.refusal = "refused to connect to \(ip): \(reason)"
+        return CURL_SOCKET_BAD
+    }
+    return relay_curl_open_socket(address)
+}

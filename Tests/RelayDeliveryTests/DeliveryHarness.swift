@@ -1,0 +1,141 @@
+import Foundation
+import Logging
+import RelayConfig
+import RelayCore
+import RelayDelivery
+import RelayKafka
+import RelayTestSupport
+import RelayVerification
+import Synchronization
+
+/// Verifies a webhook as the `standardwebhooks` and `svix` libraries do: `v1,` signatures over
+/// `id.timestamp.body` with the base64 key after `whsec_`, any one of several matching, the timestamp
+/// within five minutes. Written from their specification, independently of `WebhookSigner`.
+enum StandardWebhooksReceiver {
+    static func verify(_ request: TestHTTPRequest, secret: String, prefix: String = "webhook") -> Bool {
+        guard let id = request.headers["\(prefix)-id"], let timestamp = request.headers["\(prefix)-timestamp"],
+            let signatures = request.headers["\(prefix)-signature"], let seconds = Int64(timestamp),
+            abs(Int64(Date().timeIntervalSince1970) - seconds) <= 300,
+            let key = Data(base64Encoded: String(secret.dropFirst("whsec_".count)))
+        else { return false }
+        let expected = Digest.hmacSHA256(key: Array(key), message: Array("\(id).\(timestamp).".utf8) + request.body).map { Data($0).base64EncodedString() }
+        return signatures.split(separator: " ").contains { candidate in
+            let parts = candidate.split(separator: ",", maxSplits: 1)
+            return parts.count == 2 && parts[0] == "v1" && String(parts[1]) == expected
+        }
+    }
+}
+
+/// A deliverer against the embedded Kafka-protocol broker and real receivers on 127.0.0.1, with a
+/// compressed retry schedule.
+final class DeliveryHarness: Sendable {
+    static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+    let cluster: EmbeddedKafkaCluster
+    let configuration: RelayConfiguration
+    let producer: KafkaProducer
+    let group = uniqueName("relay-deliverer")
+    let options: DelivererOptions
+    private let running = LockedBox<[(deliverer: Deliverer, task: Task<Void, any Error>)]>([])
+
+    /// - Parameter endpoints: `id: url` pairs; every endpoint takes every event of app `demo`.
+    init(
+        endpoints: [(String, String)], schedule: String = "[100ms, 100ms]", timeout: String = "2s", perEndpoint: Int = 64,
+        allowPrivateNetworks: Bool = true, options: DelivererOptions? = nil
+    ) throws {
+        cluster = try EmbeddedKafkaCluster(brokers: 1, logger: testLogger("cluster"))
+        let endpointLines = endpoints.map { id, url in
+            "  - { id: \(id), app: demo, url: \"\(url)\", secrets: [\"\(Self.secret)\"], events: [\"*\"] }"
+        }.joined(separator: "\n")
+        let yaml = """
+            apps:
+              - { key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["whsec_test"] } }
+            endpoints:
+            \(endpointLines)
+            delivery: { timeout: \(timeout), retrySchedule: \(schedule), maxInFlight: 256, maxInFlightPerEndpoint: \(perEndpoint), allowPrivateNetworks: \(allowPrivateNetworks), allowHttp: true }
+            """
+        configuration = try RelayConfiguration.parse(yaml: yaml, baseDirectory: FileManager.default.temporaryDirectory.path, environment: [:])
+        for topic in configuration.kafka.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
+            try cluster.createTopic(topic, partitions: 2)
+        }
+        producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger())
+        var options = options ?? DelivererOptions()
+        if options.throttledMinimumWait == .seconds(60) { options.throttledMinimumWait = .milliseconds(300) }
+        self.options = options
+    }
+
+    var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: cluster.bootstrapServers) }
+
+    func consumer() throws -> KafkaConsumer {
+        let settings = Deliverer.consumerConfiguration(for: configuration)
+        var consumerConfiguration = testConsumerConfiguration(group: group, topics: settings.topics, maxInFlight: settings.maxInFlight)
+        consumerConfiguration.dueTime = { DeliveryRecord.dueTime(of: $0) }
+        return try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: testLogger("deliverer"))
+    }
+
+    /// Starts a deliverer in the harness's group; `consumer` defaults to a real one.
+    @discardableResult
+    func start(consumer: (any RecordConsumer)? = nil) throws -> Deliverer {
+        let deliverer = try Deliverer(
+            configuration: configuration, consumer: consumer ?? self.consumer(), producer: producer, logger: testLogger("deliverer"),
+            options: options)
+        let task = Task { try await deliverer.run() }
+        running.withLock { $0.append((deliverer, task)) }
+        return deliverer
+    }
+
+    /// Stops every running deliverer (as a shutdown past its bound would: intake ends, the consumer closes).
+    func stopDeliverers() async {
+        let all = running.withLock { running in
+            defer { running = [] }
+            return running
+        }
+        for (_, task) in all {
+            task.cancel()
+            _ = try? await task.value
+        }
+    }
+
+    /// Produces one delivery record the way the worker's fan-out does.
+    @discardableResult
+    func send(endpoint: String, eventID: String, type: String = "renewal", subject: String = "stripe:sub_1", body: String? = nil) async throws -> String {
+        let payload = body ?? #"{"object":"event","type":"\#(type)","data":{"id":"\#(eventID)","name":"\#(type)"}}"#
+        _ = try await producer.send(
+            OutgoingRecord(
+                topic: configuration.kafka.topics.deliveries, key: Array("\(endpoint):\(subject)".utf8), value: Array(payload.utf8),
+                headers: [
+                    RecordHeader(name: DeliveryHeaderName.endpoint, value: endpoint),
+                    RecordHeader(name: RelayHeaderName.eventId, value: eventID),
+                    RecordHeader(name: RelayHeaderName.eventType, value: type),
+                    RecordHeader(name: RelayHeaderName.app, value: "demo"),
+                ]))
+        return payload
+    }
+
+    /// Reads a topic from its start, in a group of its own.
+    func reader(_ topic: String) throws -> (KafkaConsumer, RecordCollector) {
+        let consumer = try KafkaConsumer(
+            configuration: kafka, consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [topic]), logger: testLogger())
+        return (consumer, RecordCollector(consumer.records))
+    }
+
+    func close() async {
+        await stopDeliverers()
+        await producer.close()
+    }
+}
+
+/// A consumer that never stores an offset: a deliverer on it behaves like one that crashes after each
+/// delivery and before the offset store.
+final class ForgetfulConsumer: RecordConsumer {
+    let inner: KafkaConsumer
+    init(_ inner: KafkaConsumer) { self.inner = inner }
+    var records: AsyncStream<ConsumedRecord> { inner.records }
+    func markDone(_ record: ConsumedRecord) {}
+    func close() async { await inner.close() }
+    func isAssigned(_ record: ConsumedRecord) -> Bool { inner.isAssigned(record) }
+}
+
+extension ConsumedRecord {
+    func header(_ name: String) -> String? { headers.first(named: name)?.stringValue }
+}
