@@ -166,7 +166,7 @@ extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t 
 }
 
 /// Per-partition tracking shared by the poll thread, the rebalance callback and `markDone` callers.
-private final class ConsumerShared: Sendable {
+final class ConsumerShared: Sendable {
     struct Assigned {
         var generation: UInt64
         var tracker = OffsetTracker()
@@ -229,7 +229,7 @@ private final class ConsumerShared: Sendable {
             assignmentGeneration: generation)
     }
 
-    private static func headers(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> [RecordHeader] {
+    static func headers(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> [RecordHeader] {
         var headers: OpaquePointer?
         guard rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR, let headers else { return [] }
         var result: [RecordHeader] = []
@@ -247,7 +247,7 @@ private final class ConsumerShared: Sendable {
         return result
     }
 
-    private static func timestamp(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> Int64? {
+    static func timestamp(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> Int64? {
         var type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(message, &type)
         return type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp

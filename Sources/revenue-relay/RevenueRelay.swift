@@ -11,7 +11,7 @@ struct RevenueRelay: AsyncParsableCommand {
         commandName: "revenue-relay",
         abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications and relays them through Kafka.",
         version: RelayVersion.current,
-        subcommands: [Dev.self, Run.self, Inspect.self]
+        subcommands: [Dev.self, Run.self, Replay.self, Inspect.self]
     )
 }
 
@@ -61,7 +61,7 @@ func printLine(_ line: String) {
 
 struct Dev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run everything in one process on loopback: an embedded Kafka broker (in memory), the ingest, the worker and the local backend."
+        abstract: "Run everything in one process on loopback: an embedded Kafka broker (in memory), the ingest, the worker, the deliverer and the local backend."
     )
 
     @Option(help: "Configuration file.")
@@ -88,7 +88,7 @@ struct Dev: AsyncParsableCommand {
 struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run in production against Apache Kafka.",
-        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer; this build provides ingest, worker and backend)."
+        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer)."
     )
 
     @Option(help: "Configuration file.")

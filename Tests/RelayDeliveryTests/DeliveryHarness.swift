@@ -8,24 +8,6 @@ import RelayTestSupport
 import RelayVerification
 import Synchronization
 
-/// Verifies a webhook as the `standardwebhooks` and `svix` libraries do: `v1,` signatures over
-/// `id.timestamp.body` with the base64 key after `whsec_`, any one of several matching, the timestamp
-/// within five minutes. Written from their specification, independently of `WebhookSigner`.
-enum StandardWebhooksReceiver {
-    static func verify(_ request: TestHTTPRequest, secret: String, prefix: String = "webhook") -> Bool {
-        guard let id = request.headers["\(prefix)-id"], let timestamp = request.headers["\(prefix)-timestamp"],
-            let signatures = request.headers["\(prefix)-signature"], let seconds = Int64(timestamp),
-            abs(Int64(Date().timeIntervalSince1970) - seconds) <= 300,
-            let key = Data(base64Encoded: String(secret.dropFirst("whsec_".count)))
-        else { return false }
-        let expected = Digest.hmacSHA256(key: Array(key), message: Array("\(id).\(timestamp).".utf8) + request.body).map { Data($0).base64EncodedString() }
-        return signatures.split(separator: " ").contains { candidate in
-            let parts = candidate.split(separator: ",", maxSplits: 1)
-            return parts.count == 2 && parts[0] == "v1" && String(parts[1]) == expected
-        }
-    }
-}
-
 /// A deliverer against the embedded Kafka-protocol broker and real receivers on 127.0.0.1, with a
 /// compressed retry schedule.
 final class DeliveryHarness: Sendable {

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import RelayVerification
 import ServiceLifecycle
 
 /// One request a `TestHTTPServer` received.
@@ -80,3 +81,22 @@ public final class TestHTTPServer: Sendable {
         _ = try? await task.value
     }
 }
+
+/// Verifies a webhook as the `standardwebhooks` and `svix` libraries do: `v1,` signatures over
+/// `id.timestamp.body` with the base64 key after `whsec_`, any one of several matching, the timestamp
+/// within five minutes. Written from their specification, independently of `WebhookSigner`.
+public enum StandardWebhooksReceiver {
+    public static func verify(_ request: TestHTTPRequest, secret: String, prefix: String = "webhook") -> Bool {
+        guard let id = request.headers["\(prefix)-id"], let timestamp = request.headers["\(prefix)-timestamp"],
+            let signatures = request.headers["\(prefix)-signature"], let seconds = Int64(timestamp),
+            abs(Int64(Date().timeIntervalSince1970) - seconds) <= 300,
+            let key = Data(base64Encoded: String(secret.dropFirst("whsec_".count)))
+        else { return false }
+        let expected = Digest.hmacSHA256(key: Array(key), message: Array("\(id).\(timestamp).".utf8) + request.body).map { Data($0).base64EncodedString() }
+        return signatures.split(separator: " ").contains { candidate in
+            let parts = candidate.split(separator: ",", maxSplits: 1)
+            return parts.count == 2 && parts[0] == "v1" && String(parts[1]) == expected
+        }
+    }
+}
+

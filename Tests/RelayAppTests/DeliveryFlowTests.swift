@@ -1,0 +1,129 @@
+import Foundation
+import RelayApp
+import RelayConfig
+import RelayCore
+import RelayKafka
+import RelayTestSupport
+import Synchronization
+import Testing
+
+/// Notification in, signed webhook out: the ingest, the worker and the deliverer of one dev process,
+/// a receiver on 127.0.0.1 that verifies signatures, then `revenue-relay replay` (the built binary)
+/// re-driving what was dead-lettered.
+@Suite struct DeliveryFlowTests {
+    static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+    func replay(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+        let executable: URL = try #require(CommandLineTests.executable, "the revenue-relay executable was not built next to the tests")
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = ["replay"] + arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let stdout = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, stdout, stderr)
+    }
+
+    @Test func aPostedNotificationArrivesSignedFailuresDeadLetterAndReplayRedrivesThemOnce() async throws {
+        let accepting = Atomic<Bool>(false)
+        let receiver = try await TestHTTPServer { _ in TestHTTPResponse(status: accepting.load(ordering: .relaxed) ? 200 : 503) }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-delivery"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("relay.yaml")
+        try Data(
+            """
+            ingest: { listen: "127.0.0.1:0" }
+            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
+            apps:
+              - key: demo
+                projectId: 1
+                applicationId: 1
+                stripe: { signingSecrets: ["whsec_test"] }
+                products:
+                  - { productId: price_pro, store: STRIPE, entitlements: [pro] }
+            endpoints:
+              - { id: hooks, app: demo, url: "\(receiver.baseURL)/hooks", secrets: ["\(Self.secret)"], events: ["*"] }
+              - { id: other, app: demo, url: "\(receiver.baseURL)/other", secrets: ["\(Self.secret)"], events: [renewal] }
+            delivery: { retrySchedule: [100ms], allowPrivateNetworks: true }
+            shutdownTimeout: 20s
+            """.utf8
+        ).write(to: file)
+        let configuration = try RelayConfiguration.load(path: file.path, environment: [:])
+        let relay = try await TestRelay(configuration: configuration)
+
+        let now = Int64(Date().timeIntervalSince1970)
+        let subscription: JSON = [
+            "id": "sub_hook", "object": "subscription", "customer": "cus_1", "status": "active", "start_date": .integer(now),
+            "current_period_end": .integer(now + 2_592_000), "cancel_at_period_end": false, "livemode": false,
+            "metadata": ["app_user_id": "user-hook"],
+            "items": ["data": [["quantity": 1, "price": ["id": "price_pro", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
+        ]
+        let event: JSON = [
+            "id": "evt_hook_1", "object": "event", "type": "customer.subscription.created", "created": .integer(now), "livemode": false,
+            "data": ["object": subscription],
+        ]
+        let body = event.text
+        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", signature)]).status == 200)
+
+        // Two events, each tried twice (the first attempt and the one retry step), all signed.
+        let ids = ["stripe:evt_hook_1:initial_purchase", "stripe:evt_hook_1:subscription_status_did_change"]
+        let (dlqReader, dlq) = try relay.reader(topic: "relay.deliveries.dlq")
+        let dead = try await dlq.waitFor(count: 2)
+        #expect(Set(dead.compactMap { $0.headers.first(named: "relay-event-id")?.stringValue }) == Set(ids))
+        #expect(dead.allSatisfy { $0.headers.first(named: "relay-dead-letter-reason")?.stringValue == "retries_exhausted" })
+        #expect(dead.allSatisfy { $0.headers.first(named: "relay-attempts")?.stringValue == "2" })
+        #expect(receiver.requests.count == 4)
+        #expect(receiver.requests.allSatisfy { $0.path == "/hooks" && StandardWebhooksReceiver.verify($0, secret: Self.secret) })
+        #expect(receiver.requests.allSatisfy { StandardWebhooksReceiver.verify($0, secret: Self.secret, prefix: "svix") })
+        let payloads = receiver.requests.compactMap { try? JSON.parse($0.body) }
+        #expect(Set(payloads.compactMap { $0["data"]?["id"]?.stringValue }) == Set(ids))
+        #expect(receiver.requests.allSatisfy { request in
+            (try? JSON.parse(request.body))?["data"]?["id"]?.stringValue == request.headers["webhook-id"]
+        })
+        await dlqReader.close()
+
+        let kafka = relay.environment.cluster.bootstrapServers
+        // A dry run lists them and changes nothing.
+        let dry = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--endpoint", "hooks", "--dry-run"])
+        #expect(dry.status == 0, "\(dry.stderr)")
+        #expect(dry.stdout.contains("endpoint=hooks  type=initial_purchase  id=stripe:evt_hook_1:initial_purchase  attempts=2"))
+        #expect(dry.stdout.contains("reason=retries_exhausted"))
+        #expect(dry.stdout.contains("would re-drive: 2"))
+        // A filter that matches nothing.
+        let none = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--type", "renewal"])
+        #expect(none.stdout.contains("matched: 0"))
+
+        // The endpoint is fixed: replay re-drives both, once, with the same webhook-ids.
+        accepting.store(true, ordering: .relaxed)
+        let first = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01", "--rate", "50"])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.stdout.contains("matched: 2"))
+        #expect(first.stdout.contains("re-driven: 2"))
+        try await waitUntil("the replayed deliveries") { receiver.requests.count >= 6 }
+        let replayed = receiver.requests.suffix(2)
+        #expect(Set(replayed.compactMap { $0.headers["webhook-id"] }) == Set(ids))
+        #expect(replayed.allSatisfy { StandardWebhooksReceiver.verify($0, secret: Self.secret) })
+
+        // The same replay again re-drives nothing.
+        let second = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01"])
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(second.stdout.contains("re-driven: 0"))
+        #expect(second.stdout.contains("already replayed: 2"))
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(receiver.requests.count == 6)
+
+        // Bad arguments and an unreachable broker.
+        #expect(try replay(["--config", file.path, "--since", "yesterday"]).status == 64)
+        #expect(try replay(["--config", file.path, "--endpoint", "nope"]).status == 64)
+        #expect(try replay(["--config", file.path, "--bootstrap-servers", "127.0.0.1:9"]).status == 69)
+
+        try await relay.stop()
+        await receiver.stop()
+    }
+}
