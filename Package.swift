@@ -180,8 +180,14 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay-bench",
             dependencies: [
-                "RelayVerification", "RelayConfig", "RelayCore",
+                "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -90,6 +90,7 @@ public final class Deliverer: Service {
         engineConfiguration.maxCachedConnections = max(64, delivery.maxInFlight)
         engineConfiguration.maxResponseBytes = DeliveryRecord.maxResponseBytes * 4
         engineConfiguration.userAgent = "revenue-relay/\(RelayVersion.current)"
+        engineConfiguration.keptResponseHeaders = ["retry-after"]
         if !delivery.allowPrivateNetworks {
             engineConfiguration.addressCheck = { AddressPolicy.refusal($0) }
         }
@@ -129,8 +130,10 @@ public final class Deliverer: Service {
     public func isCircuitOpen(endpoint: String) -> Bool? { lanes[endpoint]?.isCircuitOpen }
 
     public func run() async throws {
-        for await record in consumer.records.cancelOnGracefulShutdown() {
-            dispatch(record)
+        // Cancelled as a whole on graceful shutdown (no per-record wrapping of the stream).
+        let records = consumer.records
+        await cancelWhenGracefulShutdown { [self] in
+            for await record in records { dispatch(record) }
         }
         // Intake stopped: queued deliveries are left for the next owner; running ones finish.
         for lane in lanes.values { lane.stop() }
@@ -174,18 +177,22 @@ public final class Deliverer: Service {
             break
         case .disabled:
             deadLetter(record, delivery, reason: .endpointDisabled, endpointLabel: lane.id)
-        case .divert(let why):
-            // Not an attempt: the delivery waits out the step it is at (the first for a new one).
-            let step = max(1, delivery.attempts)
-            let wait = policy.next(afterAttempt: step, failure: .init(status: nil), random: options.random())
-            guard case .retry(_, let waitMilliseconds) = wait else {
-                deadLetter(record, delivery, reason: .retriesExhausted, endpointLabel: lane.id)
-                return
-            }
-            lane.counters.deferred.increment()
-            logger.debug("delivery deferred", metadata: ["endpoint": "\(lane.id)", "reason": "\(why)"])
-            produceThenMarkDone(record, delivery.retryRecord(topic: topics.retry(step: step), due: now + waitMilliseconds))
+        case .divert(let why, let evicted):
+            divert(record, delivery, lane, why: why, now: now)
+            for pending in evicted { divert(pending.record, pending.delivery, lane, why: why, now: now) }
         }
+    }
+
+    /// Sends a delivery on to the retry step it is at (the first, for a new one) without an attempt.
+    private func divert(_ record: ConsumedRecord, _ delivery: DeliveryRecord, _ lane: EndpointLane, why: String, now: Int64) {
+        let step = max(1, delivery.attempts)
+        guard case .retry(_, let waitMilliseconds) = policy.next(afterAttempt: step, failure: .init(status: nil), random: options.random()) else {
+            deadLetter(record, delivery, reason: .retriesExhausted, endpointLabel: lane.id)
+            return
+        }
+        lane.counters.deferred.increment()
+        logger.debug("delivery deferred", metadata: ["endpoint": "\(lane.id)", "reason": "\(why)"])
+        produceThenMarkDone(record, delivery.retryRecord(topic: topics.retry(step: step), due: now + waitMilliseconds))
     }
 
     /// Sends one attempt. The lane already counted it in flight.
@@ -212,7 +219,7 @@ public final class Deliverer: Service {
 
     /// A slot of `lane` is free: start the next queued delivery in it, or release it.
     private func finishSlot(_ lane: EndpointLane) {
-        if let next = lane.release() {
+        if let next = lane.release(now: options.now()) {
             start(next.record, next.delivery, lane)
         }
     }
@@ -312,8 +319,13 @@ final class EndpointLane: Sendable {
 
     enum Admission: Sendable {
         case start, queued, disabled
-        case divert(String)
+        /// Send this delivery (and the queued ones given) on to the retry topic unsent.
+        case divert(String, evicted: [Pending])
     }
+
+    /// An endpoint at its limit with no transfer finished for this long is stalled: beyond a queue of
+    /// `limit`, its deliveries are deferred so they do not take the deliverer's whole in-flight budget.
+    static let stallMilliseconds: Int64 = 1000
 
     private struct State {
         var inFlight = 0
@@ -321,6 +333,8 @@ final class EndpointLane: Sendable {
         var breaker: CircuitBreaker
         var disabled = false
         var stopped = false
+        /// When a transfer last finished, or the lane last went from idle to busy.
+        var lastProgressAt: Int64 = 0
     }
 
     let id: String
@@ -346,27 +360,34 @@ final class EndpointLane: Sendable {
                 switch state.breaker.admitNew(now: now) {
                 case .pass: break
                 case .probe: probing = true
-                case .divert: return (.divert("circuit open"), true)
+                case .divert: return (.divert("circuit open", evicted: []), true)
                 }
             }
             if state.inFlight < limit {
+                if state.inFlight == 0 { state.lastProgressAt = now }
                 state.inFlight += 1
                 return (.start, state.breaker.isOpen)
             }
-            if state.waiting.count < limit || !canDefer {
+            // A busy endpoint that keeps finishing transfers queues without bound (the consumer's
+            // back-pressure bounds it); a stalled one keeps a queue of `limit` and defers the rest.
+            let stalled = now - state.lastProgressAt > Self.stallMilliseconds
+            if !stalled || state.waiting.count < limit || !canDefer {
                 state.waiting.append(Pending(record: record, delivery: delivery))
                 return (.queued, state.breaker.isOpen)
             }
             if probing { state.breaker.probeAbandoned(now: now) }
-            return (.divert("endpoint saturated"), state.breaker.isOpen)
+            var evicted: [Pending] = []
+            while state.waiting.count > limit, let last = state.waiting.popLast() { evicted.append(last) }
+            return (.divert("endpoint stalled", evicted: evicted.reversed()), state.breaker.isOpen)
         }
         counters.circuitOpen.record(circuitOpen ? 1 : 0)
         return admission
     }
 
     /// A transfer finished: the next queued delivery takes its slot (returned), or the slot is freed.
-    func release() -> Pending? {
+    func release(now: Int64) -> Pending? {
         state.withLock { state in
+            state.lastProgressAt = now
             if !state.stopped, let next = state.waiting.popFirst() { return next }
             state.inFlight -= 1
             return nil

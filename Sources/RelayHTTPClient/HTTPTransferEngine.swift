@@ -59,6 +59,8 @@ public final class HTTPTransferEngine: Sendable {
         public var addressCheck: (@Sendable (String) -> String?)?
         /// `User-Agent` of every request.
         public var userAgent: String = "revenue-relay"
+        /// Lower-case names of the response headers to keep; nil keeps all (at most 100).
+        public var keptResponseHeaders: Set<String>?
 
         public init() {}
     }
@@ -117,6 +119,8 @@ final class Transfer: @unchecked Sendable {
     var maxBody = 0
     var refusal: String?
     var addressCheck: (@Sendable (String) -> String?)?
+    /// Lower-case UTF-8 names of the headers to keep; nil keeps all.
+    var keptHeaders: [[UInt8]]?
 
     init(request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
         self.request = request
@@ -128,14 +132,35 @@ final class Transfer: @unchecked Sendable {
         headerList = nil
     }
 
-    func addHeaderLine(_ line: String) {
-        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
-        if trimmed.hasPrefix("HTTP/") {
+    /// One raw header line from libcurl, parsed over bytes (this runs for every line of every response).
+    func addHeaderLine(_ line: UnsafeRawBufferPointer) {
+        var end = line.count
+        while end > 0, line[end - 1] == 10 || line[end - 1] == 13 || line[end - 1] == 32 || line[end - 1] == 9 { end -= 1 }
+        guard end > 0 else { return }
+        if end >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
             headers = []  // a new response (after 100 Continue) starts over
             return
         }
-        guard let colon = trimmed.firstIndex(of: ":") else { return }
-        headers.append((trimmed[..<colon].lowercased(), trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+        guard headers.count < 100, let colon = line[..<end].firstIndex(of: 58) else { return }
+        if let keptHeaders {
+            let wanted = keptHeaders.contains { name in
+                name.count == colon && name.indices.allSatisfy { index in
+                    let byte = line[index]
+                    return (byte >= 65 && byte <= 90 ? byte + 32 : byte) == name[index]
+                }
+            }
+            guard wanted else { return }
+        }
+        var valueStart = colon + 1
+        while valueStart < end, line[valueStart] == 32 || line[valueStart] == 9 { valueStart += 1 }
+        let name = String(unsafeUninitializedCapacity: colon) { buffer in
+            for index in 0..<colon {
+                let byte = line[index]
+                buffer[index] = byte >= 65 && byte <= 90 ? byte + 32 : byte
+            }
+            return colon
+        }
+        headers.append((name, String(decoding: UnsafeRawBufferPointer(rebasing: line[valueStart..<end]), as: UTF8.self)))
     }
 }
 
@@ -156,23 +181,27 @@ private final class TransferLoop: @unchecked Sendable {
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
     private var idleHandles: [UnsafeMutableRawPointer] = []
 
+    private let keptHeaders: [[UInt8]]?
+
     init(multi: UnsafeMutableRawPointer, configuration: HTTPTransferEngine.Configuration) {
         self.multi = multi
         self.configuration = configuration
+        self.keptHeaders = configuration.keptResponseHeaders.map { $0.map { Array($0.lowercased().utf8) } }
     }
 
     func submit(_ transfer: Transfer) {
-        let accepted = inbox.withLock { inbox -> Bool in
-            guard !inbox.closed else { return false }
+        let (accepted, wake) = inbox.withLock { inbox -> (Bool, Bool) in
+            guard !inbox.closed else { return (false, false) }
             inbox.pending.append(transfer)
-            return true
+            // One wake-up per batch: the thread takes everything pending when it wakes.
+            return (true, inbox.pending.count == 1)
         }
         guard accepted else {
             transfer.completion(HTTPTransferResult(error: HTTPClientError(kind: .setup, message: "the HTTP engine is closed")))
             return
         }
         activeCount.add(1, ordering: .relaxed)
-        _ = curl_multi_wakeup(multi)
+        if wake { _ = curl_multi_wakeup(multi) }
     }
 
     func close() {
@@ -201,13 +230,12 @@ private final class TransferLoop: @unchecked Sendable {
     }
 
     private func start(_ transfer: Transfer) {
-        guard let handle = idleHandles.popLast() ?? curl_easy_init() else {
+        guard let handle = idleHandles.popLast() ?? newHandle() else {
             complete(transfer, HTTPTransferResult(error: HTTPClientError(kind: .setup, message: "libcurl could not create a transfer")))
             return
         }
         if let failure = configure(handle, transfer) {
             transfer.freeHeaders()
-            curl_easy_reset(handle)
             idleHandles.append(handle)
             complete(transfer, HTTPTransferResult(error: failure))
             return
@@ -217,7 +245,6 @@ private final class TransferLoop: @unchecked Sendable {
         if added != CURLM_OK {
             running[handle] = nil
             transfer.freeHeaders()
-            curl_easy_reset(handle)
             idleHandles.append(handle)
             complete(transfer, HTTPTransferResult(error: HTTPClientError(kind: .setup, message: String(cString: curl_multi_strerror(added)))))
         }
@@ -227,8 +254,9 @@ private final class TransferLoop: @unchecked Sendable {
     private func configure(_ handle: UnsafeMutableRawPointer, _ transfer: Transfer) -> HTTPClientError? {
         let request = transfer.request
         for (name, value) in request.headers {
-            guard !name.isEmpty, !name.contains(where: { $0 == ":" || $0 == "\r" || $0 == "\n" }),
-                !value.contains(where: { $0 == "\r" || $0 == "\n" })
+            // Over UTF-8 bytes: no character breaking for every header of every transfer.
+            guard !name.isEmpty, !name.utf8.contains(where: { $0 == 58 || $0 == 13 || $0 == 10 }),
+                !value.utf8.contains(where: { $0 == 13 || $0 == 10 })
             else { return HTTPClientError(kind: .invalidRequest, message: "header \(name) has characters not allowed in HTTP headers") }
             transfer.headerList = curl_slist_append(transfer.headerList, value.isEmpty ? "\(name);" : "\(name): \(value)")
         }
@@ -236,32 +264,27 @@ private final class TransferLoop: @unchecked Sendable {
         transfer.headerList = curl_slist_append(transfer.headerList, "Expect:")
         transfer.maxBody = configuration.maxResponseBytes
         transfer.addressCheck = configuration.addressCheck
+        transfer.keptHeaders = keptHeaders
         let context = Unmanaged.passUnretained(transfer).toOpaque()
+        // Only what differs between transfers; the rest was set once on the handle (`newHandle`), and
+        // a handle is reused without curl_easy_reset, keeping those.
         var codes: [CURLcode] = [
             relay_curl_setopt_string(handle, CURLOPT_URL, request.url),
-            relay_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https"),
-            relay_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0),
-            relay_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
-            relay_curl_setopt_string(handle, CURLOPT_PROXY, ""),
-            relay_curl_setopt_long(handle, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS),
             // Over TLS, wait for ALPN to tell whether a connection multiplexes (HTTP/2) rather than open
             // more; plain http is HTTP/1.1 here, and waiting would serialise behind a slow response.
-            relay_curl_setopt_long(handle, CURLOPT_PIPEWAIT, request.url.lowercased().hasPrefix("https:") ? 1 : 0),
-            relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1),
-            relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
-            relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
+            relay_curl_setopt_long(handle, CURLOPT_PIPEWAIT, isHTTPS(request.url) ? 1 : 0),
             relay_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.wholeMilliseconds)),
             relay_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Int(max(1, request.timeout.wholeMilliseconds))),
-            relay_curl_setopt_string(handle, CURLOPT_USERAGENT, configuration.userAgent),
-            relay_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, request.method),
             relay_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, transfer.headerList),
             relay_curl_setopt_pointer(handle, CURLOPT_PRIVATE, context),
-            relay_curl_setopt_write_function(handle, engineWriteBody),
             relay_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, context),
-            relay_curl_setopt_header_function(handle, engineWriteHeader),
             relay_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, context),
         ]
-        if request.method != "GET" {
+        if request.method == "GET" {
+            codes.append(relay_curl_setopt_long(handle, CURLOPT_HTTPGET, 1))
+            codes.append(relay_curl_setopt_pointer(handle, CURLOPT_CUSTOMREQUEST, nil))
+        } else {
+            codes.append(relay_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, request.method))
             codes.append(relay_curl_setopt_off_t(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
             // libcurl copies the body: the transfer does not depend on the array's storage.
             codes.append(request.body.withUnsafeBytes { bytes in
@@ -270,7 +293,6 @@ private final class TransferLoop: @unchecked Sendable {
             })
         }
         if configuration.addressCheck != nil {
-            codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
             codes.append(relay_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, context))
         }
         if let failed = codes.first(where: { $0 != CURLE_OK }) {
@@ -278,6 +300,40 @@ private final class TransferLoop: @unchecked Sendable {
             return HTTPClientError(kind: kind, message: String(cString: curl_easy_strerror(failed)))
         }
         return nil
+    }
+
+    /// A new easy handle with the options every transfer shares.
+    private func newHandle() -> UnsafeMutableRawPointer? {
+        guard let handle = curl_easy_init() else { return nil }
+        var codes: [CURLcode] = [
+            relay_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https"),
+            relay_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0),
+            relay_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
+            relay_curl_setopt_string(handle, CURLOPT_PROXY, ""),
+            relay_curl_setopt_long(handle, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS),
+            relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1),
+            relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
+            relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
+            relay_curl_setopt_string(handle, CURLOPT_USERAGENT, configuration.userAgent),
+            relay_curl_setopt_write_function(handle, engineWriteBody),
+            relay_curl_setopt_header_function(handle, engineWriteHeader),
+        ]
+        if configuration.addressCheck != nil {
+            codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
+        }
+        guard codes.allSatisfy({ $0 == CURLE_OK }) else {
+            curl_easy_cleanup(handle)
+            return nil
+        }
+        return handle
+    }
+
+    private func isHTTPS(_ url: String) -> Bool {
+        var bytes = url.utf8.makeIterator()
+        for expected in "https:".utf8 {
+            guard let byte = bytes.next(), byte | 0x20 == expected | 0x20 else { return false }
+        }
+        return true
     }
 
     private func collectFinished() {
@@ -302,7 +358,6 @@ private final class TransferLoop: @unchecked Sendable {
                 result.error = HTTPClientError(code: code)
             }
             transfer.freeHeaders()
-            curl_easy_reset(handle)
             idleHandles.append(handle)
             complete(transfer, result)
         }
@@ -341,9 +396,7 @@ private func engineWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, 
 private func engineWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
     guard let data, let context else { return 0 }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
-    if transfer.headers.count < 100 {
-        transfer.addHeaderLine(String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self))
-    }
+    transfer.addHeaderLine(UnsafeRawBufferPointer(start: data, count: size * count))
     return size * count
 }
 

@@ -3,6 +3,7 @@ public import Logging
 public import RelayCore
 internal import CRdKafka
 import Synchronization
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -93,6 +94,14 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         self.pollThread = PollThread(
             name: "kafka-consumer-poll",
             body: {
+                // Back-pressure, first stage: stop polling (prefetched records stay queued in librdkafka)
+                // until completions make room; held records still come out when due.
+                if shared.waitForRoom(timeout: .milliseconds(100)) {
+                    if dueTime != nil {
+                        for record in shared.releaseDue(now: UnixTime.nowMilliseconds, client.pointer) { continuation.yield(record) }
+                    }
+                    return
+                }
                 if let message = rd_kafka_consumer_poll(client.pointer, 100) {
                     if let record = shared.handOut(message) {
                         consumed.increment(topic: record.topic)
@@ -180,12 +189,21 @@ final class ConsumerShared: Sendable {
         var paused = false
         /// The partitions currently paused by us for back-pressure.
         var pausedPartitions: Set<TopicPartition> = []
+        /// The poll thread is waiting for completions to make room.
+        var waitingForRoom = false
+        /// Since when `maxInFlight` records have been out without a pause.
+        var overLimitSince: ContinuousClock.Instant?
         /// Records not yet due, per partition (paused at them), in log order, with their due times.
         var held: [TopicPartition: [(record: ConsumedRecord, due: Int64)]] = [:]
     }
 
     private let state = Mutex(State())
     private let maxInFlight: Int
+    private let room = DispatchSemaphore(value: 0)
+    /// Polling resumes below this many records out.
+    private var resumeMark: Int { max(1, maxInFlight * 3 / 4) }
+    /// How long the poll thread may wait for room before it pauses the partitions and polls on.
+    static let pauseAfter: Duration = .seconds(10)
     private let logger: Logger
     private let inFlightGauge: Gauge
 
@@ -303,9 +321,9 @@ final class ConsumerShared: Sendable {
 
     func markDone(_ record: ConsumedRecord, _ rk: OpaquePointer) {
         let key = TopicPartition(topic: record.topic, partition: record.partition)
-        state.withLock { state in
+        let wake = state.withLock { state -> Bool in
             // A record from a partition since revoked (or revoked and assigned again) is not ours to store.
-            guard var assigned = state.partitions[key], assigned.generation == record.assignmentGeneration else { return }
+            guard var assigned = state.partitions[key], assigned.generation == record.assignmentGeneration else { return false }
             let (store, wasPending) = assigned.tracker.markDone(record.offset)
             state.partitions[key] = assigned
             if wasPending {
@@ -314,7 +332,33 @@ final class ConsumerShared: Sendable {
             }
             // Stored under the lock so that two completions can never store out of order.
             if let store { Self.storeOffset(rk, key, store, logger: logger) }
+            guard state.waitingForRoom, state.inFlight < resumeMark else { return false }
+            state.waitingForRoom = false
+            return true
         }
+        if wake { room.signal() }
+    }
+
+    /// Whether the poll thread should not poll now because `maxInFlight` records are out; if so, waits
+    /// up to `timeout` for completions to make room (below three quarters of it) and returns true.
+    /// After `pauseAfter` of waiting it returns false, so polling goes on (group membership, rebalances)
+    /// and `applyBackPressure` pauses the partitions instead.
+    func waitForRoom(timeout: Duration) -> Bool {
+        let wait = state.withLock { state -> Bool in
+            guard state.inFlight >= maxInFlight, !state.paused else {
+                state.overLimitSince = nil
+                return false
+            }
+            let now = ContinuousClock.now
+            let since = state.overLimitSince ?? now
+            state.overLimitSince = since
+            guard now - since < Self.pauseAfter else { return false }
+            state.waitingForRoom = true
+            return true
+        }
+        guard wait else { return false }
+        _ = room.wait(timeout: .now() + .milliseconds(Int(timeout.wholeMilliseconds)))
+        return true
     }
 
     private static func storeOffset(_ rk: OpaquePointer, _ key: TopicPartition, _ offset: Int64, logger: Logger) {
@@ -407,7 +451,10 @@ final class ConsumerShared: Sendable {
         logger.error("rebalance step failed", metadata: ["kafka.step": "\(what)", LogKey.error: "\(text)"])
     }
 
-    /// Pauses the assigned partitions at the high-water mark, resumes them at half of it.
+    /// Second stage of back-pressure, when `maxInFlight` records stayed out for `pauseAfter` (an
+    /// endpoint or the log is stuck): pauses the assigned partitions so polling can go on without
+    /// handing out more, and resumes them at half of it. Pausing drops librdkafka's prefetched records
+    /// (they are fetched again on resume), which is why it is not the first stage.
     ///
     /// Only partitions that delivered a record in this assignment are paused: pausing makes
     /// librdkafka's consumed position the resume point, and before the first record that position may
@@ -415,7 +462,9 @@ final class ConsumerShared: Sendable {
     /// back-pressure is on are paused on the next poll, so the overshoot is at most a fetch each.
     func applyBackPressure(_ rk: OpaquePointer) {
         let (toPause, toResume) = state.withLock { state -> ([TopicPartition], [TopicPartition]) in
-            if !state.paused && state.inFlight >= maxInFlight {
+            if !state.paused && state.inFlight >= maxInFlight
+                && state.overLimitSince.map({ ContinuousClock.now - $0 >= Self.pauseAfter }) ?? false
+            {
                 state.paused = true
                 logger.debug("consumer paused for back-pressure")
             } else if state.paused && state.inFlight <= maxInFlight / 2 {
