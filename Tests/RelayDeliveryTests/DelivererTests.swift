@@ -132,7 +132,9 @@ import Testing
         #expect(dead.header(DeliveryHeaderName.endpoint) == "reset")
         #expect(dead.header(DeliveryHeaderName.attempts) == "3")
         #expect(dead.header(DeliveryHeaderName.lastStatus) == nil)
-        #expect(dead.header(DeliveryHeaderName.lastError)?.hasPrefix("transfer:") == true)
+        // Reset before or after the request went out: curl reports a failed send/receive or connection.
+        let resetError = dead.header(DeliveryHeaderName.lastError) ?? ""
+        #expect(resetError.hasPrefix("transfer:") || resetError.hasPrefix("connect:"), "\(resetError)")
         #expect(reset.connections.load(ordering: .relaxed) >= 3)
 
         let firstRetries = try await retries.waitFor(count: 2)
