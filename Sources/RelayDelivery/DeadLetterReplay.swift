@@ -97,9 +97,20 @@ public struct DeadLetterReplay: Sendable {
         deadLetters: any TopicSnapshot, ledger: any TopicSnapshot, filter: ReplayFilter, rate: Double, dryRun: Bool,
         progress: (ReplaySummary, Int64) -> Void = { _, _ in }, candidate: (ReplayCandidate) -> Void = { _ in }
     ) async throws -> ReplaySummary {
+        // Positions re-driven before, and per endpoint and event the latest re-drive: a dead-letter
+        // record of the same delivery from before that re-drive is covered by it (a duplicate), while one
+        // dead-lettered after it failed again and is replayed again.
         var replayed = Set<String>()
+        var latestReplay: [String: Int64] = [:]
         for try await record in ledger.records {
-            if let key = record.keyString { replayed.insert(key) }
+            guard let key = record.keyString else { continue }
+            replayed.insert(key)
+            if let entry = try? JSON.parse(record.value), let endpoint = entry["endpoint"]?.stringValue,
+                let event = entry["eventId"]?.stringValue, let at = Timestamp.milliseconds(entry["replayedAt"]?.stringValue)
+            {
+                let identity = "\(endpoint)\u{0}\(event)"
+                latestReplay[identity] = max(latestReplay[identity] ?? .min, at)
+            }
         }
         await ledger.close()
 
@@ -115,14 +126,16 @@ public struct DeadLetterReplay: Sendable {
                 guard let delivery = DeliveryRecord(record) else { continue }
                 let deadLetteredAt = delivery.deadLetteredAt ?? record.timestampMilliseconds
                 guard filter.matches(delivery, deadLetteredAt: deadLetteredAt) else { continue }
-                if let limit = filter.limit, summary.redriven >= limit { continue }
+                if let limit = filter.limit, summary.redriven >= limit { break }
                 summary.matched += 1
                 let position = "\(record.topic):\(record.partition):\(record.offset)"
-                if replayed.contains(position) {
+                let identity = "\(delivery.endpointID)\u{0}\(delivery.eventID)"
+                if replayed.contains(position) || (latestReplay[identity].map { $0 >= (deadLetteredAt ?? .max) } ?? false) {
                     summary.alreadyReplayed += 1
+                    seen.insert(identity)
                     continue
                 }
-                guard seen.insert("\(delivery.endpointID)\u{0}\(delivery.eventID)").inserted else {
+                guard seen.insert(identity).inserted else {
                     summary.duplicates += 1
                     continue
                 }

@@ -86,7 +86,9 @@ public final class Deliverer: Service {
                 metrics: metrics)
         }
         var engineConfiguration = HTTPTransferEngine.Configuration()
-        engineConfiguration.maxConnectionsPerHost = delivery.maxInFlightPerEndpoint
+        // Per endpoint the lanes limit transfers; several endpoints may share a host, and a transfer
+        // waiting in libcurl for a connection would spend its timeout there.
+        engineConfiguration.maxConnectionsPerHost = delivery.maxInFlight
         engineConfiguration.maxCachedConnections = max(64, delivery.maxInFlight)
         engineConfiguration.maxResponseBytes = DeliveryRecord.maxResponseBytes * 4
         engineConfiguration.userAgent = "revenue-relay/\(RelayVersion.current)"
@@ -170,9 +172,10 @@ public final class Deliverer: Service {
             return
         }
         let now = options.now()
-        switch lane.admit(record, delivery, now: now, limit: maxPerEndpoint, canDefer: !policy.schedule.isEmpty) {
-        case .start:
-            start(record, delivery, lane)
+        let isNew = record.topic == topics.deliveries && delivery.replayedFrom == nil
+        switch lane.admit(record, delivery, isNew: isNew, now: now, limit: maxPerEndpoint, canDefer: !policy.schedule.isEmpty) {
+        case .start(let probe):
+            start(record, delivery, lane, probe: probe)
         case .queued:
             break
         case .disabled:
@@ -196,10 +199,10 @@ public final class Deliverer: Service {
     }
 
     /// Sends one attempt. The lane already counted it in flight.
-    private func start(_ record: ConsumedRecord, _ delivery: DeliveryRecord, _ lane: EndpointLane) {
+    private func start(_ record: ConsumedRecord, _ delivery: DeliveryRecord, _ lane: EndpointLane, probe: Bool) {
         // Taken away by a rebalance: the partition's new owner delivers it.
         guard consumer.isAssigned(record) else {
-            lane.abandonProbeIfAny(now: options.now())
+            if probe { lane.abandonProbe(now: options.now()) }
             finishSlot(lane)
             tracker.end()
             return
@@ -219,8 +222,15 @@ public final class Deliverer: Service {
 
     /// A slot of `lane` is free: start the next queued delivery in it, or release it.
     private func finishSlot(_ lane: EndpointLane) {
-        if let next = lane.release(now: options.now()) {
-            start(next.record, next.delivery, lane)
+        while let next = lane.release(now: options.now()) {
+            // The endpoint answered 410 meanwhile: queued deliveries (but replays) are dead-lettered unsent.
+            if lane.isDisabled && next.delivery.replayedFrom == nil {
+                if next.probe { lane.abandonProbe(now: options.now()) }
+                deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
+                continue
+            }
+            start(next.record, next.delivery, lane, probe: next.probe)
+            return
         }
     }
 
@@ -231,7 +241,7 @@ public final class Deliverer: Service {
         lane.counters.duration.recordMilliseconds(max(0, now - startedAt))
         finishSlot(lane)
         if let response = result.response, (200..<300).contains(response.status) {
-            if lane.record(success: true, now: now) == .closed {
+            if lane.record(success: true, replayed: attempt.replayedFrom != nil, now: now) == .closed {
                 logger.info("endpoint recovered; circuit closed", metadata: ["endpoint": "\(lane.id)"])
             }
             lane.counters.delivered.increment()
@@ -271,7 +281,8 @@ public final class Deliverer: Service {
         switch decision {
         case .retry(let step, let wait):
             lane.counters.retried.increment()
-            produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: step), due: now + wait))
+            let topicStep = policy.topicStep(forWait: wait, from: step)
+            produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: topicStep), due: now + wait))
         case .deadLetter:
             deadLetter(record, failed, reason: .retriesExhausted, endpointLabel: lane.id)
         }
@@ -315,10 +326,14 @@ final class EndpointLane: Sendable {
     struct Pending: Sendable {
         var record: ConsumedRecord
         var delivery: DeliveryRecord
+        /// This delivery is the open breaker's probe.
+        var probe = false
     }
 
     enum Admission: Sendable {
-        case start, queued, disabled
+        /// Start it now; `probe` when it is the breaker's probe.
+        case start(probe: Bool)
+        case queued, disabled
         /// Send this delivery (and the queued ones given) on to the retry topic unsent.
         case divert(String, evicted: [Pending])
     }
@@ -352,11 +367,13 @@ final class EndpointLane: Sendable {
     }
 
     /// Whether `delivery` may start now, waits for a slot, or goes elsewhere.
-    func admit(_ record: ConsumedRecord, _ delivery: DeliveryRecord, now: Int64, limit: Int, canDefer: Bool) -> Admission {
+    /// - Parameter isNew: the record comes from `relay.deliveries` (not a retry topic, where due retries
+    ///   and deferred deliveries wait) and is not a replay: only those are held back by an open breaker.
+    func admit(_ record: ConsumedRecord, _ delivery: DeliveryRecord, isNew: Bool, now: Int64, limit: Int, canDefer: Bool) -> Admission {
         let (admission, circuitOpen) = state.withLock { state -> (Admission, Bool) in
             if state.disabled && delivery.replayedFrom == nil { return (.disabled, true) }
             var probing = false
-            if delivery.attempts == 0 && delivery.replayedFrom == nil {
+            if isNew {
                 switch state.breaker.admitNew(now: now) {
                 case .pass: break
                 case .probe: probing = true
@@ -366,18 +383,21 @@ final class EndpointLane: Sendable {
             if state.inFlight < limit {
                 if state.inFlight == 0 { state.lastProgressAt = now }
                 state.inFlight += 1
-                return (.start, state.breaker.isOpen)
+                return (.start(probe: probing), state.breaker.isOpen)
             }
             // A busy endpoint that keeps finishing transfers queues without bound (the consumer's
             // back-pressure bounds it); a stalled one keeps a queue of `limit` and defers the rest.
             let stalled = now - state.lastProgressAt > Self.stallMilliseconds
             if !stalled || state.waiting.count < limit || !canDefer {
-                state.waiting.append(Pending(record: record, delivery: delivery))
+                state.waiting.append(Pending(record: record, delivery: delivery, probe: probing))
                 return (.queued, state.breaker.isOpen)
             }
             if probing { state.breaker.probeAbandoned(now: now) }
             var evicted: [Pending] = []
-            while state.waiting.count > limit, let last = state.waiting.popLast() { evicted.append(last) }
+            while state.waiting.count > limit, let last = state.waiting.popLast() {
+                if last.probe { state.breaker.probeAbandoned(now: now) }
+                evicted.append(last)
+            }
             return (.divert("endpoint stalled", evicted: evicted.reversed()), state.breaker.isOpen)
         }
         counters.circuitOpen.record(circuitOpen ? 1 : 0)
@@ -396,13 +416,16 @@ final class EndpointLane: Sendable {
 
     var isCircuitOpen: Bool { state.withLock { $0.breaker.isOpen } }
 
-    func abandonProbeIfAny(now: Int64) {
+    func abandonProbe(now: Int64) {
         state.withLock { $0.breaker.probeAbandoned(now: now) }
     }
 
-    func record(success: Bool, now: Int64) -> CircuitBreaker.Transition {
+    var isDisabled: Bool { state.withLock { $0.disabled } }
+
+    /// - Parameter replayed: a replayed delivery's success re-enables an endpoint disabled by a 410.
+    func record(success: Bool, replayed: Bool = false, now: Int64) -> CircuitBreaker.Transition {
         let (transition, open) = state.withLock { state -> (CircuitBreaker.Transition, Bool) in
-            if success { state.disabled = false }
+            if success && replayed { state.disabled = false }
             let transition = state.breaker.record(success: success, now: now)
             return (transition, state.breaker.isOpen)
         }

@@ -55,6 +55,19 @@ public struct RetryPolicy: Sendable {
         return .retry(step: attempts, waitMilliseconds: Int64(wait.rounded()))
     }
 
+    /// The retry topic a wait goes to: the step's own, unless the wait is longer than that step can hold
+    /// (after a 429, a timeout or a `Retry-After`); then the first later step at least that long. A
+    /// consumer holds each topic's partitions at their head record until it is due, so a long wait at the
+    /// head of a short step's topic would hold up every other endpoint's retries behind it.
+    public func topicStep(forWait wait: Int64, from step: Int) -> Int {
+        guard step >= 1, step <= schedule.count else { return max(1, min(step, schedule.count)) }
+        var candidate = step
+        while candidate < schedule.count, Double(schedule[candidate - 1].wholeMilliseconds) * (1 + jitter) < Double(wait) {
+            candidate += 1
+        }
+        return candidate
+    }
+
     /// `Retry-After` in milliseconds from `now`: delta-seconds or an IMF-fixdate; nil when unreadable.
     public static func retryAfterMilliseconds(_ value: String?, now: Int64) -> Int64? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }

@@ -225,9 +225,12 @@ private final class TransferLoop: @unchecked Sendable {
         }
         for handle in idleHandles { curl_easy_cleanup(handle) }
         idleHandles = []
-        curl_multi_cleanup(multi)
         finished.set(())
     }
+
+    // The multi handle goes with the loop, not when the thread ends: `submit` and `close` may still
+    // call curl_multi_wakeup on it from other threads until the last reference is gone.
+    deinit { curl_multi_cleanup(multi) }
 
     private func start(_ transfer: Transfer) {
         guard let handle = idleHandles.popLast() ?? newHandle() else {

@@ -29,8 +29,10 @@ public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
 /// - Cooperative-sticky assignment. A revoked partition keeps what was done (already stored, and
 ///   committed by librdkafka on unassign) and drops the rest: completions that arrive later for it
 ///   are ignored, and its new owner gets those records again.
-/// - Back-pressure: once `maxInFlight` records are out and not done, the assigned partitions are
-///   paused; they resume when half of those are done. Polling continues, so group membership holds.
+/// - Back-pressure: once `maxInFlight` records are out and not done, the poll thread stops polling
+///   (librdkafka keeps what it prefetched) until a quarter of them are done. After 10 s at the bound
+///   it pauses the assigned partitions instead and polls on, so group membership holds; they resume
+///   when half are done.
 /// - Polling runs on a dedicated thread, never on Swift's cooperative pool. That thread keeps the
 ///   consumer alive and in its group: call `close()` when done with it.
 public final class KafkaConsumer: RecordConsumer, Sendable {
@@ -345,7 +347,9 @@ final class ConsumerShared: Sendable {
     /// and `applyBackPressure` pauses the partitions instead.
     func waitForRoom(timeout: Duration) -> Bool {
         let wait = state.withLock { state -> Bool in
-            guard state.inFlight >= maxInFlight, !state.paused else {
+            // Hysteresis: polling stops at maxInFlight and starts again below three quarters of it.
+            let limit = state.overLimitSince == nil ? maxInFlight : resumeMark
+            guard state.inFlight >= limit, !state.paused else {
                 state.overLimitSince = nil
                 return false
             }

@@ -17,6 +17,9 @@ public final class KafkaTopicReader: Sendable {
     public let records: AsyncThrowingStream<ConsumedRecord, any Error>
     private let client: RDKafkaClient
     private let pollThread: PollThread
+    private let stopping: StopFlag
+    /// Records read ahead of the stream's reader.
+    static let buffered = 4096
 
     /// Connects, finds the topic's partitions and their current ends, and starts reading.
     /// - Parameter timeout: how long the metadata and offset queries may take (brokers unreachable).
@@ -76,8 +79,13 @@ public final class KafkaTopicReader: Sendable {
             guard assigned == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(assigned, context: "could not read \(topic)") }
         }
 
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: ConsumedRecord.self, throwing: (any Error).self)
+        // Bounded: a slow reader (replay's --rate) holds the poll thread back instead of the whole topic
+        // piling up in memory.
+        let (stream, continuation) = AsyncThrowingStream.makeStream(
+            of: ConsumedRecord.self, throwing: (any Error).self, bufferingPolicy: .bufferingOldest(Self.buffered))
         let remaining = Mutex(ends)
+        let stopping = StopFlag()
+        self.stopping = stopping
         if ends.isEmpty { continuation.finish() }
         self.expectedCount = expected
         self.records = stream
@@ -114,13 +122,17 @@ public final class KafkaTopicReader: Sendable {
                         return (true, ends.isEmpty)
                     }
                     if isWanted {
-                        continuation.yield(
+                        let record =
                             ConsumedRecord(
                                 topic: topic, partition: value.partition, offset: value.offset,
                                 key: value.key.map { Array(UnsafeRawBufferPointer(start: $0, count: value.key_len)) },
                                 value: value.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: value.len)) } ?? [],
                                 headers: ConsumerShared.headers(of: message), timestampMilliseconds: ConsumerShared.timestamp(of: message),
-                                assignmentGeneration: 0))
+                                assignmentGeneration: 0)
+                        // Full buffer: wait for the reader (or for close, which ends the stream).
+                        while case .dropped = continuation.yield(record), !stopping.value.load(ordering: .relaxed) {
+                            Thread.sleep(forTimeInterval: 0.005)
+                        }
                     }
                     finished = last
                 }
@@ -134,6 +146,11 @@ public final class KafkaTopicReader: Sendable {
 
     /// Stops reading (the stream ends) and closes the connection.
     public func close() async {
+        stopping.value.store(true, ordering: .relaxed)
         await pollThread.stop()
     }
+}
+
+private final class StopFlag: Sendable {
+    let value = Atomic<Bool>(false)
 }

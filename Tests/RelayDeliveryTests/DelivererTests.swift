@@ -121,7 +121,8 @@ import Testing
         let reset = try ResettingServer()
         let harness = try DeliveryHarness(
             endpoints: [("slow", slowOnce.baseURL + "/slow"), ("reset", "http://127.0.0.1:\(reset.port)/reset")], timeout: "300ms")
-        let (retryReader, retries) = try harness.reader(harness.configuration.kafka.topics.retry(step: 1))
+        // A wait longer than its step can hold goes to a later step's topic: read both.
+        let (retryReader, retries) = try harness.reader([1, 2].map { harness.configuration.kafka.topics.retry(step: $0) })
         let (dlqReader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
         try await harness.send(endpoint: "slow", eventID: "stripe:evt_5:renewal", subject: "stripe:sub_a")
         try await harness.send(endpoint: "reset", eventID: "stripe:evt_6:renewal", subject: "stripe:sub_b")
@@ -137,8 +138,9 @@ import Testing
         #expect(resetError.hasPrefix("transfer:") || resetError.hasPrefix("connect:"), "\(resetError)")
         #expect(reset.connections.load(ordering: .relaxed) >= 3)
 
-        let firstRetries = try await retries.waitFor(count: 2)
+        let firstRetries = try await retries.waitFor(count: 3)
         let timedOut = try #require(firstRetries.first { $0.header(DeliveryHeaderName.endpoint) == "slow" })
+        #expect(timedOut.topic == harness.configuration.kafka.topics.retry(step: 2), "300 ms does not fit the 100 ms step")
         #expect(timedOut.header(DeliveryHeaderName.lastError)?.hasPrefix("timeout:") == true)
         let attemptedAt = try #require(Timestamp.milliseconds(timedOut.header(DeliveryHeaderName.lastAttemptAt)))
         let due = try #require(timedOut.header(DeliveryHeaderName.dueAt).flatMap { Int64($0) })

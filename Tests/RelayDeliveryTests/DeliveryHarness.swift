@@ -96,8 +96,12 @@ final class DeliveryHarness: Sendable {
 
     /// Reads a topic from its start, in a group of its own.
     func reader(_ topic: String) throws -> (KafkaConsumer, RecordCollector) {
+        try reader([topic])
+    }
+
+    func reader(_ topics: [String]) throws -> (KafkaConsumer, RecordCollector) {
         let consumer = try KafkaConsumer(
-            configuration: kafka, consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [topic]), logger: testLogger())
+            configuration: kafka, consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: topics), logger: testLogger())
         return (consumer, RecordCollector(consumer.records))
     }
 

@@ -34,6 +34,14 @@ import Testing
         #expect(policy.next(afterAttempt: 1, failure: .init(status: 429, retryAfterMilliseconds: 8000), random: 0.5) == .retry(step: 1, waitMilliseconds: 60_000))
     }
 
+    @Test func aWaitLongerThanItsStepGoesToTheFirstStepThatHoldsIt() {
+        #expect(policy.topicStep(forWait: 5000, from: 1) == 1)
+        #expect(policy.topicStep(forWait: 6000, from: 1) == 1, "within the step's jitter")
+        #expect(policy.topicStep(forWait: 60_000, from: 1) == 2, "a 429 after the first attempt waits in the 5 min topic")
+        #expect(policy.topicStep(forWait: 600_000, from: 2) == 3)
+        #expect(policy.topicStep(forWait: 100_000_000, from: 6) == 7, "the last step holds anything longer")
+    }
+
     @Test func retryAfterReadsSecondsAndHTTPDates() {
         let now = Timestamp.milliseconds("1994-11-06T08:49:00Z")!
         #expect(RetryPolicy.retryAfterMilliseconds("120", now: now) == 120_000)
