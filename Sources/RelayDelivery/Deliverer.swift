@@ -6,9 +6,6 @@ public import RelayCore
 import RelayHTTPClient
 public import ServiceLifecycle
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Settings of the deliverer that are not configuration keys: tests compress them.
 public struct DelivererOptions: Sendable {
@@ -42,9 +39,10 @@ public struct DelivererSetupError: Error, Sendable, CustomStringConvertible {
 ///   yet due, so nothing busy-waits and nothing behind it is read early.
 /// - **Sending:** libcurl's multi handle on its own thread (`HTTPTransferEngine`), many transfers at
 ///   once, kept-alive connections, HTTP/2 where offered. At most `delivery.maxInFlight` records are out
-///   (the consumer pauses beyond that) and at most `delivery.maxInFlightPerEndpoint` transfers per
-///   endpoint; up to as many more wait in the endpoint's queue, and beyond that new records are
-///   deferred to the first retry step, so one slow endpoint cannot take the others' share.
+///   (the consumer stops beyond that) and at most `delivery.maxInFlightPerEndpoint` transfers per
+///   endpoint; more wait in the endpoint's queue. An endpoint that stalls (at its limit, nothing
+///   finished for a second) keeps a queue of its limit and defers the rest to the retry topics, so one
+///   slow endpoint cannot take the others' share.
 /// - **Signing** at send time with the endpoint's secrets; `webhook-id` is the event's id on every attempt.
 /// - **Outcomes:** 2xx marks the record done. Anything else (3xx included: redirects are not followed),
 ///   a timeout, a connection error or a refused address produces the delivery to the next retry topic,
@@ -493,11 +491,4 @@ struct DeliveryCounters: Sendable {
         Counter(label: "relay_deliveries_dead_lettered_total", dimensions: [("endpoint", endpoint), ("reason", reason.rawValue)], factory: metrics)
             .increment()
     }
-}
-
-/// Unix milliseconds from the wall clock.
-public func wallClockMilliseconds() -> Int64 {
-    var now = timespec()
-    clock_gettime(CLOCK_REALTIME, &now)
-    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
 }

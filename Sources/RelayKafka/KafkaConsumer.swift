@@ -100,14 +100,14 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
                 // until completions make room; held records still come out when due.
                 if shared.waitForRoom(timeout: .milliseconds(100)) {
                     if dueTime != nil {
-                        for record in shared.releaseDue(now: UnixTime.nowMilliseconds, client.pointer) { continuation.yield(record) }
+                        for record in shared.releaseDue(now: wallClockMilliseconds(), client.pointer) { continuation.yield(record) }
                     }
                     return
                 }
                 if let message = rd_kafka_consumer_poll(client.pointer, 100) {
                     if let record = shared.handOut(message) {
                         consumed.increment(topic: record.topic)
-                        if let due = dueTime?(record), due > UnixTime.nowMilliseconds {
+                        if let due = dueTime?(record), due > wallClockMilliseconds() {
                             shared.hold(record, until: due, client.pointer)
                         } else {
                             continuation.yield(record)
@@ -116,7 +116,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
                     rd_kafka_message_destroy(message)
                 }
                 if dueTime != nil {
-                    for record in shared.releaseDue(now: UnixTime.nowMilliseconds, client.pointer) { continuation.yield(record) }
+                    for record in shared.releaseDue(now: wallClockMilliseconds(), client.pointer) { continuation.yield(record) }
                 }
                 shared.applyBackPressure(client.pointer)
             },
@@ -493,14 +493,6 @@ final class ConsumerShared: Sendable {
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for partition in partitions { rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition) }
         body(list)
-    }
-}
-
-enum UnixTime {
-    static var nowMilliseconds: Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
     }
 }
 

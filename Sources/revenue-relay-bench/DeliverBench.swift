@@ -128,17 +128,12 @@ struct Deliver: AsyncParsableCommand {
     }
 
     func startDeliverer(_ configuration: RelayConfiguration, cluster: EmbeddedKafkaCluster, logger: Logger) throws -> (Deliverer, Task<Void, any Error>) {
-        var properties: [String: String] = [:]
-        for pair in (ProcessInfo.processInfo.environment["BENCH_KAFKA"] ?? "").split(separator: ",") {
-            let parts = pair.split(separator: "=", maxSplits: 1)
-            if parts.count == 2 { properties[String(parts[0])] = String(parts[1]) }
-        }
-        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: properties)
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
         // The same metrics backend as a running process (Prometheus), so its cost is in the numbers.
         let metrics = PrometheusMetricsFactory(registry: PrometheusCollectorRegistry())
         let settings = Deliverer.consumerConfiguration(for: configuration)
         var consumerConfiguration = KafkaConsumerConfiguration(groupID: settings.groupID + "-" + UUID().uuidString.prefix(6), topics: settings.topics)
-        consumerConfiguration.maxInFlight = ProcessInfo.processInfo.environment["BENCH_MAX_IN_FLIGHT"].flatMap { Int($0) } ?? settings.maxInFlight
+        consumerConfiguration.maxInFlight = settings.maxInFlight
         consumerConfiguration.sessionTimeout = .seconds(6)
         consumerConfiguration.dueTime = { DeliveryRecord.dueTime(of: $0) }
         let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
