@@ -36,12 +36,6 @@ static inline CURLcode relay_curl_getinfo_double(CURL *handle, CURLINFO info, do
     return curl_easy_getinfo(handle, info, value);
 }
 
-static inline CURLcode relay_curl_getinfo_pointer(CURL *handle, CURLINFO info, void **value) {
-    return curl_easy_getinfo(handle, info, value);
-}
-static inline CURLcode relay_curl_getinfo_string(CURL *handle, CURLINFO info, char **value) {
-    return curl_easy_getinfo(handle, info, value);
-}
 static inline CURLMcode relay_curl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {
     return curl_multi_setopt(multi, option, value);
 }

@@ -23,7 +23,7 @@ public final class DevEnvironment: Sendable {
         }
         self.cluster = cluster
         self.process = try RelayProcess(
-            configuration: configuration, roles: Role.defaultRoles.filter(Role.available.contains) + [.backend],
+            configuration: configuration, roles: Role.defaultRoles + [.backend],
             bootstrapServers: cluster.bootstrapServers, logger: logger, installSignalHandlers: installSignalHandlers)
     }
 }

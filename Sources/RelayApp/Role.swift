@@ -5,9 +5,6 @@ public enum Role: String, Sendable, CaseIterable, Hashable {
     /// The roles `run` starts when `--role` is not given.
     public static let defaultRoles: [Role] = [.ingest, .worker, .deliverer]
 
-    /// Roles this build implements.
-    public static let available: Set<Role> = [.ingest, .worker, .deliverer, .backend]
-
     /// Parses `ingest,worker`. Unknown names are errors that list the known ones.
     public static func parse(_ text: String) throws(RoleError) -> [Role] {
         var roles: [Role] = []

@@ -33,8 +33,6 @@ public struct HTTPTransferResult: Sendable {
     public var response: HTTPClientResponse?
     /// Why there is no response.
     public var error: HTTPClientError?
-    /// The address the transfer's connection reached, when it connected.
-    public var connectedAddress: String?
 }
 
 /// Many concurrent HTTP transfers over one libcurl multi handle, driven by one dedicated OS thread
@@ -95,9 +93,6 @@ public final class HTTPTransferEngine: Sendable {
             submit(request) { continuation.resume(returning: $0) }
         }
     }
-
-    /// Transfers submitted and not yet completed.
-    public var activeTransfers: Int { loop.activeCount.load(ordering: .relaxed) }
 
     /// Stops taking transfers, lets the running ones finish (each within its own timeout), then ends
     /// the thread and frees the handles.
@@ -175,7 +170,6 @@ private final class TransferLoop: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let configuration: HTTPTransferEngine.Configuration
     private let inbox = Mutex(Inbox())
-    let activeCount = Atomic<Int>(0)
     let finished = Eventual<Void>()
     // Engine thread only.
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
@@ -200,7 +194,6 @@ private final class TransferLoop: @unchecked Sendable {
             transfer.completion(HTTPTransferResult(error: HTTPClientError(kind: .setup, message: "the HTTP engine is closed")))
             return
         }
-        activeCount.add(1, ordering: .relaxed)
         if wake { _ = curl_multi_wakeup(multi) }
     }
 
@@ -347,10 +340,6 @@ private final class TransferLoop: @unchecked Sendable {
             _ = curl_multi_remove_handle(multi, handle)
             guard let transfer = running.removeValue(forKey: handle) else { continue }
             var result = HTTPTransferResult()
-            var address: UnsafeMutablePointer<CChar>?
-            if relay_curl_getinfo_string(handle, CURLINFO_PRIMARY_IP, &address) == CURLE_OK, let address, address.pointee != 0 {
-                result.connectedAddress = String(cString: address)
-            }
             if code == CURLE_OK {
                 var status = 0
                 _ = relay_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
@@ -367,7 +356,6 @@ private final class TransferLoop: @unchecked Sendable {
     }
 
     private func complete(_ transfer: Transfer, _ result: HTTPTransferResult) {
-        activeCount.subtract(1, ordering: .relaxed)
         transfer.completion(result)
     }
 }

@@ -4,9 +4,6 @@ public import RelayCore
 internal import CRdKafka
 import Synchronization
 import Dispatch
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// A topic partition.
 public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {

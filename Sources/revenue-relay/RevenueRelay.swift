@@ -103,22 +103,12 @@ struct Run: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging()
         let logger = Logger(label: "revenue-relay")
-        var selected: [Role]
+        var selected = Role.defaultRoles
         if let roles {
             do {
                 selected = try Role.parse(roles)
             } catch {
                 throw ValidationError(error.message)
-            }
-            let missing = selected.filter { !Role.available.contains($0) }
-            guard missing.isEmpty else {
-                throw ValidationError("role \(missing.map(\.rawValue).joined(separator: ", ")) is not available in this build of revenue-relay")
-            }
-        } else {
-            selected = Role.defaultRoles.filter(Role.available.contains)
-            let absent = Role.defaultRoles.filter { !Role.available.contains($0) }
-            if !absent.isEmpty {
-                logger.notice("default role not in this build", metadata: ["roles": "\(absent.map(\.rawValue).joined(separator: ","))"])
             }
         }
         let configuration = try loadConfiguration(config)
