@@ -1,4 +1,5 @@
 import Foundation
+import RelayCore
 
 /// Reads each section of DESIGN section 9 into the typed configuration.
 enum ConfigParser {
@@ -222,8 +223,7 @@ enum ConfigParser {
         }
         let secrets = try map.required("secrets", secrets)
         for (index, secret) in secrets.enumerated() {
-            let encoded = secret.hasPrefix("whsec_") ? String(secret.dropFirst(6)) : secret
-            guard let bytes = Data(base64Encoded: encoded), !bytes.isEmpty else {
+            guard WebhookSecret.key(secret) != nil else {
                 throw ConfigurationError(key: "\(node.path).secrets[\(index)]", message: "expected whsec_ followed by base64 (Standard Webhooks secret)")
             }
         }

@@ -145,3 +145,14 @@ public enum Base64 {
     private static let urlTable = table([urlCharacters])
     private static let eitherTable = table([standardCharacters, urlCharacters])
 }
+
+/// A Standard Webhooks endpoint secret: `whsec_` followed by base64 (the prefix is optional).
+public enum WebhookSecret {
+    /// The HMAC key the secret stands for, or nil when it is not base64 or empty. The configuration
+    /// check and the signer both use this, so a secret the configuration accepts always signs.
+    public static func key(_ secret: String) -> [UInt8]? {
+        let encoded = secret.hasPrefix("whsec_") ? secret.dropFirst(6) : secret[...]
+        guard let key = Base64.decode(encoded), !key.isEmpty else { return nil }
+        return key
+    }
+}

@@ -19,8 +19,7 @@ public struct WebhookSigner: Sendable {
     public init(secrets: [String]) throws(SecretError) {
         var keys: [[UInt8]] = []
         for (index, secret) in secrets.enumerated() {
-            let encoded = secret.hasPrefix("whsec_") ? String(secret.dropFirst(6)) : secret
-            guard let key = Base64.decode(encoded), !key.isEmpty else { throw SecretError(index: index) }
+            guard let key = WebhookSecret.key(secret) else { throw SecretError(index: index) }
             keys.append(key)
         }
         self.keys = keys
