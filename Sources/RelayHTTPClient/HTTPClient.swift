@@ -97,17 +97,7 @@ public struct HTTPClient: Sendable {
         _ = relay_curl_setopt_header_function(easy.handle, relayCurlWriteHeader)
         _ = relay_curl_setopt_pointer(easy.handle, CURLOPT_HEADERDATA, context)
         let code = curl_easy_perform(easy.handle)
-        guard code == CURLE_OK else {
-            let message = String(cString: curl_easy_strerror(code))
-            let kind: HTTPClientError.Kind =
-                switch code {
-                case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST: .connect
-                case CURLE_OPERATION_TIMEDOUT: .timeout
-                case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL: .invalidRequest
-                default: .transfer
-                }
-            throw HTTPClientError(kind: kind, message: message)
-        }
+        guard code == CURLE_OK else { throw HTTPClientError(code: code) }
         var status = 0
         _ = relay_curl_getinfo_long(easy.handle, CURLINFO_RESPONSE_CODE, &status)
         var connects = 0
@@ -121,14 +111,12 @@ private final class ResponseSink {
     var body: [UInt8] = []
     var headers: [(name: String, value: String)] = []
 
-    func addHeaderLine(_ line: String) {
-        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
-        if trimmed.hasPrefix("HTTP/") {
-            headers = []  // a new response (after 100 Continue or a redirect) starts over
-            return
+    func addHeaderLine(_ line: UnsafeRawBufferPointer) {
+        switch ResponseHeaderLine(line) {
+        case .statusLine: headers = []  // a new response (after 100 Continue or a redirect) starts over
+        case .header(let name, let value): headers.append((name, value))
+        case .other: break
         }
-        guard let colon = trimmed.firstIndex(of: ":") else { return }
-        headers.append((trimmed[..<colon].lowercased(), trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
     }
 }
 
@@ -142,7 +130,7 @@ private func relayCurlWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: In
 private func relayCurlWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
     guard let data, let context else { return 0 }
     let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
-    sink.addHeaderLine(String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self))
+    sink.addHeaderLine(UnsafeRawBufferPointer(start: data, count: size * count))
     return size * count
 }
 

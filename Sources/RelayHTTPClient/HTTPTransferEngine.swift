@@ -127,35 +127,55 @@ final class Transfer: @unchecked Sendable {
         headerList = nil
     }
 
-    /// One raw header line from libcurl, parsed over bytes (this runs for every line of every response).
+    /// One raw header line from libcurl (this runs for every line of every response).
     func addHeaderLine(_ line: UnsafeRawBufferPointer) {
+        switch ResponseHeaderLine(line, keeping: keptHeaders) {
+        case .statusLine: headers = []  // a new response (after 100 Continue) starts over
+        case .header(let name, let value) where headers.count < 100: headers.append((name, value))
+        case .header, .other: break
+        }
+    }
+}
+
+/// One header line of a response, parsed over bytes: no Foundation string work per line.
+enum ResponseHeaderLine {
+    case statusLine
+    /// The name lower-cased, the value trimmed.
+    case header(String, String)
+    /// A blank line, a line without a colon, or a header not among the kept ones.
+    case other
+
+    /// - Parameter kept: lower-case UTF-8 names to keep; nil keeps every header.
+    init(_ line: UnsafeRawBufferPointer, keeping kept: [[UInt8]]? = nil) {
         var end = line.count
         while end > 0, line[end - 1] == 10 || line[end - 1] == 13 || line[end - 1] == 32 || line[end - 1] == 9 { end -= 1 }
-        guard end > 0 else { return }
-        if end >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
-            headers = []  // a new response (after 100 Continue) starts over
+        guard end > 0 else {
+            self = .other
             return
         }
-        guard headers.count < 100, let colon = line[..<end].firstIndex(of: 58) else { return }
-        if let keptHeaders {
-            let wanted = keptHeaders.contains { name in
-                name.count == colon && name.indices.allSatisfy { index in
-                    let byte = line[index]
-                    return (byte >= 65 && byte <= 90 ? byte + 32 : byte) == name[index]
-                }
-            }
-            guard wanted else { return }
+        if end >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
+            self = .statusLine
+            return
+        }
+        guard let colon = line[..<end].firstIndex(of: 58) else {
+            self = .other
+            return
+        }
+        func lowered(_ index: Int) -> UInt8 {
+            let byte = line[index]
+            return byte >= 65 && byte <= 90 ? byte + 32 : byte
+        }
+        if let kept, !kept.contains(where: { name in name.count == colon && name.indices.allSatisfy { lowered($0) == name[$0] } }) {
+            self = .other
+            return
         }
         var valueStart = colon + 1
         while valueStart < end, line[valueStart] == 32 || line[valueStart] == 9 { valueStart += 1 }
         let name = String(unsafeUninitializedCapacity: colon) { buffer in
-            for index in 0..<colon {
-                let byte = line[index]
-                buffer[index] = byte >= 65 && byte <= 90 ? byte + 32 : byte
-            }
+            for index in 0..<colon { buffer[index] = lowered(index) }
             return colon
         }
-        headers.append((name, String(decoding: UnsafeRawBufferPointer(rebasing: line[valueStart..<end]), as: UTF8.self)))
+        self = .header(name, String(decoding: UnsafeRawBufferPointer(rebasing: line[valueStart..<end]), as: UTF8.self))
     }
 }
 
