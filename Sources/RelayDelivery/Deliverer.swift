@@ -123,9 +123,6 @@ public final class Deliverer: Service {
         )
     }
 
-    /// Transfers and produces not yet finished.
-    public var inFlightCount: Int { tracker.count }
-
     /// Whether the endpoint's circuit breaker is open (or probing); nil for an unknown endpoint.
     public func isCircuitOpen(endpoint: String) -> Bool? { lanes[endpoint]?.isCircuitOpen }
 

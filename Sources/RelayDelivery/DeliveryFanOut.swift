@@ -27,14 +27,9 @@ public struct DeliveryFanOut: Sendable {
     public func records(for event: StandardEvent, app: String) -> [OutgoingRecord] {
         let body = event.payload.serialized()
         return endpoints(for: event, app: app).map { endpoint in
-            OutgoingRecord(
-                topic: topic, key: Array("\(endpoint.id):\(event.subject)".utf8), value: body,
-                headers: [
-                    RecordHeader(name: DeliveryHeaderName.endpoint, value: endpoint.id),
-                    RecordHeader(name: RelayHeaderName.eventId, value: event.id),
-                    RecordHeader(name: RelayHeaderName.eventType, value: event.type.rawValue),
-                    RecordHeader(name: RelayHeaderName.app, value: app),
-                ])
+            DeliveryRecord.fresh(
+                topic: topic, endpoint: endpoint.id, subject: event.subject, body: body, eventID: event.id, eventType: event.type.rawValue,
+                app: app)
         }
     }
 }

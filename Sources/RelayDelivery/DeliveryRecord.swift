@@ -92,6 +92,21 @@ public struct DeliveryRecord: Sendable {
         deadLetteredAt = Timestamp.milliseconds(text(DeliveryHeaderName.deadLetteredAt))
     }
 
+    /// A new delivery as the fan-out writes it to `relay.deliveries`: keyed `<endpoint id>:<subject>`,
+    /// the event's payload as the body, the identity headers and no attempts yet.
+    public static func fresh(
+        topic: String, endpoint: String, subject: String, body: [UInt8], eventID: String, eventType: String, app: String
+    ) -> OutgoingRecord {
+        OutgoingRecord(
+            topic: topic, key: Array("\(endpoint):\(subject)".utf8), value: body,
+            headers: [
+                RecordHeader(name: DeliveryHeaderName.endpoint, value: endpoint),
+                RecordHeader(name: RelayHeaderName.eventId, value: eventID),
+                RecordHeader(name: RelayHeaderName.eventType, value: eventType),
+                RecordHeader(name: RelayHeaderName.app, value: app),
+            ])
+    }
+
     /// When a record on a retry topic may be attempted (Unix milliseconds); nil for at once.
     public static func dueTime(of record: ConsumedRecord) -> Int64? {
         record.headers.first(named: DeliveryHeaderName.dueAt)?.stringValue.flatMap { Int64($0) }

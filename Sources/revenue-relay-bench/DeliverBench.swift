@@ -113,21 +113,16 @@ struct Deliver: AsyncParsableCommand {
                 if index >= 2000 { try await group.next() }
                 group.addTask {
                     _ = try await producer.send(
-                        OutgoingRecord(
-                            topic: topic, key: Array("bench:\(prefix)\(index)".utf8), value: body,
-                            headers: [
-                                RecordHeader(name: DeliveryHeaderName.endpoint, value: "bench"),
-                                RecordHeader(name: RelayHeaderName.eventId, value: "\(prefix):\(index):renewal"),
-                                RecordHeader(name: RelayHeaderName.eventType, value: "renewal"),
-                                RecordHeader(name: RelayHeaderName.app, value: "demo"),
-                            ]))
+                        DeliveryRecord.fresh(
+                            topic: topic, endpoint: "bench", subject: "\(prefix)\(index)", body: body, eventID: "\(prefix):\(index):renewal",
+                            eventType: "renewal", app: "demo"))
                 }
             }
             try await group.waitForAll()
         }
     }
 
-    func startDeliverer(_ configuration: RelayConfiguration, cluster: EmbeddedKafkaCluster, logger: Logger) throws -> (Deliverer, Task<Void, any Error>) {
+    func startDeliverer(_ configuration: RelayConfiguration, cluster: EmbeddedKafkaCluster, logger: Logger) throws -> Task<Void, any Error> {
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
         // The same metrics backend as a running process (Prometheus), so its cost is in the numbers.
         let metrics = PrometheusMetricsFactory(registry: PrometheusCollectorRegistry())
@@ -143,7 +138,7 @@ struct Deliver: AsyncParsableCommand {
             try await deliverer.run()
             await producer.close()
         }
-        return (deliverer, task)
+        return task
     }
 
     func deliveryRate(cluster: EmbeddedKafkaCluster, port: Int, body: [UInt8], logger: Logger) async throws -> Double {
@@ -157,7 +152,7 @@ struct Deliver: AsyncParsableCommand {
         note("produced \(count) delivery records")
         let counter = ReceiverCounter(port: port)
         let before = try await counter.received()
-        let (_, task) = try startDeliverer(configuration, cluster: cluster, logger: logger)
+        let task = try startDeliverer(configuration, cluster: cluster, logger: logger)
         // Timed from the first 5% (the consumer group has joined and connections are open) to the last.
         let warm = before + count / 20
         var lastNote = ContinuousClock.now
@@ -184,7 +179,7 @@ struct Deliver: AsyncParsableCommand {
         try cluster.createTopic(configuration.kafka.topics.deliveries, partitions: 4)
         let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
         let counter = ReceiverCounter(port: port)
-        let (_, task) = try startDeliverer(configuration, cluster: cluster, logger: logger)
+        let task = try startDeliverer(configuration, cluster: cluster, logger: logger)
         // One delivery first: the group has joined, the consumer fetches and the engine runs; then the baseline.
         try await fill(producer, topic: configuration.kafka.topics.deliveries, count: 1, body: body, prefix: "warm")
         while try await counter.received() < 1 { try await Task.sleep(for: .milliseconds(10)) }

@@ -83,14 +83,9 @@ final class DeliveryHarness: Sendable {
     func send(endpoint: String, eventID: String, type: String = "renewal", subject: String = "stripe:sub_1", body: String? = nil) async throws -> String {
         let payload = body ?? #"{"object":"event","type":"\#(type)","data":{"id":"\#(eventID)","name":"\#(type)"}}"#
         _ = try await producer.send(
-            OutgoingRecord(
-                topic: configuration.kafka.topics.deliveries, key: Array("\(endpoint):\(subject)".utf8), value: Array(payload.utf8),
-                headers: [
-                    RecordHeader(name: DeliveryHeaderName.endpoint, value: endpoint),
-                    RecordHeader(name: RelayHeaderName.eventId, value: eventID),
-                    RecordHeader(name: RelayHeaderName.eventType, value: type),
-                    RecordHeader(name: RelayHeaderName.app, value: "demo"),
-                ]))
+            DeliveryRecord.fresh(
+                topic: configuration.kafka.topics.deliveries, endpoint: endpoint, subject: subject, body: Array(payload.utf8), eventID: eventID,
+                eventType: type, app: "demo"))
         return payload
     }
 
