@@ -52,6 +52,8 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// resumed once the record is due (checked on every poll, about every 100 ms). Nothing busy-waits, and
     /// the held record's offset is not stored, so a restart holds it again. Default: nil (nothing held).
     public var dueTime: (@Sendable (ConsumedRecord) -> Int64?)?
+    /// The clock `dueTime` is compared with (Unix milliseconds). Default: the wall clock.
+    public var now: @Sendable () -> Int64 = { wallClockMilliseconds() }
 
     public init(groupID: String, topics: [String]) {
         self.groupID = groupID

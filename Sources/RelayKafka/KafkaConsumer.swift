@@ -86,6 +86,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         let (stream, continuation) = AsyncStream.makeStream(of: ConsumedRecord.self, bufferingPolicy: .unbounded)
         let consumed = ConsumedCounters(metrics: metrics)
         let dueTime = consumer.dueTime
+        let now = consumer.now
         self.records = stream
         self.client = client
         self.shared = shared
@@ -97,14 +98,14 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
                 // until completions make room; held records still come out when due.
                 if shared.waitForRoom(timeout: .milliseconds(100)) {
                     if dueTime != nil {
-                        for record in shared.releaseDue(now: wallClockMilliseconds(), client.pointer) { continuation.yield(record) }
+                        for record in shared.releaseDue(now: now(), client.pointer) { continuation.yield(record) }
                     }
                     return
                 }
                 if let message = rd_kafka_consumer_poll(client.pointer, 100) {
                     if let record = shared.handOut(message) {
                         consumed.increment(topic: record.topic)
-                        if let due = dueTime?(record), due > wallClockMilliseconds() {
+                        if let due = dueTime?(record), due > now() {
                             shared.hold(record, until: due, client.pointer)
                         } else {
                             continuation.yield(record)
@@ -113,7 +114,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
                     rd_kafka_message_destroy(message)
                 }
                 if dueTime != nil {
-                    for record in shared.releaseDue(now: wallClockMilliseconds(), client.pointer) { continuation.yield(record) }
+                    for record in shared.releaseDue(now: now(), client.pointer) { continuation.yield(record) }
                 }
                 shared.applyBackPressure(client.pointer)
             },

@@ -243,9 +243,12 @@ import Testing
     @Test func anOpenCircuitSendsNewDeliveriesToTheFirstRetryStepAndAProbeClosesIt() async throws {
         let failing = Atomic<Bool>(true)
         let receiver = try await TestHTTPServer { _ in TestHTTPResponse(status: failing.load(ordering: .relaxed) ? 500 : 200) }
+        // The breaker's clock is the test's: load on the machine cannot stretch the open state past its cool-down.
+        let clock = Atomic<Int64>(wallClockMilliseconds())
         var options = DelivererOptions()
         options.breakerThreshold = 2
         options.breakerCooldown = .seconds(3)
+        options.now = { clock.load(ordering: .relaxed) }
         // A long first step keeps the failed deliveries' retries out of the way.
         let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")], schedule: "[60s]", options: options)
         let (reader, retries) = try harness.reader(harness.configuration.kafka.topics.retry(step: 1))
@@ -253,7 +256,6 @@ import Testing
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_13:renewal", subject: "stripe:sub_b")
         let deliverer = try harness.start()
         try await waitUntil("two failures open the circuit") { deliverer.isCircuitOpen(endpoint: "hooks") == true }
-        let openedAt = ContinuousClock.now
 
         // While it is open, a new delivery goes to the first retry step without being sent.
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_14:renewal", subject: "stripe:sub_c")
@@ -266,7 +268,7 @@ import Testing
 
         // After the cool-down one new delivery probes; its success closes the circuit.
         failing.store(false, ordering: .relaxed)
-        try await Task.sleep(until: openedAt + .milliseconds(3100))
+        clock.add(3_100, ordering: .relaxed)
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_15:renewal", subject: "stripe:sub_d")
         try await waitUntil("the probe") { receiver.requests.contains { $0.headers["webhook-id"] == "stripe:evt_15:renewal" } }
         try await waitUntil("the circuit closed") { deliverer.isCircuitOpen(endpoint: "hooks") == false }
