@@ -5,6 +5,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <errno.h>
+#include <stdint.h>
+#include <unistd.h>
 
 /// curl_easy_setopt and curl_easy_getinfo are variadic; Swift needs one typed entry point per argument kind.
 static inline CURLcode relay_curl_setopt_long(CURL *handle, CURLoption option, long value) {
@@ -58,6 +63,66 @@ static inline int relay_curl_sockaddr_ip(const struct curl_sockaddr *address, ch
 static inline curl_socket_t relay_curl_open_socket(const struct curl_sockaddr *address) {
     return socket(address->family, address->socktype, address->protocol);
 }
+/// Event-driven multi handle (curl_multi_socket_action): curl says which sockets to watch and when
+/// its next timeout is; the caller's epoll loop reports readiness back.
+typedef int (*relay_curl_socket_callback)(CURL *easy, curl_socket_t socket, int what, void *context, void *socketContext);
+typedef int (*relay_curl_timer_callback)(CURLM *multi, long timeoutMilliseconds, void *context);
+static inline CURLMcode relay_curl_multi_set_socket_function(CURLM *multi, relay_curl_socket_callback callback, void *context) {
+    CURLMcode code = curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, callback);
+    return code != CURLM_OK ? code : curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, context);
+}
+static inline CURLMcode relay_curl_multi_set_timer_function(CURLM *multi, relay_curl_timer_callback callback, void *context) {
+    CURLMcode code = curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, callback);
+    return code != CURLM_OK ? code : curl_multi_setopt(multi, CURLMOPT_TIMERDATA, context);
+}
+
+/// Watches `fd` for CURL_POLL_IN / OUT / INOUT (`what`), or stops watching it (CURL_POLL_REMOVE).
+/// Level-triggered. A number reused by a new socket is handled (ADD falls back to MOD and back).
+static inline int relay_epoll_watch(int epoll, int fd, int what) {
+    if (what == CURL_POLL_REMOVE) {
+        return epoll_ctl(epoll, EPOLL_CTL_DEL, fd, NULL) == 0 || errno == ENOENT || errno == EBADF ? 0 : -1;
+    }
+    struct epoll_event event = {0};
+    event.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+    event.data.fd = fd;
+    if (epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
+    if (errno != ENOENT) return -1;
+    return epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event);
+}
+/// Waits up to `timeout` ms; fills `fds` and curl's CURL_CSELECT_* flags for up to `capacity` ready
+/// descriptors; returns how many (0 on timeout or EINTR, -1 on another error).
+static inline int relay_epoll_wait(int epoll, int *fds, int *flags, int capacity, int timeout) {
+    struct epoll_event events[256];
+    if (capacity > 256) capacity = 256;
+    int count = epoll_wait(epoll, events, capacity, timeout);
+    if (count < 0) return errno == EINTR ? 0 : -1;
+    for (int index = 0; index < count; index++) {
+        uint32_t ready = events[index].events;
+        fds[index] = events[index].data.fd;
+        flags[index] = (ready & EPOLLIN ? CURL_CSELECT_IN : 0) | (ready & EPOLLOUT ? CURL_CSELECT_OUT : 0)
+            | (ready & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+    }
+    return count;
+}
+/// An eventfd readable while signalled, for waking the loop from other threads.
+static inline int relay_eventfd_open(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+static inline int relay_eventfd_watch(int epoll, int fd) {
+    struct epoll_event event = {0};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    return epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event);
+}
+static inline void relay_eventfd_signal(int fd) {
+    uint64_t one = 1;
+    ssize_t written = write(fd, &one, sizeof one);
+    (void)written;  // EAGAIN: the counter is already signalled, which is all a wake-up needs
+}
+static inline void relay_eventfd_drain(int fd) {
+    uint64_t value;
+    ssize_t got = read(fd, &value, sizeof value);
+    (void)got;
+}
+
 /// The finished transfer and its result from a CURLMSG_DONE message.
 static inline CURL *relay_curl_msg_easy(CURLMsg *message) { return message->easy_handle; }
 static inline CURLcode relay_curl_msg_result(CURLMsg *message) { return message->data.result; }

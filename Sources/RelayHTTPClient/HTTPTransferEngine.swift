@@ -72,7 +72,7 @@ public final class HTTPTransferEngine: Sendable {
         _ = relay_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxConnectionsPerHost))
         _ = relay_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(1, configuration.maxCachedConnections))
         _ = relay_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
-        let loop = TransferLoop(multi: multi, configuration: configuration)
+        let loop = try TransferLoop(multi: multi, configuration: configuration)
         self.loop = loop
         let thread = Thread { loop.run() }
         thread.name = "http-transfer-engine"
@@ -179,8 +179,13 @@ enum ResponseHeaderLine {
     }
 }
 
-/// The engine's thread and everything it owns. The multi handle, the easy-handle pool and the running
-/// transfers are touched only on that thread; `submit` and `close` hand over through the mutex.
+/// The engine's thread and everything it owns. The multi handle, the epoll set, the easy-handle pool
+/// and the running transfers are touched only on that thread; `submit` and `close` hand over through
+/// the mutex and wake the thread through an eventfd.
+///
+/// Event-driven (`curl_multi_socket_action`): libcurl names the sockets to watch and its next timeout,
+/// one `epoll_wait` reports every ready socket, and only the transfers on those sockets run. (The
+/// `curl_multi_perform` loop it replaces visited every running transfer on every wake-up.)
 private final class TransferLoop: @unchecked Sendable {
     struct Inbox {
         var pending: [Transfer] = []
@@ -188,19 +193,36 @@ private final class TransferLoop: @unchecked Sendable {
     }
 
     private let multi: UnsafeMutableRawPointer
+    private let epoll: Int32
+    private let wakeUp: Int32
     private let configuration: HTTPTransferEngine.Configuration
     private let inbox = Mutex(Inbox())
     let finished = Eventual<Void>()
     // Engine thread only.
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
     private var idleHandles: [UnsafeMutableRawPointer] = []
+    /// When libcurl wants `CURL_SOCKET_TIMEOUT` handled (uptime nanoseconds), or nil for no timer.
+    fileprivate var timerDeadline: UInt64?
 
     private let keptHeaders: [[UInt8]]?
 
-    init(multi: UnsafeMutableRawPointer, configuration: HTTPTransferEngine.Configuration) {
+    init(multi: UnsafeMutableRawPointer, configuration: HTTPTransferEngine.Configuration) throws(HTTPClientError) {
+        let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        let wakeUp = relay_eventfd_open()
+        guard epoll >= 0, wakeUp >= 0, relay_eventfd_watch(epoll, wakeUp) == 0 else {
+            if epoll >= 0 { Glibc.close(epoll) }
+            if wakeUp >= 0 { Glibc.close(wakeUp) }
+            curl_multi_cleanup(multi)
+            throw HTTPClientError(kind: .setup, message: "could not create the HTTP engine's epoll set: errno \(errno)")
+        }
         self.multi = multi
+        self.epoll = epoll
+        self.wakeUp = wakeUp
         self.configuration = configuration
         self.keptHeaders = configuration.keptResponseHeaders.map { $0.map { Array($0.lowercased().utf8) } }
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        _ = relay_curl_multi_set_socket_function(multi, engineWatchSocket, context)
+        _ = relay_curl_multi_set_timer_function(multi, engineSetTimer, context)
     }
 
     func submit(_ transfer: Transfer) {
@@ -214,15 +236,19 @@ private final class TransferLoop: @unchecked Sendable {
             transfer.completion(HTTPTransferResult(error: HTTPClientError(kind: .setup, message: "the HTTP engine is closed")))
             return
         }
-        if wake { _ = curl_multi_wakeup(multi) }
+        if wake { relay_eventfd_signal(wakeUp) }
     }
 
     func close() {
         inbox.withLock { $0.closed = true }
-        _ = curl_multi_wakeup(multi)
+        relay_eventfd_signal(wakeUp)
     }
 
     func run() {
+        let capacity = 256
+        var fds = [Int32](repeating: 0, count: capacity)
+        var flags = [Int32](repeating: 0, count: capacity)
+        var stillRunning: Int32 = 0
         while true {
             let (pending, closed) = inbox.withLock { inbox in
                 defer { inbox.pending = [] }
@@ -230,20 +256,77 @@ private final class TransferLoop: @unchecked Sendable {
             }
             for transfer in pending { start(transfer) }
             if closed && running.isEmpty { break }
-            var stillRunning: Int32 = 0
-            _ = curl_multi_perform(multi, &stillRunning)
+
+            let ready = relay_epoll_wait(epoll, &fds, &flags, Int32(capacity), waitMilliseconds())
+            for index in 0..<Int(max(0, ready)) {
+                if fds[index] == wakeUp {
+                    relay_eventfd_drain(wakeUp)
+                } else if !isParked(fds[index]) {
+                    _ = curl_multi_socket_action(multi, fds[index], flags[index], &stillRunning)
+                }
+            }
+            if let deadline = timerDeadline, DispatchTime.now().uptimeNanoseconds >= deadline {
+                timerDeadline = nil
+                _ = curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &stillRunning)
+            }
             collectFinished()
-            var woken: Int32 = 0
-            _ = curl_multi_poll(multi, nil, 0, 1000, &woken)
         }
         for handle in idleHandles { curl_easy_cleanup(handle) }
         idleHandles = []
+        // Closes the cached connections (their sockets leave the epoll set through the callback).
+        curl_multi_cleanup(multi)
+        Glibc.close(epoll)
         finished.set(())
     }
 
-    // The multi handle goes with the loop, not when the thread ends: `submit` and `close` may still
-    // call curl_multi_wakeup on it from other threads until the last reference is gone.
-    deinit { curl_multi_cleanup(multi) }
+    /// How long `epoll_wait` may sleep: until libcurl's timer, at most 1 s.
+    private func waitMilliseconds() -> Int32 {
+        guard let deadline = timerDeadline else { return 1000 }
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard deadline > now else { return 0 }
+        // Rounded up: waking before the deadline would only loop back into a zero-length wait.
+        return Int32(min(1000, (deadline - now + 999_999) / 1_000_000))
+    }
+
+    // The eventfd goes with the loop, not when the thread ends: `submit` and `close` may still signal
+    // it from other threads until the last reference is gone.
+    deinit { Glibc.close(wakeUp) }
+
+    /// What the epoll set holds for a socket.
+    struct Watched {
+        /// The CURL_POLL_* interest registered with epoll.
+        var what: Int32
+        /// libcurl no longer watches it (its connection went idle into the cache), but it stays
+        /// registered: reusing the connection then usually needs no epoll_ctl at all.
+        var parked: Bool
+    }
+    /// By socket number. Engine thread only.
+    private var watched: [Int32: Watched] = [:]
+
+    /// libcurl's socket callback: watch `socket` for `what` (CURL_POLL_IN / OUT / INOUT / REMOVE).
+    fileprivate func watch(_ socket: curl_socket_t, _ what: Int32) {
+        if what == CURL_POLL_REMOVE {
+            watched[socket]?.parked = true
+            return
+        }
+        if let current = watched[socket], current.what == what, !current.parked { return }
+        // A parked number may belong to a new socket by now (the old one closed, which took it out
+        // of the epoll set): relay_epoll_watch modifies, or adds when the number is not registered.
+        if relay_epoll_watch(epoll, socket, what) == 0 {
+            watched[socket] = Watched(what: what, parked: false)
+        } else {
+            watched[socket] = nil
+        }
+    }
+
+    /// Readiness of a socket libcurl parked: it is not libcurl's to handle (an idle connection the
+    /// server closed or wrote to), so it leaves the epoll set instead of waking the loop again.
+    private func isParked(_ socket: Int32) -> Bool {
+        guard watched[socket]?.parked == true else { return false }
+        _ = relay_epoll_watch(epoll, socket, CURL_POLL_REMOVE)
+        watched[socket] = nil
+        return true
+    }
 
     private func start(_ transfer: Transfer) {
         guard let handle = idleHandles.popLast() ?? newHandle() else {
@@ -394,6 +477,21 @@ extension HTTPClientError {
     }
 }
 
+private func engineWatchSocket(
+    _ easy: UnsafeMutableRawPointer?, _ socket: curl_socket_t, _ what: Int32, _ context: UnsafeMutableRawPointer?, _ socketContext: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let context else { return -1 }
+    Unmanaged<TransferLoop>.fromOpaque(context).takeUnretainedValue().watch(socket, what)
+    return 0
+}
+
+private func engineSetTimer(_ multi: UnsafeMutableRawPointer?, _ timeoutMilliseconds: Int, _ context: UnsafeMutableRawPointer?) -> Int32 {
+    guard let context else { return -1 }
+    let loop = Unmanaged<TransferLoop>.fromOpaque(context).takeUnretainedValue()
+    loop.timerDeadline = timeoutMilliseconds < 0 ? nil : DispatchTime.now().uptimeNanoseconds + UInt64(timeoutMilliseconds) * 1_000_000
+    return 0
+}
+
 private func engineWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
     guard let data, let context else { return 0 }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
@@ -419,7 +517,7 @@ private func engineOpenSocket(_ context: UnsafeMutableRawPointer?, _ purpose: cu
         transfer.refusal = "refused a connection to an address that is not IPv4 or IPv6"
         return CURL_SOCKET_BAD
     }
-    let ip = String(cString: text)
+    let ip = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     if let check = transfer.addressCheck, let reason = check(ip) {
         transfer.refusal = "refused to connect to \(ip): \(reason)"
         return CURL_SOCKET_BAD

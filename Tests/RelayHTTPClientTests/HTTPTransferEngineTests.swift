@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import RelayHTTPClient
 import RelayTestSupport
 import Testing
@@ -34,5 +35,101 @@ import Testing
         #expect(server.requests.count == 1)
         await guardedEngine.close()
         await server.stop()
+    }
+
+    @Test func reusesKeptAliveConnectionsAndReconnectsAfterTheServerClosedAnIdleOne() async throws {
+        let server = try KeepAliveServer()
+        defer { server.stop() }
+        let engine = try HTTPTransferEngine()
+        let url = "http://127.0.0.1:\(server.port)/hook"
+        func post(_ text: String) async -> Int? {
+            await engine.send(HTTPTransferRequest(url: url, headers: [], body: Array(text.utf8), timeout: .seconds(5))).response?.status
+        }
+        #expect(await post("one") == 204)
+        #expect(await post("two") == 204)
+        #expect(server.connections.load(ordering: .relaxed) == 1, "the idle connection was reused")
+
+        // The server closes the connection after its next answer, while it sits idle in libcurl's cache.
+        server.closeAfterNextAnswer.store(true, ordering: .relaxed)
+        #expect(await post("three") == 204)
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(await post("four") == 204)
+        #expect(server.connections.load(ordering: .relaxed) == 2, "a new connection replaced the closed one")
+
+        // Many at once, each on a connection of its own, all answered.
+        let statuses = await withTaskGroup(of: Int?.self) { group in
+            for index in 0..<40 { group.addTask { await post("burst \(index)") } }
+            return await group.reduce(into: [Int?]()) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 204, count: 40))
+        #expect(server.bodies.withLock { $0.filter { $0.hasPrefix("burst") }.count } == 40)
+        await engine.close()
+    }
+}
+
+/// A keep-alive HTTP/1.1 server on raw sockets that answers 204 and can close a connection after an
+/// answer, as servers do with idle connections.
+final class KeepAliveServer: Sendable {
+    let port: Int
+    let connections = Atomic<Int>(0)
+    let closeAfterNextAnswer = Atomic<Bool>(false)
+    let bodies = Mutex<[String]>([])
+    private let socket: Int32
+    private let stopped = Atomic<Bool>(false)
+
+    init() throws {
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        guard bound == 0, listen(fd, 64) == 0 else { throw CancellationError() }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        socket = fd
+        Thread { [self] in
+            while !stopped.load(ordering: .relaxed) {
+                let client = accept(fd, nil, nil)
+                guard client >= 0 else { continue }
+                connections.add(1, ordering: .relaxed)
+                Thread { [self] in serve(client) }.start()
+            }
+        }.start()
+    }
+
+    /// Answers each request on one connection until the client or `closeAfterNextAnswer` ends it.
+    private func serve(_ client: Int32) {
+        defer { Glibc.close(client) }
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            // One request: the head, then Content-Length bytes of body.
+            while true {
+                if let end = buffer.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound {
+                    let head = String(decoding: buffer[..<end], as: UTF8.self).lowercased()
+                    let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+                        .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+                    if buffer.count >= end + length {
+                        bodies.withLock { $0.append(String(decoding: buffer[end..<(end + length)], as: UTF8.self)) }
+                        buffer.removeFirst(end + length)
+                        break
+                    }
+                }
+                let got = read(client, &chunk, chunk.count)
+                guard got > 0 else { return }
+                buffer += chunk[..<got]
+            }
+            let answer = Array("HTTP/1.1 204 No Content\r\n\r\n".utf8)
+            guard write(client, answer, answer.count) == answer.count else { return }
+            if closeAfterNextAnswer.exchange(false, ordering: .relaxed) { return }
+        }
+    }
+
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+        shutdown(socket, Int32(SHUT_RDWR))
+        Glibc.close(socket)
     }
 }
