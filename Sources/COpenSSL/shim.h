@@ -56,4 +56,35 @@ static inline X509 *relay_sk_X509_value(const STACK_OF(X509) *stack, int index) 
 /// Frees the stack only; the certificates keep their own references.
 static inline void relay_sk_X509_free(STACK_OF(X509) *stack) { sk_X509_free(stack); }
 
+/// An HMAC-SHA256 context keyed once. Signing duplicates it, so no message pays for the algorithm
+/// fetch and key schedule that the one-shot HMAC() repeats on every call in OpenSSL 3.
+static inline EVP_MAC_CTX *relay_hmac_sha256_keyed(const unsigned char *key, size_t length) {
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (mac == NULL) return NULL;
+    EVP_MAC_CTX *context = EVP_MAC_CTX_new(mac);
+    EVP_MAC_free(mac);  // the context keeps its own reference
+    if (context == NULL) return NULL;
+    OSSL_PARAM params[2];
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    static const unsigned char empty = 0;
+    if (EVP_MAC_init(context, length > 0 ? key : &empty, length, params) != 1) {
+        EVP_MAC_CTX_free(context);
+        return NULL;
+    }
+    return context;
+}
+/// HMAC of `first` then `second` into `out` (32 bytes) with a copy of `keyed`; 1 on success. `keyed`
+/// is only read, so threads may share it.
+static inline int relay_hmac_sha256_sign(const EVP_MAC_CTX *keyed, const unsigned char *first, size_t first_length,
+                                         const unsigned char *second, size_t second_length, unsigned char *out) {
+    EVP_MAC_CTX *context = EVP_MAC_CTX_dup(keyed);
+    if (context == NULL) return 0;
+    size_t length = 0;
+    int ok = EVP_MAC_update(context, first, first_length) == 1 && EVP_MAC_update(context, second, second_length) == 1
+        && EVP_MAC_final(context, out, &length, 32) == 1 && length == 32;
+    EVP_MAC_CTX_free(context);
+    return ok;
+}
+
 #endif

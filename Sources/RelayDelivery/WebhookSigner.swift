@@ -13,13 +13,13 @@ public struct WebhookSigner: Sendable {
         public var description: String { "endpoint secret \(index + 1) is not whsec_ followed by base64" }
     }
 
-    private let keys: [[UInt8]]
+    private let keys: [HMACSHA256Key]
 
     /// - Parameter secrets: the endpoint's secrets (`whsec_…`), newest first or last: every one signs.
     public init(secrets: [String]) throws(SecretError) {
-        var keys: [[UInt8]] = []
+        var keys: [HMACSHA256Key] = []
         for (index, secret) in secrets.enumerated() {
-            guard let key = WebhookSecret.key(secret) else { throw SecretError(index: index) }
+            guard let bytes = WebhookSecret.key(secret), let key = HMACSHA256Key(bytes) else { throw SecretError(index: index) }
             keys.append(key)
         }
         self.keys = keys
@@ -27,8 +27,8 @@ public struct WebhookSigner: Sendable {
 
     /// `v1,<signature>` per secret, space-separated.
     public func signature(id: String, timestamp: Int64, body: [UInt8]) -> String {
-        let message = Array("\(id).\(timestamp).".utf8) + body
-        return keys.compactMap { key in Digest.hmacSHA256(key: key, message: message).map { "v1," + Base64.encode($0) } }
+        let prefix = Array("\(id).\(timestamp).".utf8)
+        return keys.compactMap { key in key.code(prefix: prefix, message: body).map { "v1," + Base64.encode($0) } }
             .joined(separator: " ")
     }
 

@@ -42,3 +42,37 @@ public enum Digest {
         return String(decoding: text, as: UTF8.self)
     }
 }
+
+/// An HMAC-SHA256 key prepared once for many messages (the webhook signer's endpoint secrets). Owns
+/// its OpenSSL context; signing only reads it, so one key may sign on many threads at once.
+public final class HMACSHA256Key: @unchecked Sendable {
+    private let keyed: OpaquePointer
+
+    /// Nil when OpenSSL cannot set the key up.
+    public init?(_ key: [UInt8]) {
+        guard let keyed = key.withUnsafeBufferPointer({ relay_hmac_sha256_keyed($0.baseAddress, $0.count) }) else {
+            OpenSSLError.clearQueue()
+            return nil
+        }
+        self.keyed = keyed
+    }
+
+    deinit { EVP_MAC_CTX_free(keyed) }
+
+    /// HMAC-SHA256 of `prefix` followed by `message` (no concatenated copy), or nil when OpenSSL fails.
+    public func code(prefix: [UInt8], message: [UInt8]) -> [UInt8]? {
+        var output = [UInt8](repeating: 0, count: 32)
+        let ok = prefix.withUnsafeBufferPointer { prefix in
+            message.withUnsafeBufferPointer { message in
+                output.withUnsafeMutableBufferPointer { out in
+                    relay_hmac_sha256_sign(keyed, prefix.baseAddress, prefix.count, message.baseAddress, message.count, out.baseAddress)
+                }
+            }
+        }
+        guard ok == 1 else {
+            OpenSSLError.clearQueue()
+            return nil
+        }
+        return output
+    }
+}
