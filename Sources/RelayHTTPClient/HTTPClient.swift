@@ -173,9 +173,7 @@ private final class TransferQueue: @unchecked Sendable {
         condition.signal()
         condition.unlock()
         if spawn {
-            let thread = Thread { [self] in run() }
-            thread.name = "http-client"
-            thread.start()
+            startDedicatedThread(named: "http-client") { [self] in run() }
         }
     }
 

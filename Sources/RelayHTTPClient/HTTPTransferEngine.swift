@@ -74,9 +74,7 @@ public final class HTTPTransferEngine: Sendable {
         _ = relay_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
         let loop = try TransferLoop(multi: multi, configuration: configuration)
         self.loop = loop
-        let thread = Thread { loop.run() }
-        thread.name = "http-transfer-engine"
-        thread.start()
+        startDedicatedThread(named: "http-engine") { loop.run() }
     }
 
     deinit { loop.close() }

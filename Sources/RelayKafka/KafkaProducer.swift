@@ -48,7 +48,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
         self.logger = logger
         self.metrics = metrics
         self.pollThread = PollThread(
-            name: "kafka-producer-poll",
+            name: "kafka-producer",
             body: { _ = rd_kafka_poll(client.pointer, 100) },
             finish: {
                 // Give queued records a chance to be acknowledged, then fail what is left so every

@@ -91,7 +91,7 @@ public final class KafkaTopicReader: Sendable {
         self.records = stream
         self.client = client
         self.pollThread = PollThread(
-            name: "kafka-topic-reader",
+            name: "kafka-reader",
             body: {
                 guard !remaining.withLock({ $0.isEmpty }) else {
                     Thread.sleep(forTimeInterval: 0.05)

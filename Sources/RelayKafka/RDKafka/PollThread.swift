@@ -1,4 +1,5 @@
 import Foundation
+import RelayCore
 import Synchronization
 
 /// A dedicated OS thread for librdkafka's blocking calls (poll, flush, close), so they never occupy
@@ -8,7 +9,7 @@ final class PollThread: Sendable {
     private let finished: Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])> = Mutex((false, []))
 
     init(name: String, body: @escaping @Sendable () -> Void, finish: @escaping @Sendable () -> Void) {
-        let thread = Thread { [self] in
+        startDedicatedThread(named: name) { [self] in
             while !stopRequested.load(ordering: .acquiring) { body() }
             finish()
             let waiters = finished.withLock { state in
@@ -18,8 +19,6 @@ final class PollThread: Sendable {
             }
             for waiter in waiters { waiter.resume() }
         }
-        thread.name = name
-        thread.start()
     }
 
     var isStopRequested: Bool { stopRequested.load(ordering: .acquiring) }
