@@ -91,6 +91,10 @@ public protocol RecordProducer: Sendable {
 public protocol RecordConsumer: Sendable {
     /// The records, in log order per partition. Ends when the consumer closes.
     var records: AsyncStream<ConsumedRecord> { get }
+    /// Runs `handler` for every record, in log order per partition, until the task is cancelled or
+    /// the consumer closes. A consumer may call it on its own thread, saving the hop to a task per
+    /// record: `handler` must be short and never block. Use either this or `records`.
+    func consume(_ handler: @escaping @Sendable (ConsumedRecord) -> Void) async
     /// The record and everything it caused is durable: its position may be stored.
     func markDone(_ record: ConsumedRecord)
     /// Stops reading, stores what was marked done and leaves the group. `records` ends.
@@ -102,6 +106,10 @@ public protocol RecordConsumer: Sendable {
 
 extension RecordConsumer {
     public func isAssigned(_ record: ConsumedRecord) -> Bool { true }
+
+    public func consume(_ handler: @escaping @Sendable (ConsumedRecord) -> Void) async {
+        for await record in records { handler(record) }
+    }
 }
 
 /// Why the record log could not do what was asked.

@@ -127,10 +127,10 @@ public final class Deliverer: Service {
     public func isCircuitOpen(endpoint: String) -> Bool? { lanes[endpoint]?.isCircuitOpen }
 
     public func run() async throws {
-        // Cancelled as a whole on graceful shutdown (no per-record wrapping of the stream).
-        let records = consumer.records
+        // Records are dispatched on the consumer's thread (dispatch never blocks); graceful shutdown
+        // cancels the intake as a whole, and no dispatch runs once it returned.
         await cancelWhenGracefulShutdown { [self] in
-            for await record in records { dispatch(record) }
+            await consumer.consume { [self] record in dispatch(record) }
         }
         // Intake stopped: queued deliveries are left for the next owner; running ones finish.
         for lane in lanes.values { lane.stop() }

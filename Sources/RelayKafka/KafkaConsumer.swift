@@ -30,13 +30,16 @@ public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
 ///   (librdkafka keeps what it prefetched) until a quarter of them are done. After 10 s at the bound
 ///   it pauses the assigned partitions instead and polls on, so group membership holds; they resume
 ///   when half are done.
-/// - Polling runs on a dedicated thread, never on Swift's cooperative pool. That thread keeps the
-///   consumer alive and in its group: call `close()` when done with it.
+/// - Polling runs on a dedicated thread, never on Swift's cooperative pool. It starts when `records`
+///   is first read or `consume(_:)` is called, and keeps the consumer alive and in its group: call
+///   `close()` when done with it.
 public final class KafkaConsumer: RecordConsumer, Sendable {
-    public let records: AsyncStream<ConsumedRecord>
+    private let stream: AsyncStream<ConsumedRecord>
     private let client: RDKafkaClient
     private let shared: ConsumerShared
-    private let pollThread: PollThread
+    /// Started on first use, with where its records go.
+    private let pollThread = Mutex<PollThread?>(nil)
+    private let makePollThread: @Sendable (RecordSink) -> PollThread
     private let logger: Logger
 
     public init(
@@ -87,51 +90,93 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         let consumed = ConsumedCounters(metrics: metrics)
         let dueTime = consumer.dueTime
         let now = consumer.now
-        self.records = stream
+        self.stream = stream
         self.client = client
         self.shared = shared
         self.logger = logger
-        self.pollThread = PollThread(
-            name: "kafka-consumer-poll",
-            body: {
-                // Back-pressure, first stage: stop polling (prefetched records stay queued in librdkafka)
-                // until completions make room; held records still come out when due.
-                if shared.waitForRoom(timeout: .milliseconds(100)) {
-                    if dueTime != nil {
-                        for record in shared.releaseDue(now: now(), client.pointer) { continuation.yield(record) }
+        self.makePollThread = { sink in
+            PollThread(
+                name: "kafka-consumer",
+                body: {
+                    // `consume(_:)` was cancelled: hand out nothing more (what librdkafka holds goes to
+                    // the partitions' next owner) until `close()`.
+                    if sink.isStopped {
+                        sink.waitWhileStopped(timeout: .milliseconds(100))
+                        return
                     }
-                    return
-                }
-                if let message = rd_kafka_consumer_poll(client.pointer, 100) {
-                    if let record = shared.handOut(message) {
-                        consumed.increment(topic: record.topic)
-                        if let due = dueTime?(record), due > now() {
-                            shared.hold(record, until: due, client.pointer)
-                        } else {
-                            continuation.yield(record)
+                    // Back-pressure, first stage: stop polling (prefetched records stay queued in librdkafka)
+                    // until completions make room; held records still come out when due.
+                    if shared.waitForRoom(timeout: .milliseconds(100)) {
+                        if dueTime != nil { sink.emit(shared.releaseDue(now: now(), client.pointer)) }
+                        return
+                    }
+                    if let message = rd_kafka_consumer_poll(client.pointer, 100) {
+                        if let record = shared.handOut(message) {
+                            consumed.increment(topic: record.topic)
+                            if let due = dueTime?(record), due > now() {
+                                shared.hold(record, until: due, client.pointer)
+                            } else {
+                                sink.emit(record)
+                            }
                         }
+                        rd_kafka_message_destroy(message)
                     }
-                    rd_kafka_message_destroy(message)
+                    if dueTime != nil { sink.emit(shared.releaseDue(now: now(), client.pointer)) }
+                    shared.applyBackPressure(client.pointer)
+                },
+                finish: {
+                    // Commit what was stored, then leave the group: consumer_close runs the revoke
+                    // callback here, on this thread, and librdkafka commits stored offsets on unassign.
+                    let committed = rd_kafka_commit(client.pointer, nil, 0)
+                    if committed != RD_KAFKA_RESP_ERR_NO_ERROR && committed != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                        logger.warning("final offset commit failed", metadata: [LogKey.error: "\(KafkaError(committed, context: "commit"))"])
+                    }
+                    let closed = rd_kafka_consumer_close(client.pointer)
+                    if closed != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        logger.warning("consumer close failed", metadata: [LogKey.error: "\(KafkaError(closed, context: "close"))"])
+                    }
+                    continuation.finish()
+                    sink.stop()
                 }
-                if dueTime != nil {
-                    for record in shared.releaseDue(now: now(), client.pointer) { continuation.yield(record) }
-                }
-                shared.applyBackPressure(client.pointer)
-            },
-            finish: {
-                // Commit what was stored, then leave the group: consumer_close runs the revoke
-                // callback here, on this thread, and librdkafka commits stored offsets on unassign.
-                let committed = rd_kafka_commit(client.pointer, nil, 0)
-                if committed != RD_KAFKA_RESP_ERR_NO_ERROR && committed != RD_KAFKA_RESP_ERR__NO_OFFSET {
-                    logger.warning("final offset commit failed", metadata: [LogKey.error: "\(KafkaError(committed, context: "commit"))"])
-                }
-                let closed = rd_kafka_consumer_close(client.pointer)
-                if closed != RD_KAFKA_RESP_ERR_NO_ERROR {
-                    logger.warning("consumer close failed", metadata: [LogKey.error: "\(KafkaError(closed, context: "close"))"])
-                }
-                continuation.finish()
-            }
-        )
+            )
+        }
+        self.streamSink = RecordSink(continuation)
+    }
+
+    private let streamSink: RecordSink
+
+    /// The records, in log order per partition; reading it starts the consumer. Ends when the consumer closes.
+    public var records: AsyncStream<ConsumedRecord> {
+        _ = start(streamSink)
+        return stream
+    }
+
+    /// Runs `handler` on the consumer's poll thread for every record as it is read, in log order per
+    /// partition, until the task is cancelled or the consumer closes: no hop to a task per record.
+    /// `handler` must be short and never block. After cancellation no record is handed out any more,
+    /// and none is being handled when this returns. Use either this or `records`.
+    public func consume(_ handler: @escaping @Sendable (ConsumedRecord) -> Void) async {
+        let sink = RecordSink(handler)
+        guard start(sink) else {
+            // Already reading into `records`.
+            for await record in stream { handler(record) }
+            return
+        }
+        await withTaskCancellationHandler {
+            await sink.untilStopped()
+        } onCancel: {
+            sink.stop()
+        }
+    }
+
+    /// Starts the poll thread with `sink` unless it runs already; whether it started now.
+    @discardableResult
+    private func start(_ sink: RecordSink) -> Bool {
+        pollThread.withLock { thread in
+            guard thread == nil else { return false }
+            thread = makePollThread(sink)
+            return true
+        }
     }
 
     public func markDone(_ record: ConsumedRecord) {
@@ -163,7 +208,11 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
     /// Stops fetching, commits the stored offsets and leaves the group. Records handed out and not
     /// done by now are redelivered to whoever owns their partition next. The `records` stream ends.
     public func close() async {
-        await pollThread.stop()
+        // Never started: a thread that polls nothing, for the commit and group leave on close.
+        let closing = RecordSink { _ in }
+        closing.stop()
+        start(closing)
+        await pollThread.withLock { $0 }?.stop()
         logger.debug("kafka consumer closed")
     }
 }
@@ -171,6 +220,74 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
 extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t {
     var elements: UnsafeMutableBufferPointer<rd_kafka_topic_partition_t> {
         UnsafeMutableBufferPointer(start: pointee.elems, count: Int(pointee.cnt))
+    }
+}
+
+/// Where the poll thread puts the records it hands out: the `records` stream, or a `consume(_:)`
+/// handler called on the poll thread. Stopping a handler waits for a call in progress, so none runs
+/// once `stop()` returned.
+final class RecordSink: Sendable {
+    private enum Target {
+        case stream(AsyncStream<ConsumedRecord>.Continuation)
+        case handler(@Sendable (ConsumedRecord) -> Void)
+    }
+
+    private struct State {
+        var stopped = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let target: Target
+    private let state = Mutex(State())
+    private let stoppedFlag = Atomic<Bool>(false)
+    private let wake = DispatchSemaphore(value: 0)
+
+    init(_ continuation: AsyncStream<ConsumedRecord>.Continuation) { target = .stream(continuation) }
+    init(_ handler: @escaping @Sendable (ConsumedRecord) -> Void) { target = .handler(handler) }
+
+    var isStopped: Bool { stoppedFlag.load(ordering: .acquiring) }
+
+    func emit(_ record: ConsumedRecord) {
+        switch target {
+        case .stream(let continuation):
+            continuation.yield(record)
+        case .handler(let handler):
+            // Under the lock: `stop()` cannot return while a record is being handled.
+            state.withLock { state in
+                if !state.stopped { handler(record) }
+            }
+        }
+    }
+
+    func emit(_ records: [ConsumedRecord]) {
+        for record in records { emit(record) }
+    }
+
+    /// No record is handed to the handler any more; `untilStopped()` returns.
+    func stop() {
+        let waiters = state.withLock { state in
+            state.stopped = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        stoppedFlag.store(true, ordering: .releasing)
+        wake.signal()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func untilStopped() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let stopped = state.withLock { state in
+                if !state.stopped { state.waiters.append(continuation) }
+                return state.stopped
+            }
+            if stopped { continuation.resume() }
+        }
+    }
+
+    /// The poll thread's idle wait while stopped (until `close()` ends the loop).
+    func waitWhileStopped(timeout: Duration) {
+        _ = wake.wait(timeout: .now() + .milliseconds(Int(timeout.wholeMilliseconds)))
     }
 }
 

@@ -116,12 +116,13 @@ import Testing
 
         let memberA = try KafkaConsumer(configuration: connection, consumer: testConsumerConfiguration(group: group, topics: [topic]), logger: testLogger())
         let memberB = try KafkaConsumer(configuration: connection, consumer: testConsumerConfiguration(group: group, topics: [topic]), logger: testLogger())
+        // Reading starts each member.
+        let collectorA = RecordCollector(memberA.records)
+        let collectorB = RecordCollector(memberB.records)
         try await waitUntil("both members assigned") { !memberA.assignment.isEmpty && !memberB.assignment.isEmpty }
         #expect(memberA.assignment.union(memberB.assignment).count == 4)
         #expect(memberA.assignment.isDisjoint(with: memberB.assignment))
 
-        let collectorA = RecordCollector(memberA.records)
-        let collectorB = RecordCollector(memberB.records)
         let total = 40
         _ = try await produce(producer, topic: topic, count: total)
         try await waitUntil("all records handed out") { collectorA.count + collectorB.count >= total }
@@ -150,6 +151,42 @@ import Testing
         }
         #expect(done == Set((0..<total).map { "value-\($0)" }))
         await memberB.close()
+        await producer.close()
+    }
+
+    @Test func consumeHandsRecordsInOrderOnThePollThreadAndStopsWhenCancelled() async throws {
+        let topic = try makeTopic(partitions: 1)
+        let group = uniqueName("group")
+        let producer = try KafkaProducer(configuration: connection, logger: testLogger())
+        _ = try await produce(producer, topic: topic, count: 10)
+
+        let consumer = try KafkaConsumer(configuration: connection, consumer: testConsumerConfiguration(group: group, topics: [topic]), logger: testLogger())
+        let handled = LockedBox<[String]>([])
+        let onPollThread = LockedBox<Bool>(true)
+        let intake = Task {
+            await consumer.consume { record in
+                onPollThread.withLock { $0 = $0 && Thread.current.name == "kafka-consumer" }
+                handled.withLock { $0.append(text(record.value)) }
+                consumer.markDone(record)
+            }
+        }
+        try await waitUntil("the first ten records") { handled.value.count == 10 }
+        #expect(handled.value == (0..<10).map { "value-\($0)" })
+        #expect(onPollThread.value)
+
+        // Cancelled: it returns, and records produced afterwards are not handed out.
+        intake.cancel()
+        await intake.value
+        _ = try await produce(producer, topic: topic, count: 3)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(handled.value.count == 10)
+        await consumer.close()
+
+        // They were not marked done: the group's next member reads exactly them.
+        let next = try KafkaConsumer(configuration: connection, consumer: testConsumerConfiguration(group: group, topics: [topic]), logger: testLogger())
+        let rest = try await RecordCollector(next.records).waitFor(count: 3)
+        #expect(rest.map { text($0.value) } == ["value-0", "value-1", "value-2"])
+        await next.close()
         await producer.close()
     }
 
