@@ -69,27 +69,49 @@ public struct DeliveryRecord: Sendable {
     /// Reads a record written by the fan-out, the deliverer or `replay`; nil when the identity headers
     /// are missing.
     public init?(_ record: ConsumedRecord) {
-        let headers = record.headers
-        func text(_ name: String) -> String? { headers.first(named: name)?.stringValue }
-        guard let endpoint = text(DeliveryHeaderName.endpoint), !endpoint.isEmpty,
-            let eventID = text(RelayHeaderName.eventId), !eventID.isEmpty
-        else { return nil }
-        key = record.key
-        body = record.value
-        endpointID = endpoint
+        // One pass over the headers (this runs for every record); the first of a name counts.
+        var endpoint: String?, eventID: String?, eventType: String?, app: String?, attempts: String?
+        var firstAttemptAt: String?, lastAttemptAt: String?, lastStatus: String?, lastError: String?
+        var lastResponse: String?, dueAt: String?, replayedFrom: String?, deadLetterReason: String?, deadLetteredAt: String?
+        for header in record.headers {
+            func take(_ slot: inout String?) {
+                if slot == nil { slot = header.stringValue }
+            }
+            switch header.name {
+            case DeliveryHeaderName.endpoint: take(&endpoint)
+            case RelayHeaderName.eventId: take(&eventID)
+            case RelayHeaderName.eventType: take(&eventType)
+            case RelayHeaderName.app: take(&app)
+            case DeliveryHeaderName.attempts: take(&attempts)
+            case DeliveryHeaderName.firstAttemptAt: take(&firstAttemptAt)
+            case DeliveryHeaderName.lastAttemptAt: take(&lastAttemptAt)
+            case DeliveryHeaderName.lastStatus: take(&lastStatus)
+            case DeliveryHeaderName.lastError: take(&lastError)
+            case DeliveryHeaderName.lastResponse: take(&lastResponse)
+            case DeliveryHeaderName.dueAt: take(&dueAt)
+            case DeliveryHeaderName.replayedFrom: take(&replayedFrom)
+            case DeliveryHeaderName.deadLetterReason: take(&deadLetterReason)
+            case DeliveryHeaderName.deadLetteredAt: take(&deadLetteredAt)
+            default: break
+            }
+        }
+        guard let endpoint, !endpoint.isEmpty, let eventID, !eventID.isEmpty else { return nil }
+        self.key = record.key
+        self.body = record.value
+        self.endpointID = endpoint
         self.eventID = eventID
-        eventType = text(RelayHeaderName.eventType) ?? ""
-        app = text(RelayHeaderName.app) ?? ""
-        attempts = text(DeliveryHeaderName.attempts).flatMap { Int($0) }.map { max(0, $0) } ?? 0
-        firstAttemptAt = Timestamp.milliseconds(text(DeliveryHeaderName.firstAttemptAt))
-        lastAttemptAt = Timestamp.milliseconds(text(DeliveryHeaderName.lastAttemptAt))
-        lastStatus = text(DeliveryHeaderName.lastStatus).flatMap { Int($0) }
-        lastError = text(DeliveryHeaderName.lastError)
-        lastResponse = text(DeliveryHeaderName.lastResponse)
-        dueAt = text(DeliveryHeaderName.dueAt).flatMap { Int64($0) }
-        replayedFrom = text(DeliveryHeaderName.replayedFrom)
-        deadLetterReason = text(DeliveryHeaderName.deadLetterReason)
-        deadLetteredAt = Timestamp.milliseconds(text(DeliveryHeaderName.deadLetteredAt))
+        self.eventType = eventType ?? ""
+        self.app = app ?? ""
+        self.attempts = attempts.flatMap { Int($0) }.map { max(0, $0) } ?? 0
+        self.firstAttemptAt = Timestamp.milliseconds(firstAttemptAt)
+        self.lastAttemptAt = Timestamp.milliseconds(lastAttemptAt)
+        self.lastStatus = lastStatus.flatMap { Int($0) }
+        self.lastError = lastError
+        self.lastResponse = lastResponse
+        self.dueAt = dueAt.flatMap { Int64($0) }
+        self.replayedFrom = replayedFrom
+        self.deadLetterReason = deadLetterReason
+        self.deadLetteredAt = Timestamp.milliseconds(deadLetteredAt)
     }
 
     /// A new delivery as the fan-out writes it to `relay.deliveries`: keyed `<endpoint id>:<subject>`,
