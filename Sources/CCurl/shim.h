@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <stdint.h>
 #include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
 
 /// curl_easy_setopt and curl_easy_getinfo are variadic; Swift needs one typed entry point per argument kind.
 static inline CURLcode relay_curl_setopt_long(CURL *handle, CURLoption option, long value) {
@@ -121,6 +123,22 @@ static inline void relay_eventfd_drain(int fd) {
     uint64_t value;
     ssize_t got = read(fd, &value, sizeof value);
     (void)got;
+}
+
+/// A curl_slist of the `count` NUL-terminated lines packed in `text`, nodes and text in one
+/// allocation: free it with free(), never curl_slist_free_all. libcurl only reads the list.
+static inline struct curl_slist *relay_slist_pack(const void *text, size_t length, int count) {
+    if (count < 1) return NULL;
+    struct curl_slist *nodes = malloc(sizeof(struct curl_slist) * (size_t)count + length);
+    if (nodes == NULL) return NULL;
+    char *line = (char *)(nodes + count);
+    memcpy(line, text, length);
+    for (int index = 0; index < count; index++) {
+        nodes[index].data = line;
+        nodes[index].next = index + 1 < count ? &nodes[index + 1] : NULL;
+        line += strlen(line) + 1;
+    }
+    return nodes;
 }
 
 /// The finished transfer and its result from a CURLMSG_DONE message.

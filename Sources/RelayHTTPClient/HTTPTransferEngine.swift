@@ -121,7 +121,7 @@ final class Transfer: @unchecked Sendable {
     }
 
     func freeHeaders() {
-        if let headerList { curl_slist_free_all(headerList) }
+        if let headerList { free(headerList) }  // one block (relay_slist_pack)
         headerList = nil
     }
 
@@ -350,15 +350,36 @@ private final class TransferLoop: @unchecked Sendable {
     /// Sets every option of one transfer; returns why it cannot run.
     private func configure(_ handle: UnsafeMutableRawPointer, _ transfer: Transfer) -> HTTPClientError? {
         let request = transfer.request
+        // Every header line, NUL-terminated, in one buffer that becomes one allocation for libcurl's
+        // list (not two per header), checked byte by byte as it is copied.
+        var lines: [UInt8] = []
+        lines.reserveCapacity(request.headers.reduce(16) { $0 + $1.name.utf8.count + $1.value.utf8.count + 3 })
         for (name, value) in request.headers {
-            // Over UTF-8 bytes: no character breaking for every header of every transfer.
-            guard !name.isEmpty, !name.utf8.contains(where: { $0 == 58 || $0 == 13 || $0 == 10 }),
-                !value.utf8.contains(where: { $0 == 13 || $0 == 10 })
-            else { return HTTPClientError(kind: .invalidRequest, message: "header \(name) has characters not allowed in HTTP headers") }
-            transfer.headerList = curl_slist_append(transfer.headerList, value.isEmpty ? "\(name);" : "\(name): \(value)")
+            var allowed = !name.isEmpty
+            for byte in name.utf8 {
+                allowed = allowed && byte != 58 && byte != 13 && byte != 10 && byte != 0
+                lines.append(byte)
+            }
+            if value.isEmpty {
+                lines.append(59)  // "name;" sends an empty header; "name:" would remove it
+            } else {
+                lines.append(58)
+                lines.append(32)
+                for byte in value.utf8 {
+                    allowed = allowed && byte != 13 && byte != 10 && byte != 0
+                    lines.append(byte)
+                }
+            }
+            lines.append(0)
+            guard allowed else {
+                return HTTPClientError(kind: .invalidRequest, message: "header \(name) has characters not allowed in HTTP headers")
+            }
         }
         // No `Expect: 100-continue` round trip for bodies over 1 KiB.
-        transfer.headerList = curl_slist_append(transfer.headerList, "Expect:")
+        lines.append(contentsOf: "Expect:".utf8)
+        lines.append(0)
+        transfer.headerList = lines.withUnsafeBytes { relay_slist_pack($0.baseAddress, $0.count, Int32(request.headers.count + 1)) }
+        guard transfer.headerList != nil else { return HTTPClientError(kind: .setup, message: "out of memory for the request headers") }
         transfer.maxBody = configuration.maxResponseBytes
         transfer.addressCheck = configuration.addressCheck
         transfer.keptHeaders = keptHeaders

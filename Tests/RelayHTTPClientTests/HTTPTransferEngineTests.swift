@@ -24,6 +24,20 @@ import Testing
         #expect(response.bodyText == "slow down bo", "the body is cut at maxResponseBytes")
         #expect(server.requests.first?.headers["x-id"] == "1")
         #expect(server.requests.first?.headers["expect"] == nil)
+
+        // Every header goes out as given, an empty one included; a line break or NUL in one refuses the request.
+        let many = await engine.send(
+            HTTPTransferRequest(
+                url: server.baseURL + "/hook", headers: [("X-A", "a"), ("X-Empty", ""), ("X-Long", String(repeating: "v", count: 3000))],
+                body: [], timeout: .seconds(5)))
+        #expect(many.response?.status == 429)
+        let headers = try #require(server.requests.last?.headers)
+        #expect(headers["x-a"] == "a" && headers["x-empty"] == "" && headers["x-long"]?.count == 3000)
+        for bad in [("X-Bad", "a\r\nX-Injected: 1"), ("X-Bad:", "a"), ("X-Bad", "a\u{0}b"), ("", "a")] {
+            let refused = await engine.send(HTTPTransferRequest(url: server.baseURL, headers: [bad], body: [], timeout: .seconds(5)))
+            #expect(refused.error?.kind == .invalidRequest)
+        }
+        #expect(server.requests.count == 2)
         await engine.close()
 
         var guarded = HTTPTransferEngine.Configuration()
@@ -32,7 +46,7 @@ import Testing
         let refused = await guardedEngine.send(HTTPTransferRequest(url: server.baseURL, headers: [], body: [], timeout: .seconds(5)))
         #expect(refused.error?.kind == .addressRefused)
         #expect(refused.error?.message == "refused to connect to 127.0.0.1: loopback")
-        #expect(server.requests.count == 1)
+        #expect(server.requests.count == 2)
         await guardedEngine.close()
         await server.stop()
     }
