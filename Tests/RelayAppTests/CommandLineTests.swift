@@ -15,60 +15,42 @@ import Testing
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
 
-    func run(_ arguments: [String]) throws -> (status: Int32, stderr: String) {
+    func run(_ arguments: [String]) async throws -> (status: Int32, stderr: String) {
         let executable: URL = try #require(Self.executable, "the revenue-relay executable was not built next to the tests")
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        let errorPipe = Pipe()
-        process.standardError = errorPipe
-        process.standardOutput = Pipe()
-        try process.run()
-        let stderr = String(decoding: errorPipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, stderr)
+        let result = try await runChildProcess(executable, arguments)
+        return (result.status, result.stderr)
     }
 
-    @Test func badConfigurationExits78AndNamesTheKey() throws {
+    @Test func badConfigurationExits78AndNamesTheKey() async throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("bad") + ".yaml")
         try Data("ingest: { listen: \"127.0.0.1:0\", maxBodyBytez: 5 }\n".utf8).write(to: file)
-        let result = try run(["run", "--config", file.path, "--role", "ingest"])
+        let result = try await run(["run", "--config", file.path, "--role", "ingest"])
         #expect(result.status == 78)
         #expect(result.stderr.contains("ingest.maxBodyBytez"))
-        #expect(try run(["run", "--config", "/nonexistent/relay.yaml"]).status == 78)
+        #expect(try await run(["run", "--config", "/nonexistent/relay.yaml"]).status == 78)
     }
 
-    @Test func badArgumentsExit64() throws {
-        #expect(try run(["run", "--config", "config/dev.yaml", "--role", "accountant"]).status == 64)
-        #expect(try run(["run"]).status == 64)
-        #expect(try run(["frobnicate"]).status == 64)
+    @Test func badArgumentsExit64() async throws {
+        #expect(try await run(["run", "--config", "config/dev.yaml", "--role", "accountant"]).status == 64)
+        #expect(try await run(["run"]).status == 64)
+        #expect(try await run(["frobnicate"]).status == 64)
     }
 }
 
 /// `revenue-relay inspect` (DESIGN section 2) on requests signed with the test fixtures, against
 /// config/dev.yaml (which trusts the fixtures' Apple test root and Google JWKS).
 @Suite struct InspectCommandTests {
-    func inspect(_ arguments: [String], body: [UInt8]) throws -> (status: Int32, output: JSON?, stderr: String) {
+    func inspect(_ arguments: [String], body: [UInt8]) async throws -> (status: Int32, output: JSON?, stderr: String) {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("request") + ".json")
         try Data(body).write(to: file)
         let executable: URL = try #require(CommandLineTests.executable, "the revenue-relay executable was not built next to the tests")
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["inspect", "--config", "config/dev.yaml"] + arguments + [file.path]
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let stdout = output.fileHandleForReading.readDataToEndOfFile()
-        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, try? JSON.parse(Array(stdout)), stderr)
+        let result = try await runChildProcess(executable, ["inspect", "--config", "config/dev.yaml"] + arguments + [file.path])
+        return (result.status, try? JSON.parse(result.stdout), result.stderr)
     }
 
-    @Test func acceptsASignedAppleNotificationAndPrintsItDecoded() throws {
+    @Test func acceptsASignedAppleNotificationAndPrintsItDecoded() async throws {
         let signer = AppleSigner()
-        let result = try inspect(["--store", "apple", "--app", "demo"], body: signer.body(signer.notificationPayload()))
+        let result = try await inspect(["--store", "apple", "--app", "demo"], body: signer.body(signer.notificationPayload()))
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.output?["accepted"] == true)
         #expect(result.output?["store"] == "apple")
@@ -81,18 +63,18 @@ import Testing
         #expect(events.last?["data"]?["to"]?["status"] == "ACTIVE")
     }
 
-    @Test func explainsARejectionAndExits65() throws {
+    @Test func explainsARejectionAndExits65() async throws {
         let body = Array(#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1"}}}"#.utf8)
         let t: Int64 = 1_900_000_000
         let header = "Stripe-Signature: " + WebhookSigning.stripeHeader(body: body, secret: "whsec_dev_only_stripe_secret", timestamp: t)
-        let accepted = try inspect(["--store", "stripe", "--app", "demo", "--header", header, "--now", "\(t)"], body: body)
+        let accepted = try await inspect(["--store", "stripe", "--app", "demo", "--header", header, "--now", "\(t)"], body: body)
         #expect(accepted.status == 0, "\(accepted.stderr)")
-        let stale = try inspect(["--store", "stripe", "--app", "demo", "--header", header, "--now", "\(t + 301)"], body: body)
+        let stale = try await inspect(["--store", "stripe", "--app", "demo", "--header", header, "--now", "\(t + 301)"], body: body)
         #expect(stale.status == 65)
         #expect(stale.output?["accepted"] == false)
         #expect(stale.output?["reason"] == "stale_timestamp")
         #expect(stale.output?["detail"]?.stringValue?.isEmpty == false)
-        let unknown = try inspect(["--store", "stripe", "--app", "nobody", "--header", header, "--now", "\(t)"], body: body)
+        let unknown = try await inspect(["--store", "stripe", "--app", "nobody", "--header", header, "--now", "\(t)"], body: body)
         #expect(unknown.output?["reason"] == "unknown_app")
     }
 
@@ -136,7 +118,7 @@ import Testing
         let claims = GooglePushSigner.claims(issuedAt: now, overrides: ["aud": "http://127.0.0.1:8080/v1/notifications/google/demo"])
         let header = "Authorization: Bearer \(GooglePushSigner().token(claims))"
         let body = GooglePushSigner.envelope(GooglePushSigner.developerNotification())
-        let result = try inspect(["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"], body: body)
+        let result = try await inspect(["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"], body: body)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.output?["notification"]?["subscriptionNotification"]?["notificationType"] == 4)
         let event = result.output?["events"]?.arrayValue?.first?["data"]
@@ -148,23 +130,23 @@ import Testing
         #expect(event?["originalAppUserId"] == "user-42")
         #expect(event?["entitlements"] == [["id": "pro", "type": "SERVICE_LEVEL"]])
 
-        let expired = try inspect(["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now + 3661)"], body: body)
+        let expired = try await inspect(["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now + 3661)"], body: body)
         #expect(expired.output?["reason"] == "token_expired")
         // A purchase token the Play Developer API does not know is a reject, with its reason.
         var unknown = GooglePushSigner.developerNotification()
         unknown = .object((unknown.objectValue ?? [:]).merging(["subscriptionNotification": ["notificationType": 4, "purchaseToken": "token-unknown"]]) { $1 })
-        let missing = try inspect(
+        let missing = try await inspect(
             ["--config", config.path, "--store", "google", "--app", "demo", "--header", header, "--now", "\(now)"],
             body: GooglePushSigner.envelope(unknown))
         #expect(missing.status == 65)
         #expect(missing.output?["reason"] == "purchase_not_found")
     }
 
-    @Test func badArgumentsExit64AndBadConfigurationExits78() throws {
-        #expect(try inspect(["--store", "amazon", "--app", "demo"], body: []).status == 64)
-        #expect(try inspect(["--store", "stripe", "--app", "demo", "--header", "no colon here"], body: []).status == 64)
-        #expect(try inspect(["--store", "stripe"], body: []).status == 64)
-        let result = try inspect(["--store", "stripe", "--app", "demo", "--config", "/nonexistent.yaml"], body: [])
+    @Test func badArgumentsExit64AndBadConfigurationExits78() async throws {
+        #expect(try await inspect(["--store", "amazon", "--app", "demo"], body: []).status == 64)
+        #expect(try await inspect(["--store", "stripe", "--app", "demo", "--header", "no colon here"], body: []).status == 64)
+        #expect(try await inspect(["--store", "stripe"], body: []).status == 64)
+        let result = try await inspect(["--store", "stripe", "--app", "demo", "--config", "/nonexistent.yaml"], body: [])
         #expect(result.status == 78)
     }
 }

@@ -13,20 +13,10 @@ import Testing
 @Suite struct DeliveryFlowTests {
     static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-    func replay(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+    func replay(_ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
         let executable: URL = try #require(CommandLineTests.executable, "the revenue-relay executable was not built next to the tests")
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["replay"] + arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let stdout = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, stdout, stderr)
+        let result = try await runChildProcess(executable, ["replay"] + arguments)
+        return (result.status, result.stdoutText, result.stderr)
     }
 
     @Test func aPostedNotificationArrivesSignedFailuresDeadLetterAndReplayRedrivesThemOnce() async throws {
@@ -90,18 +80,18 @@ import Testing
 
         let kafka = relay.environment.cluster.bootstrapServers
         // A dry run lists them and changes nothing.
-        let dry = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--endpoint", "hooks", "--dry-run"])
+        let dry = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--endpoint", "hooks", "--dry-run"])
         #expect(dry.status == 0, "\(dry.stderr)")
         #expect(dry.stdout.contains("endpoint=hooks  type=initial_purchase  id=stripe:evt_hook_1:initial_purchase  attempts=2"))
         #expect(dry.stdout.contains("reason=retries_exhausted"))
         #expect(dry.stdout.contains("would re-drive: 2"))
         // A filter that matches nothing.
-        let none = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--type", "renewal"])
+        let none = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--type", "renewal"])
         #expect(none.stdout.contains("matched: 0"))
 
         // The endpoint is fixed: replay re-drives both, once, with the same webhook-ids.
         accepting.store(true, ordering: .relaxed)
-        let first = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01", "--rate", "50"])
+        let first = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01", "--rate", "50"])
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.stdout.contains("matched: 2"))
         #expect(first.stdout.contains("re-driven: 2"))
@@ -111,7 +101,7 @@ import Testing
         #expect(replayed.allSatisfy { StandardWebhooksReceiver.verify($0, secret: Self.secret) })
 
         // The same replay again re-drives nothing.
-        let second = try replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01"])
+        let second = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01"])
         #expect(second.status == 0, "\(second.stderr)")
         #expect(second.stdout.contains("re-driven: 0"))
         #expect(second.stdout.contains("already replayed: 2"))
@@ -119,9 +109,9 @@ import Testing
         #expect(receiver.requests.count == 6)
 
         // Bad arguments and an unreachable broker.
-        #expect(try replay(["--config", file.path, "--since", "yesterday"]).status == 64)
-        #expect(try replay(["--config", file.path, "--endpoint", "nope"]).status == 64)
-        #expect(try replay(["--config", file.path, "--bootstrap-servers", "127.0.0.1:9"]).status == 69)
+        #expect(try await replay(["--config", file.path, "--since", "yesterday"]).status == 64)
+        #expect(try await replay(["--config", file.path, "--endpoint", "nope"]).status == 64)
+        #expect(try await replay(["--config", file.path, "--bootstrap-servers", "127.0.0.1:9"]).status == 69)
 
         try await relay.stop()
         await receiver.stop()
