@@ -61,9 +61,10 @@ static inline int relay_curl_sockaddr_ip(const struct curl_sockaddr *address, ch
     }
     return -1;
 }
-/// What curl's default open-socket does.
+/// What curl's default open-socket does, close-on-exec: a child process started meanwhile does not
+/// keep the connection open.
 static inline curl_socket_t relay_curl_open_socket(const struct curl_sockaddr *address) {
-    return socket(address->family, address->socktype, address->protocol);
+    return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
 }
 /// Event-driven multi handle (curl_multi_socket_action): curl says which sockets to watch and when
 /// its next timeout is; the caller's epoll loop reports readiness back.
@@ -78,18 +79,16 @@ static inline CURLMcode relay_curl_multi_set_timer_function(CURLM *multi, relay_
     return code != CURLM_OK ? code : curl_multi_setopt(multi, CURLMOPT_TIMERDATA, context);
 }
 
-/// Watches `fd` for CURL_POLL_IN / OUT / INOUT (`what`), or stops watching it (CURL_POLL_REMOVE).
-/// Level-triggered. A number reused by a new socket is handled (ADD falls back to MOD and back).
-static inline int relay_epoll_watch(int epoll, int fd, int what) {
+/// Watches `fd` for CURL_POLL_IN / OUT / INOUT (`what`): adds it when `add`, else changes its
+/// interest; or stops watching it (CURL_POLL_REMOVE). Level-triggered.
+static inline int relay_epoll_watch(int epoll, int fd, int what, int add) {
     if (what == CURL_POLL_REMOVE) {
         return epoll_ctl(epoll, EPOLL_CTL_DEL, fd, NULL) == 0 || errno == ENOENT || errno == EBADF ? 0 : -1;
     }
     struct epoll_event event = {0};
     event.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
     event.data.fd = fd;
-    if (epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
-    if (errno != ENOENT) return -1;
-    return epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event);
+    return epoll_ctl(epoll, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &event);
 }
 /// Waits up to `timeout` ms; fills `fds` and curl's CURL_CSELECT_* flags for up to `capacity` ready
 /// descriptors; returns how many (0 on timeout or EINTR, -1 on another error).

@@ -259,7 +259,7 @@ private final class TransferLoop: @unchecked Sendable {
             for index in 0..<Int(max(0, ready)) {
                 if fds[index] == wakeUp {
                     relay_eventfd_drain(wakeUp)
-                } else if !isParked(fds[index]) {
+                } else if watched[fds[index]] != nil {  // not one libcurl stopped watching in this batch
                     _ = curl_multi_socket_action(multi, fds[index], flags[index], &stillRunning)
                 }
             }
@@ -271,7 +271,7 @@ private final class TransferLoop: @unchecked Sendable {
         }
         for handle in idleHandles { curl_easy_cleanup(handle) }
         idleHandles = []
-        // Closes the cached connections (their sockets leave the epoll set through the callback).
+        // Closes the cached connections.
         curl_multi_cleanup(multi)
         Glibc.close(epoll)
         finished.set(())
@@ -290,40 +290,25 @@ private final class TransferLoop: @unchecked Sendable {
     // it from other threads until the last reference is gone.
     deinit { Glibc.close(wakeUp) }
 
-    /// What the epoll set holds for a socket.
-    struct Watched {
-        /// The CURL_POLL_* interest registered with epoll.
-        var what: Int32
-        /// libcurl no longer watches it (its connection went idle into the cache), but it stays
-        /// registered: reusing the connection then usually needs no epoll_ctl at all.
-        var parked: Bool
-    }
-    /// By socket number. Engine thread only.
-    private var watched: [Int32: Watched] = [:]
+    /// The CURL_POLL_* interest registered with epoll, by socket number. Engine thread only.
+    private var watched: [Int32: Int32] = [:]
 
     /// libcurl's socket callback: watch `socket` for `what` (CURL_POLL_IN / OUT / INOUT / REMOVE).
+    /// REMOVE comes while the socket is still open (before libcurl closes it or when its connection
+    /// goes idle into the cache), so the registration always goes with it: none outlives the socket,
+    /// even when a child process inherited a copy of it.
     fileprivate func watch(_ socket: curl_socket_t, _ what: Int32) {
         if what == CURL_POLL_REMOVE {
-            watched[socket]?.parked = true
+            if watched.removeValue(forKey: socket) != nil { _ = relay_epoll_watch(epoll, socket, what, 0) }
             return
         }
-        if let current = watched[socket], current.what == what, !current.parked { return }
-        // A parked number may belong to a new socket by now (the old one closed, which took it out
-        // of the epoll set): relay_epoll_watch modifies, or adds when the number is not registered.
-        if relay_epoll_watch(epoll, socket, what) == 0 {
-            watched[socket] = Watched(what: what, parked: false)
+        let current = watched[socket]
+        if current == what { return }
+        if relay_epoll_watch(epoll, socket, what, current == nil ? 1 : 0) == 0 {
+            watched[socket] = what
         } else {
             watched[socket] = nil
         }
-    }
-
-    /// Readiness of a socket libcurl parked: it is not libcurl's to handle (an idle connection the
-    /// server closed or wrote to), so it leaves the epoll set instead of waking the loop again.
-    private func isParked(_ socket: Int32) -> Bool {
-        guard watched[socket]?.parked == true else { return false }
-        _ = relay_epoll_watch(epoll, socket, CURL_POLL_REMOVE)
-        watched[socket] = nil
-        return true
     }
 
     private func start(_ transfer: Transfer) {
@@ -410,9 +395,7 @@ private final class TransferLoop: @unchecked Sendable {
                     handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(("" as StaticString).utf8Start)))
             })
         }
-        if configuration.addressCheck != nil {
-            codes.append(relay_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, context))
-        }
+        codes.append(relay_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, context))
         if let failed = codes.first(where: { $0 != CURLE_OK }) {
             let kind: HTTPClientError.Kind = failed == CURLE_URL_MALFORMAT || failed == CURLE_UNSUPPORTED_PROTOCOL ? .invalidRequest : .setup
             return HTTPClientError(kind: kind, message: String(cString: curl_easy_strerror(failed)))
@@ -436,9 +419,8 @@ private final class TransferLoop: @unchecked Sendable {
             relay_curl_setopt_write_function(handle, engineWriteBody),
             relay_curl_setopt_header_function(handle, engineWriteHeader),
         ]
-        if configuration.addressCheck != nil {
-            codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
-        }
+        // Every socket through it: the address check, and close-on-exec.
+        codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
         guard codes.allSatisfy({ $0 == CURLE_OK }) else {
             curl_easy_cleanup(handle)
             return nil
@@ -507,7 +489,10 @@ private func engineWatchSocket(
 private func engineSetTimer(_ multi: UnsafeMutableRawPointer?, _ timeoutMilliseconds: Int, _ context: UnsafeMutableRawPointer?) -> Int32 {
     guard let context else { return -1 }
     let loop = Unmanaged<TransferLoop>.fromOpaque(context).takeUnretainedValue()
-    loop.timerDeadline = timeoutMilliseconds < 0 ? nil : DispatchTime.now().uptimeNanoseconds + UInt64(timeoutMilliseconds) * 1_000_000
+    // At most a minute ahead (the loop wakes at least every second anyway): libcurl handles an early
+    // CURL_SOCKET_TIMEOUT by setting the timer again, and a huge configured timeout cannot overflow.
+    loop.timerDeadline =
+        timeoutMilliseconds < 0 ? nil : DispatchTime.now().uptimeNanoseconds + UInt64(min(timeoutMilliseconds, 60_000)) * 1_000_000
     return 0
 }
 
@@ -531,13 +516,14 @@ private func engineWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int
 private func engineOpenSocket(_ context: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t {
     guard let context, let address else { return CURL_SOCKET_BAD }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    guard let check = transfer.addressCheck else { return relay_curl_open_socket(address) }
     var text = [CChar](repeating: 0, count: 64)
     guard relay_curl_sockaddr_ip(address, &text, socklen_t(text.count)) == 0 else {
         transfer.refusal = "refused a connection to an address that is not IPv4 or IPv6"
         return CURL_SOCKET_BAD
     }
     let ip = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    if let check = transfer.addressCheck, let reason = check(ip) {
+    if let reason = check(ip) {
         transfer.refusal = "refused to connect to \(ip): \(reason)"
         return CURL_SOCKET_BAD
     }
