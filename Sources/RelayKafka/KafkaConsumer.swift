@@ -98,10 +98,13 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
             PollThread(
                 name: "kafka-consumer",
                 body: {
-                    // `consume(_:)` was cancelled: hand out nothing more (what librdkafka holds goes to
-                    // the partitions' next owner) until `close()`.
+                    // `consume(_:)` was cancelled: hand out nothing more until `close()`, but keep
+                    // polling, with the partitions paused, so rebalances and statistics are served while
+                    // the caller drains. A record fetched before the pause is dropped unhanded: its
+                    // offset is never stored, and the partition's next owner reads it.
                     if sink.isStopped {
-                        sink.waitWhileStopped(timeout: .milliseconds(100))
+                        shared.pauseForStoppedIntake(client.pointer)
+                        if let message = rd_kafka_consumer_poll(client.pointer, 100) { rd_kafka_message_destroy(message) }
                         return
                     }
                     // Back-pressure, first stage: stop polling (prefetched records stay queued in librdkafka)
@@ -240,7 +243,6 @@ final class RecordSink: Sendable {
     private let target: Target
     private let state = Mutex(State())
     private let stoppedFlag = Atomic<Bool>(false)
-    private let wake = DispatchSemaphore(value: 0)
 
     init(_ continuation: AsyncStream<ConsumedRecord>.Continuation) { target = .stream(continuation) }
     init(_ handler: @escaping @Sendable (ConsumedRecord) -> Void) { target = .handler(handler) }
@@ -271,7 +273,6 @@ final class RecordSink: Sendable {
             return state.waiters
         }
         stoppedFlag.store(true, ordering: .releasing)
-        wake.signal()
         for waiter in waiters { waiter.resume() }
     }
 
@@ -283,11 +284,6 @@ final class RecordSink: Sendable {
             }
             if stopped { continuation.resume() }
         }
-    }
-
-    /// The poll thread's idle wait while stopped (until `close()` ends the loop).
-    func waitWhileStopped(timeout: Duration) {
-        _ = wake.wait(timeout: .now() + .milliseconds(Int(timeout.wholeMilliseconds)))
     }
 }
 
@@ -312,6 +308,8 @@ final class ConsumerShared: Sendable {
         var overLimitSince: ContinuousClock.Instant?
         /// Records not yet due, per partition (paused at them), in log order, with their due times.
         var held: [TopicPartition: [(record: ConsumedRecord, due: Int64)]] = [:]
+        /// `consume(_:)` was cancelled: every partition stays paused until close.
+        var intakeStopped = false
     }
 
     private let state = Mutex(State())
@@ -579,6 +577,19 @@ final class ConsumerShared: Sendable {
     /// librdkafka's consumed position the resume point, and before the first record that position may
     /// still be one from an earlier ownership of the partition. Partitions that start delivering while
     /// back-pressure is on are paused on the next poll, so the overshoot is at most a fetch each.
+    /// Pauses every assigned partition, and (through `paused`) every one assigned later, once the
+    /// intake stopped (poll thread only).
+    func pauseForStoppedIntake(_ rk: OpaquePointer) {
+        let keys = state.withLock { state -> [TopicPartition] in
+            guard !state.intakeStopped else { return [] }
+            state.intakeStopped = true
+            state.paused = true
+            state.pausedPartitions.formUnion(state.partitions.keys)
+            return Array(state.partitions.keys)
+        }
+        if !keys.isEmpty { Self.withList(keys) { _ = rd_kafka_pause_partitions(rk, $0) } }
+    }
+
     func applyBackPressure(_ rk: OpaquePointer) {
         let (toPause, toResume) = state.withLock { state -> ([TopicPartition], [TopicPartition]) in
             if !state.paused && state.inFlight >= maxInFlight
