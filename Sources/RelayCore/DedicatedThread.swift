@@ -6,7 +6,7 @@ import Foundation
 /// started it. Linux keeps the first 15 bytes.
 public func startDedicatedThread(named name: String, _ body: @escaping @Sendable () -> Void) {
     let thread = Thread {
-        Thread.current.name = String(name.utf8.prefix(15))!
+        Thread.current.name = String(decoding: name.utf8.prefix(15), as: UTF8.self)
         body()
     }
     thread.start()

@@ -69,13 +69,14 @@ public struct DeliveryRecord: Sendable {
     /// Reads a record written by the fan-out, the deliverer or `replay`; nil when the identity headers
     /// are missing.
     public init?(_ record: ConsumedRecord) {
-        // One pass over the headers (this runs for every record); the first of a name counts.
-        var endpoint: String?, eventID: String?, eventType: String?, app: String?, attempts: String?
-        var firstAttemptAt: String?, lastAttemptAt: String?, lastStatus: String?, lastError: String?
-        var lastResponse: String?, dueAt: String?, replayedFrom: String?, deadLetterReason: String?, deadLetteredAt: String?
+        // One pass over the headers (this runs for every record); the first of a name counts, even
+        // when its value is not UTF-8 (then the field is absent).
+        var endpoint: String??, eventID: String??, eventType: String??, app: String??, attempts: String??
+        var firstAttemptAt: String??, lastAttemptAt: String??, lastStatus: String??, lastError: String??
+        var lastResponse: String??, dueAt: String??, replayedFrom: String??, deadLetterReason: String??, deadLetteredAt: String??
         for header in record.headers {
-            func take(_ slot: inout String?) {
-                if slot == nil { slot = header.stringValue }
+            func take(_ slot: inout String??) {
+                if slot == nil { slot = .some(header.stringValue) }
             }
             switch header.name {
             case DeliveryHeaderName.endpoint: take(&endpoint)
@@ -95,23 +96,23 @@ public struct DeliveryRecord: Sendable {
             default: break
             }
         }
-        guard let endpoint, !endpoint.isEmpty, let eventID, !eventID.isEmpty else { return nil }
+        guard let endpoint = endpoint ?? nil, !endpoint.isEmpty, let eventID = eventID ?? nil, !eventID.isEmpty else { return nil }
         self.key = record.key
         self.body = record.value
         self.endpointID = endpoint
         self.eventID = eventID
-        self.eventType = eventType ?? ""
-        self.app = app ?? ""
-        self.attempts = attempts.flatMap { Int($0) }.map { max(0, $0) } ?? 0
-        self.firstAttemptAt = Timestamp.milliseconds(firstAttemptAt)
-        self.lastAttemptAt = Timestamp.milliseconds(lastAttemptAt)
-        self.lastStatus = lastStatus.flatMap { Int($0) }
-        self.lastError = lastError
-        self.lastResponse = lastResponse
-        self.dueAt = dueAt.flatMap { Int64($0) }
-        self.replayedFrom = replayedFrom
-        self.deadLetterReason = deadLetterReason
-        self.deadLetteredAt = Timestamp.milliseconds(deadLetteredAt)
+        self.eventType = (eventType ?? nil) ?? ""
+        self.app = (app ?? nil) ?? ""
+        self.attempts = (attempts ?? nil).flatMap { Int($0) }.map { max(0, $0) } ?? 0
+        self.firstAttemptAt = Timestamp.milliseconds(firstAttemptAt ?? nil)
+        self.lastAttemptAt = Timestamp.milliseconds(lastAttemptAt ?? nil)
+        self.lastStatus = (lastStatus ?? nil).flatMap { Int($0) }
+        self.lastError = lastError ?? nil
+        self.lastResponse = lastResponse ?? nil
+        self.dueAt = (dueAt ?? nil).flatMap { Int64($0) }
+        self.replayedFrom = replayedFrom ?? nil
+        self.deadLetterReason = deadLetterReason ?? nil
+        self.deadLetteredAt = Timestamp.milliseconds(deadLetteredAt ?? nil)
     }
 
     /// A new delivery as the fan-out writes it to `relay.deliveries`: keyed `<endpoint id>:<subject>`,

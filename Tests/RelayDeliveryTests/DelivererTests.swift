@@ -21,7 +21,12 @@ import Testing
 
     @Test func failingTwiceThenSucceedingDeliversOnTheThirdAttemptWithTheSameWebhookID() async throws {
         let receiver = try await Self.receiver([500, 500, 200])
-        let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
+        // The deliverer's clock stands still, so the due time minus the attempt time is exactly the
+        // jittered wait, however long the transfer took on a loaded machine.
+        let frozen = wallClockMilliseconds()
+        var options = DelivererOptions()
+        options.now = { frozen }
+        let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")], options: options)
         let body = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_1:renewal")
         let (retryReader, retries) = try harness.reader(harness.configuration.kafka.topics.retry(step: 2))
         try harness.start()
