@@ -363,7 +363,20 @@ private final class TransferLoop: @unchecked Sendable {
         // No `Expect: 100-continue` round trip for bodies over 1 KiB.
         lines.append(contentsOf: "Expect:".utf8)
         lines.append(0)
-        transfer.headerList = lines.withUnsafeBytes { relay_slist_pack($0.baseAddress, $0.count, Int32(request.headers.count + 1)) }
+        var count = request.headers.count + 1
+        // Given here, libcurl skips formatting them anew for every request (unless the caller set them).
+        if !request.headers.contains(where: { Self.isNamed($0.name, "user-agent") }) {
+            lines.append(contentsOf: "User-Agent: ".utf8)
+            lines.append(contentsOf: configuration.userAgent.utf8)
+            lines.append(0)
+            count += 1
+        }
+        if request.method != "GET", !request.headers.contains(where: { Self.isNamed($0.name, "content-length") }) {
+            lines.append(contentsOf: "Content-Length: \(request.body.count)".utf8)
+            lines.append(0)
+            count += 1
+        }
+        transfer.headerList = lines.withUnsafeBytes { relay_slist_pack($0.baseAddress, $0.count, Int32(count)) }
         guard transfer.headerList != nil else { return HTTPClientError(kind: .setup, message: "out of memory for the request headers") }
         transfer.maxBody = configuration.maxResponseBytes
         transfer.addressCheck = configuration.addressCheck
@@ -403,6 +416,12 @@ private final class TransferLoop: @unchecked Sendable {
         return nil
     }
 
+    /// Whether a header name is `lowercased`, ignoring ASCII case.
+    private static func isNamed(_ name: String, _ lowercased: StaticString) -> Bool {
+        guard name.utf8.count == lowercased.utf8CodeUnitCount else { return false }
+        return zip(name.utf8, UnsafeBufferPointer(start: lowercased.utf8Start, count: lowercased.utf8CodeUnitCount)).allSatisfy { $0 | 0x20 == $1 | 0x20 }
+    }
+
     /// A new easy handle with the options every transfer shares.
     private func newHandle() -> UnsafeMutableRawPointer? {
         guard let handle = curl_easy_init() else { return nil }
@@ -415,7 +434,6 @@ private final class TransferLoop: @unchecked Sendable {
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1),
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
             relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
-            relay_curl_setopt_string(handle, CURLOPT_USERAGENT, configuration.userAgent),
             relay_curl_setopt_write_function(handle, engineWriteBody),
             relay_curl_setopt_header_function(handle, engineWriteHeader),
         ]

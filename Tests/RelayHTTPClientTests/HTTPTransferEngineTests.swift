@@ -24,15 +24,20 @@ import Testing
         #expect(response.bodyText == "slow down bo", "the body is cut at maxResponseBytes")
         #expect(server.requests.first?.headers["x-id"] == "1")
         #expect(server.requests.first?.headers["expect"] == nil)
+        #expect(server.requests.first?.headers["user-agent"] == "revenue-relay")
+        #expect(server.requests.first?.headers["content-length"] == "5")
+        #expect(server.requests.first?.body == Array(" body".utf8))
 
         // Every header goes out as given, an empty one included; a line break or NUL in one refuses the request.
         let many = await engine.send(
             HTTPTransferRequest(
-                url: server.baseURL + "/hook", headers: [("X-A", "a"), ("X-Empty", ""), ("X-Long", String(repeating: "v", count: 3000))],
+                url: server.baseURL + "/hook",
+                headers: [("X-A", "a"), ("X-Empty", ""), ("X-Long", String(repeating: "v", count: 3000)), ("user-agent", "custom/1")],
                 body: [], timeout: .seconds(5)))
         #expect(many.response?.status == 429)
         let headers = try #require(server.requests.last?.headers)
         #expect(headers["x-a"] == "a" && headers["x-empty"] == "" && headers["x-long"]?.count == 3000)
+        #expect(headers["user-agent"] == "custom/1", "the caller's User-Agent replaces the engine's")
         for bad in [("X-Bad", "a\r\nX-Injected: 1"), ("X-Bad:", "a"), ("X-Bad", "a\u{0}b"), ("", "a")] {
             let refused = await engine.send(HTTPTransferRequest(url: server.baseURL, headers: [bad], body: [], timeout: .seconds(5)))
             #expect(refused.error?.kind == .invalidRequest)
