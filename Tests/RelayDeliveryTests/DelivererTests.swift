@@ -292,21 +292,14 @@ import Testing
 final class ResettingServer: Sendable {
     let port: Int
     let connections = Atomic<Int>(0)
-    private let socket: Int32
+    private let listener: LoopbackListener
     private let stopped = Atomic<Bool>(false)
 
     init() throws {
-        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        guard bound == 0, listen(fd, 64) == 0 else { throw CancellationError() }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        port = Int(UInt16(bigEndian: address.sin_port))
-        socket = fd
+        let listener = try LoopbackListener()
+        let fd = listener.socket
+        port = listener.port
+        self.listener = listener
         let thread = Thread { [self] in
             while !stopped.load(ordering: .relaxed) {
                 let client = accept(fd, nil, nil)
@@ -322,7 +315,6 @@ final class ResettingServer: Sendable {
 
     func stop() {
         stopped.store(true, ordering: .relaxed)
-        shutdown(socket, Int32(SHUT_RDWR))
-        Glibc.close(socket)
+        listener.close()
     }
 }
