@@ -67,7 +67,7 @@ public struct HTTPClient: Sendable {
 
     private func perform(_ easy: CurlEasy?, _ method: String, _ url: String, headers: [(String, String)], body: [UInt8]?) throws(HTTPClientError) -> HTTPClientResponse {
         guard let easy else { throw HTTPClientError(kind: .setup, message: "libcurl could not create a transfer") }
-        let sink = ResponseSink()
+        let sink = ResponseCollector()
         try easy.set(CURLOPT_URL, url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_CUSTOMREQUEST, method)
@@ -81,7 +81,7 @@ public struct HTTPClient: Sendable {
         return try result.get()
     }
 
-    private func transfer(_ easy: CurlEasy, _ sink: ResponseSink, body: UnsafeRawBufferPointer?) throws(HTTPClientError) -> HTTPClientResponse {
+    private func transfer(_ easy: CurlEasy, _ sink: ResponseCollector, body: UnsafeRawBufferPointer?) throws(HTTPClientError) -> HTTPClientResponse {
         if let body {
             guard relay_curl_setopt_off_t(easy.handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else {
                 throw HTTPClientError(kind: .setup, message: "could not set the request body size")
@@ -91,11 +91,7 @@ public struct HTTPClient: Sendable {
                 throw HTTPClientError(kind: .setup, message: "could not set the request body")
             }
         }
-        let context = Unmanaged.passUnretained(sink).toOpaque()
-        _ = relay_curl_setopt_write_function(easy.handle, relayCurlWriteBody)
-        _ = relay_curl_setopt_pointer(easy.handle, CURLOPT_WRITEDATA, context)
-        _ = relay_curl_setopt_header_function(easy.handle, relayCurlWriteHeader)
-        _ = relay_curl_setopt_pointer(easy.handle, CURLOPT_HEADERDATA, context)
+        _ = sink.attach(to: easy.handle)
         let code = curl_easy_perform(easy.handle)
         guard code == CURLE_OK else { throw HTTPClientError(code: code) }
         var status = 0
@@ -104,34 +100,6 @@ public struct HTTPClient: Sendable {
         _ = relay_curl_getinfo_long(easy.handle, CURLINFO_NUM_CONNECTS, &connects)
         return HTTPClientResponse(status: status, headers: sink.headers, body: sink.body, newConnections: connects)
     }
-}
-
-/// Collects one response; lives on the performing thread for the duration of curl_easy_perform.
-private final class ResponseSink {
-    var body: [UInt8] = []
-    var headers: [(name: String, value: String)] = []
-
-    func addHeaderLine(_ line: UnsafeRawBufferPointer) {
-        switch ResponseHeaderLine(line) {
-        case .statusLine: headers = []  // a new response (after 100 Continue or a redirect) starts over
-        case .header(let name, let value): headers.append((name, value))
-        case .other: break
-        }
-    }
-}
-
-private func relayCurlWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
-    guard let data, let context else { return 0 }
-    let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
-    sink.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: size * count))
-    return size * count
-}
-
-private func relayCurlWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
-    guard let data, let context else { return 0 }
-    let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
-    sink.addHeaderLine(UnsafeRawBufferPointer(start: data, count: size * count))
-    return size * count
 }
 
 /// The client's transfer threads. Each owns one easy handle for its lifetime (keep-alive); threads are

@@ -106,14 +106,9 @@ final class Transfer: @unchecked Sendable {
     let completion: @Sendable (HTTPTransferResult) -> Void
     // Written only on the engine's thread while the transfer runs.
     var headerList: UnsafeMutablePointer<curl_slist>?
-    var status = 0
-    var headers: [(name: String, value: String)] = []
-    var body: [UInt8] = []
-    var maxBody = 0
+    var response = ResponseCollector()
     var refusal: String?
     var addressCheck: (@Sendable (String) -> String?)?
-    /// Lower-case UTF-8 names of the headers to keep; nil keeps all.
-    var keptHeaders: [[UInt8]]?
 
     init(request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
         self.request = request
@@ -125,14 +120,6 @@ final class Transfer: @unchecked Sendable {
         headerList = nil
     }
 
-    /// One raw header line from libcurl (this runs for every line of every response).
-    func addHeaderLine(_ line: UnsafeRawBufferPointer) {
-        switch ResponseHeaderLine(line, keeping: keptHeaders) {
-        case .statusLine: headers = []  // a new response (after 100 Continue) starts over
-        case .header(let name, let value) where headers.count < 100: headers.append((name, value))
-        case .header, .other: break
-        }
-    }
 }
 
 /// One header line of a response, parsed over bytes: no Foundation string work per line.
@@ -378,9 +365,8 @@ private final class TransferLoop: @unchecked Sendable {
         }
         transfer.headerList = lines.withUnsafeBytes { relay_slist_pack($0.baseAddress, $0.count, Int32(count)) }
         guard transfer.headerList != nil else { return HTTPClientError(kind: .setup, message: "out of memory for the request headers") }
-        transfer.maxBody = configuration.maxResponseBytes
+        transfer.response = ResponseCollector(maxBody: configuration.maxResponseBytes, keptHeaders: keptHeaders)
         transfer.addressCheck = configuration.addressCheck
-        transfer.keptHeaders = keptHeaders
         let context = Unmanaged.passUnretained(transfer).toOpaque()
         // Only what differs between transfers; the rest was set once on the handle (`newHandle`), and
         // a handle is reused without curl_easy_reset, keeping those.
@@ -393,9 +379,7 @@ private final class TransferLoop: @unchecked Sendable {
             relay_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Int(max(1, request.timeout.wholeMilliseconds))),
             relay_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, transfer.headerList),
             relay_curl_setopt_pointer(handle, CURLOPT_PRIVATE, context),
-            relay_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, context),
-            relay_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, context),
-        ]
+        ] + transfer.response.attach(to: handle)
         if request.method == "GET" {
             codes.append(relay_curl_setopt_long(handle, CURLOPT_HTTPGET, 1))
             codes.append(relay_curl_setopt_pointer(handle, CURLOPT_CUSTOMREQUEST, nil))
@@ -434,8 +418,6 @@ private final class TransferLoop: @unchecked Sendable {
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1),
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
             relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
-            relay_curl_setopt_write_function(handle, engineWriteBody),
-            relay_curl_setopt_header_function(handle, engineWriteHeader),
         ]
         // Every socket through it: the address check, and close-on-exec.
         codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
@@ -465,7 +447,7 @@ private final class TransferLoop: @unchecked Sendable {
             if code == CURLE_OK {
                 var status = 0
                 _ = relay_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
-                result.response = HTTPClientResponse(status: status, headers: transfer.headers, body: transfer.body)
+                result.response = HTTPClientResponse(status: status, headers: transfer.response.headers, body: transfer.response.body)
             } else if let refusal = transfer.refusal {
                 result.error = HTTPClientError(kind: .addressRefused, message: refusal)
             } else {
@@ -512,23 +494,6 @@ private func engineSetTimer(_ multi: UnsafeMutableRawPointer?, _ timeoutMillisec
     loop.timerDeadline =
         timeoutMilliseconds < 0 ? nil : DispatchTime.now().uptimeNanoseconds + UInt64(min(timeoutMilliseconds, 60_000)) * 1_000_000
     return 0
-}
-
-private func engineWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
-    guard let data, let context else { return 0 }
-    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
-    let room = transfer.maxBody - transfer.body.count
-    if room > 0 {
-        transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: min(room, size * count)))
-    }
-    return size * count
-}
-
-private func engineWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
-    guard let data, let context else { return 0 }
-    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
-    transfer.addHeaderLine(UnsafeRawBufferPointer(start: data, count: size * count))
-    return size * count
 }
 
 private func engineOpenSocket(_ context: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t {
