@@ -141,7 +141,7 @@ import Testing
         // Reset before or after the request went out: curl reports a failed send/receive or connection.
         let resetError = dead.header(DeliveryHeaderName.lastError) ?? ""
         #expect(resetError.hasPrefix("transfer:") || resetError.hasPrefix("connect:"), "\(resetError)")
-        #expect(reset.connections.load(ordering: .relaxed) >= 3)
+        #expect(reset.connections >= 3)
 
         let firstRetries = try await retries.waitFor(count: 3)
         let timedOut = try #require(firstRetries.first { $0.header(DeliveryHeaderName.endpoint) == "slow" })
@@ -290,31 +290,17 @@ import Testing
 
 /// Accepts TCP connections and resets each at once (SO_LINGER 0), like a crashing receiver.
 final class ResettingServer: Sendable {
-    let port: Int
-    let connections = Atomic<Int>(0)
     private let listener: LoopbackListener
-    private let stopped = Atomic<Bool>(false)
+    var port: Int { listener.port }
+    var connections: Int { listener.connections.load(ordering: .relaxed) }
 
     init() throws {
-        let listener = try LoopbackListener()
-        let fd = listener.socket
-        port = listener.port
-        self.listener = listener
-        let thread = Thread { [self] in
-            while !stopped.load(ordering: .relaxed) {
-                let client = accept(fd, nil, nil)
-                guard client >= 0 else { continue }
-                connections.add(1, ordering: .relaxed)
-                var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
-                setsockopt(client, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
-                Glibc.close(client)
-            }
+        listener = try LoopbackListener { client in
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            setsockopt(client, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            Glibc.close(client)
         }
-        thread.start()
     }
 
-    func stop() {
-        stopped.store(true, ordering: .relaxed)
-        listener.close()
-    }
+    func stop() { listener.close() }
 }

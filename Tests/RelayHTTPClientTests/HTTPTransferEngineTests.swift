@@ -66,14 +66,14 @@ import Testing
         }
         #expect(await post("one") == 204)
         #expect(await post("two") == 204)
-        #expect(server.connections.load(ordering: .relaxed) == 1, "the idle connection was reused")
+        #expect(server.accepted == 1, "the idle connection was reused")
 
         // The server closes the connection after its next answer, while it sits idle in libcurl's cache.
-        server.closeAfterNextAnswer.store(true, ordering: .relaxed)
+        server.connections.closeAfterNextAnswer.store(true, ordering: .relaxed)
         #expect(await post("three") == 204)
         try await Task.sleep(for: .milliseconds(100))
         #expect(await post("four") == 204)
-        #expect(server.connections.load(ordering: .relaxed) == 2, "a new connection replaced the closed one")
+        #expect(server.accepted == 2, "a new connection replaced the closed one")
 
         // Many at once, each on a connection of its own, all answered.
         let statuses = await withTaskGroup(of: Int?.self) { group in
@@ -81,7 +81,7 @@ import Testing
             return await group.reduce(into: [Int?]()) { $0.append($1) }
         }
         #expect(statuses == Array(repeating: 204, count: 40))
-        #expect(server.bodies.withLock { $0.filter { $0.hasPrefix("burst") }.count } == 40)
+        #expect(server.connections.bodies.withLock { $0.filter { $0.hasPrefix("burst") }.count } == 40)
         await engine.close()
     }
 }
@@ -89,58 +89,50 @@ import Testing
 /// A keep-alive HTTP/1.1 server on raw sockets that answers 204 and can close a connection after an
 /// answer, as servers do with idle connections.
 final class KeepAliveServer: Sendable {
-    let port: Int
-    let connections = Atomic<Int>(0)
-    let closeAfterNextAnswer = Atomic<Bool>(false)
-    let bodies = Mutex<[String]>([])
-    private let listener: LoopbackListener
-    private let stopped = Atomic<Bool>(false)
+    final class Connections: Sendable {
+        let closeAfterNextAnswer = Atomic<Bool>(false)
+        let bodies = Mutex<[String]>([])
 
-    init() throws {
-        let listener = try LoopbackListener()
-        let fd = listener.socket
-        port = listener.port
-        self.listener = listener
-        Thread { [self] in
-            while !stopped.load(ordering: .relaxed) {
-                let client = accept(fd, nil, nil)
-                guard client >= 0 else { continue }
-                connections.add(1, ordering: .relaxed)
-                Thread { [self] in serve(client) }.start()
-            }
-        }.start()
-    }
-
-    /// Answers each request on one connection until the client or `closeAfterNextAnswer` ends it.
-    private func serve(_ client: Int32) {
-        defer { Glibc.close(client) }
-        var buffer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            // One request: the head, then Content-Length bytes of body.
+        /// Answers each request on one connection until the client or `closeAfterNextAnswer` ends it.
+        func serve(_ client: Int32) {
+            defer { Glibc.close(client) }
+            var buffer: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
             while true {
-                if let end = buffer.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound {
-                    let head = String(decoding: buffer[..<end], as: UTF8.self).lowercased()
-                    let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
-                        .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
-                    if buffer.count >= end + length {
-                        bodies.withLock { $0.append(String(decoding: buffer[end..<(end + length)], as: UTF8.self)) }
-                        buffer.removeFirst(end + length)
-                        break
+                // One request: the head, then Content-Length bytes of body.
+                while true {
+                    if let end = buffer.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound {
+                        let head = String(decoding: buffer[..<end], as: UTF8.self).lowercased()
+                        let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+                            .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+                        if buffer.count >= end + length {
+                            bodies.withLock { $0.append(String(decoding: buffer[end..<(end + length)], as: UTF8.self)) }
+                            buffer.removeFirst(end + length)
+                            break
+                        }
                     }
+                    let got = read(client, &chunk, chunk.count)
+                    guard got > 0 else { return }
+                    buffer += chunk[..<got]
                 }
-                let got = read(client, &chunk, chunk.count)
-                guard got > 0 else { return }
-                buffer += chunk[..<got]
+                let answer = Array("HTTP/1.1 204 No Content\r\n\r\n".utf8)
+                guard write(client, answer, answer.count) == answer.count else { return }
+                if closeAfterNextAnswer.exchange(false, ordering: .relaxed) { return }
             }
-            let answer = Array("HTTP/1.1 204 No Content\r\n\r\n".utf8)
-            guard write(client, answer, answer.count) == answer.count else { return }
-            if closeAfterNextAnswer.exchange(false, ordering: .relaxed) { return }
         }
     }
 
-    func stop() {
-        stopped.store(true, ordering: .relaxed)
-        listener.close()
+    let connections: Connections
+    private let listener: LoopbackListener
+    var port: Int { listener.port }
+    var accepted: Int { listener.connections.load(ordering: .relaxed) }
+
+    init() throws {
+        let connections = Connections()
+        self.connections = connections
+        // Each connection on a thread of its own.
+        listener = try LoopbackListener { client in Thread { connections.serve(client) }.start() }
     }
+
+    func stop() { listener.close() }
 }

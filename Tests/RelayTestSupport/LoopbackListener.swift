@@ -1,13 +1,19 @@
-import Foundation
+public import Foundation
+public import Synchronization
 
-/// A TCP socket listening on 127.0.0.1 on a port the kernel chose, for test servers on raw sockets.
-public struct LoopbackListener: Sendable {
-    public let socket: Int32
+/// A TCP socket listening on 127.0.0.1 on a port the kernel chose, accepting on its own thread, for
+/// test servers on raw sockets.
+public final class LoopbackListener: Sendable {
     public let port: Int
+    /// Connections accepted so far.
+    public let connections = Atomic<Int>(0)
+    private let socket: Int32
+    private let stopped = Atomic<Bool>(false)
 
     public struct Failed: Error {}
 
-    public init() throws {
+    /// Listens, and hands every accepted connection to `handle` on the accepting thread.
+    public init(_ handle: @escaping @Sendable (Int32) -> Void) throws {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -22,10 +28,19 @@ public struct LoopbackListener: Sendable {
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
         port = Int(UInt16(bigEndian: address.sin_port))
         socket = fd
+        Thread { [self] in
+            while !stopped.load(ordering: .relaxed) {
+                let client = accept(fd, nil, nil)
+                guard client >= 0 else { continue }
+                connections.add(1, ordering: .relaxed)
+                handle(client)
+            }
+        }.start()
     }
 
-    /// Stops listening: a thread blocked in accept returns.
+    /// Stops listening; the accepting thread ends.
     public func close() {
+        stopped.store(true, ordering: .relaxed)
         shutdown(socket, Int32(SHUT_RDWR))
         Glibc.close(socket)
     }
