@@ -87,7 +87,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         }
 
         let (stream, continuation) = AsyncStream.makeStream(of: ConsumedRecord.self, bufferingPolicy: .unbounded)
-        let consumed = ConsumedCounters(metrics: metrics)
+        let consumed = ConsumedCounters(metrics: metrics, topics: consumer.topics)
         let dueTime = consumer.dueTime
         let now = consumer.now
         self.stream = stream
@@ -622,11 +622,24 @@ final class ConsumerShared: Sendable {
     }
 }
 
+/// `relay_kafka_consumed_total` per subscribed topic, made once: this runs for every record.
 private final class ConsumedCounters: Sendable {
     private let metrics: any MetricsFactory
-    init(metrics: any MetricsFactory) { self.metrics = metrics }
+    private let counters: [String: Counter]
+
+    init(metrics: any MetricsFactory, topics: [String]) {
+        self.metrics = metrics
+        var counters: [String: Counter] = [:]
+        for topic in topics { counters[topic] = Self.counter(topic, metrics) }
+        self.counters = counters
+    }
+
     func increment(topic: String) {
-        Counter(label: "relay_kafka_consumed_total", dimensions: [("topic", topic)], factory: metrics).increment()
+        (counters[topic] ?? Self.counter(topic, metrics)).increment()
+    }
+
+    private static func counter(_ topic: String, _ metrics: any MetricsFactory) -> Counter {
+        Counter(label: "relay_kafka_consumed_total", dimensions: [("topic", topic)], factory: metrics)
     }
 }
 

@@ -17,6 +17,8 @@ public final class KafkaProducer: RecordProducer, Sendable {
     private let closing = Mutex(false)
     private let logger: Logger
     private let metrics: any MetricsFactory
+    /// `relay_kafka_produced_total{outcome="acknowledged"}` per topic, made on first use: every send counts one.
+    private let acknowledged = Mutex<[String: Counter]>([:])
 
     public init(
         configuration: KafkaConfiguration,
@@ -86,8 +88,12 @@ public final class KafkaProducer: RecordProducer, Sendable {
         } catch {
             throw KafkaError(code: "UNKNOWN", reason: "\(error)", isRetriable: false)
         }
-        Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", "acknowledged")], factory: metrics)
-            .increment()
+        acknowledged.withLock { counters in
+            if let counter = counters[record.topic] { return counter }
+            let counter = Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", "acknowledged")], factory: metrics)
+            counters[record.topic] = counter
+            return counter
+        }.increment()
         return RecordPosition(topic: result.topic, partition: result.partition, offset: result.offset)
     }
 

@@ -144,10 +144,12 @@ func base64URL(_ text: String) -> String {
         #expect(try await relay.get("/health/live").status == 200)
         try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
         #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_m"}"#).status == 200)
+        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_n"}"#).status == 200)
         let metrics = try await relay.get("/metrics")
         #expect(metrics.status == 200)
         #expect(metrics.header("content-type")?.hasPrefix("text/plain") == true)
-        #expect(metrics.bodyText.contains(#"relay_ingest_requests_total{store="paddle",status="200"} 1"#))
+        #expect(metrics.bodyText.contains(#"relay_ingest_requests_total{store="paddle",status="200"} 2"#))
+        #expect(metrics.bodyText.contains(#"relay_kafka_produced_total{topic="relay.notifications",outcome="acknowledged"} 2"#))
         try await relay.stop()
     }
 }

@@ -44,6 +44,7 @@ import Testing
         let rejectedTotal = metrics.split(separator: "\n").filter { $0.hasPrefix("relay_notifications_rejected_total{") }
             .compactMap { Int($0.split(separator: " ").last ?? "") }.reduce(0, +)
         #expect(rejectedTotal == 3)
+        #expect(metrics.contains(#"relay_kafka_consumed_total{topic="relay.notifications"} 4"#))
         let (reader, collector) = try relay.reader(topic: "relay.notifications.rejected")
         let rejected = try await collector.waitFor(count: 3)
         #expect(Set(rejected.compactMap(\.keyString)) == ["stripe:sub_bad", "paddle:evt_p", "foreign"])
