@@ -21,8 +21,6 @@ final class PollThread: Sendable {
         }
     }
 
-    var isStopRequested: Bool { stopRequested.load(ordering: .acquiring) }
-
     /// Asks the loop to stop after the current iteration and waits until `finish` has run.
     func stop() async {
         stopRequested.store(true, ordering: .releasing)
