@@ -50,6 +50,13 @@ typedef curl_socket_t (*relay_curl_opensocket_callback)(void *context, curlsockt
 static inline CURLcode relay_curl_setopt_opensocket_function(CURL *handle, relay_curl_opensocket_callback callback) {
     return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback);
 }
+typedef int (*relay_curl_closesocket_callback)(void *context, curl_socket_t socket);
+/// Every socket of the connections this handle makes is closed through `callback` (with `context`).
+static inline CURLcode relay_curl_setopt_closesocket_function(CURL *handle, relay_curl_closesocket_callback callback, void *context) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_CLOSESOCKETFUNCTION, callback);
+    return code != CURLE_OK ? code : curl_easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, context);
+}
+static inline int relay_close_socket(curl_socket_t socket) { return close(socket); }
 /// The textual IP address curl is about to connect to, into `out`; 0 on success.
 static inline int relay_curl_sockaddr_ip(const struct curl_sockaddr *address, char *out, socklen_t length) {
     const void *raw = &address->addr;

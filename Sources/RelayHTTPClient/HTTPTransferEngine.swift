@@ -79,6 +79,9 @@ public final class HTTPTransferEngine: Sendable {
 
     deinit { loop.close() }
 
+    /// How often the engine's thread woke up so far (tests: an idle engine sleeps).
+    var wakeUps: Int { loop.wakeUps.load(ordering: .relaxed) }
+
     /// Starts a transfer; `completion` runs on the engine's thread once it finished. After `close`,
     /// completes at once with a `.setup` error.
     public func submit(_ request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
@@ -109,6 +112,8 @@ final class Transfer: @unchecked Sendable {
     var response = ResponseCollector()
     var refusal: String?
     var addressCheck: (@Sendable (String) -> String?)?
+    /// The loop running it, while it runs (it outlives every transfer).
+    fileprivate unowned(unsafe) var loop: TransferLoop?
 
     init(request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
         self.request = request
@@ -183,6 +188,7 @@ private final class TransferLoop: @unchecked Sendable {
     private let configuration: HTTPTransferEngine.Configuration
     private let inbox = Mutex(Inbox())
     let finished = Eventual<Void>()
+    let wakeUps = Atomic<Int>(0)
     // Engine thread only.
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
     private var idleHandles: [UnsafeMutableRawPointer] = []
@@ -243,11 +249,20 @@ private final class TransferLoop: @unchecked Sendable {
             if closed && running.isEmpty { break }
 
             let ready = relay_epoll_wait(epoll, &fds, &flags, Int32(capacity), waitMilliseconds())
+            wakeUps.add(1, ordering: .relaxed)
             for index in 0..<Int(max(0, ready)) {
                 if fds[index] == wakeUp {
                     relay_eventfd_drain(wakeUp)
-                } else if watched[fds[index]] != nil {  // not one libcurl stopped watching in this batch
-                    _ = curl_multi_socket_action(multi, fds[index], flags[index], &stillRunning)
+                } else if let registration = registrations[fds[index]] {  // not one closed in this batch
+                    if registration.parked {
+                        // An idle connection's socket stirred: the peer closed it (or sent what nobody
+                        // asked for). It leaves the set; libcurl finds out when it next looks at the
+                        // connection, and watches it again if it is still good.
+                        registrations[fds[index]] = nil
+                        _ = relay_epoll_watch(epoll, fds[index], CURL_POLL_REMOVE, 0)
+                    } else {
+                        _ = curl_multi_socket_action(multi, fds[index], flags[index], &stillRunning)
+                    }
                 }
             }
             if let deadline = timerDeadline, DispatchTime.now().uptimeNanoseconds >= deadline {
@@ -277,25 +292,60 @@ private final class TransferLoop: @unchecked Sendable {
     // it from other threads until the last reference is gone.
     deinit { Glibc.close(wakeUp) }
 
-    /// The CURL_POLL_* interest registered with epoll, by socket number. Engine thread only.
-    private var watched: [Int32: Int32] = [:]
+    /// A socket registered with epoll.
+    private struct Registration {
+        /// CURL_POLL_IN, OUT or INOUT.
+        var interest: Int32
+        /// libcurl stopped watching it (its connection idles in the cache), but it stays registered.
+        var parked = false
+    }
+
+    /// The sockets registered with epoll, by number. Engine thread only.
+    private var registrations: [Int32: Registration] = [:]
+    /// The sockets opened through `engineOpenSocket` and not yet closed through `engineCloseSocket`.
+    /// Only their close is seen here, so only they stay registered while idle. Engine thread only.
+    private var ownSockets: Set<Int32> = []
 
     /// libcurl's socket callback: watch `socket` for `what` (CURL_POLL_IN / OUT / INOUT / REMOVE).
-    /// REMOVE comes while the socket is still open (before libcurl closes it or when its connection
-    /// goes idle into the cache), so the registration always goes with it: none outlives the socket,
-    /// even when a child process inherited a copy of it.
+    ///
+    /// A kept-alive connection is watched for a response, then REMOVEd when it goes idle, then watched
+    /// for the next response when reused: two `epoll_ctl` calls per request. Instead an own socket
+    /// waiting for input stays registered while idle (parked): reuse costs nothing, and the one that
+    /// stirs while idle leaves the set then (see `run`). `closing` takes any registration away before
+    /// the socket is closed, so none outlives it, even when a child process inherited a copy. Other
+    /// sockets (libcurl's own, such as a resolver's) leave the set on REMOVE, while still open.
     fileprivate func watch(_ socket: curl_socket_t, _ what: Int32) {
+        let current = registrations[socket]
         if what == CURL_POLL_REMOVE {
-            if watched.removeValue(forKey: socket) != nil { _ = relay_epoll_watch(epoll, socket, what, 0) }
+            guard let current else { return }
+            if current.interest == CURL_POLL_IN, ownSockets.contains(socket) {
+                registrations[socket]?.parked = true
+            } else {
+                registrations[socket] = nil
+                _ = relay_epoll_watch(epoll, socket, what, 0)
+            }
             return
         }
-        let current = watched[socket]
-        if current == what { return }
-        if relay_epoll_watch(epoll, socket, what, current == nil ? 1 : 0) == 0 {
-            watched[socket] = what
-        } else {
-            watched[socket] = nil
+        if let current, current.interest == what {
+            if current.parked { registrations[socket]?.parked = false }
+            return
         }
+        if relay_epoll_watch(epoll, socket, what, current == nil ? 1 : 0) == 0 {
+            registrations[socket] = Registration(interest: what)
+        } else {
+            registrations[socket] = nil
+        }
+    }
+
+    /// A socket `engineOpenSocket` opened.
+    fileprivate func opened(_ socket: curl_socket_t) {
+        ownSockets.insert(socket)
+    }
+
+    /// libcurl is about to close an own socket: it leaves the epoll set first.
+    fileprivate func closing(_ socket: curl_socket_t) {
+        ownSockets.remove(socket)
+        if registrations.removeValue(forKey: socket) != nil { _ = relay_epoll_watch(epoll, socket, CURL_POLL_REMOVE, 0) }
     }
 
     private func start(_ transfer: Transfer) {
@@ -367,6 +417,7 @@ private final class TransferLoop: @unchecked Sendable {
         guard transfer.headerList != nil else { return HTTPClientError(kind: .setup, message: "out of memory for the request headers") }
         transfer.response = ResponseCollector(maxBody: configuration.maxResponseBytes, keptHeaders: keptHeaders)
         transfer.addressCheck = configuration.addressCheck
+        transfer.loop = self
         let context = Unmanaged.passUnretained(transfer).toOpaque()
         // Only what differs between transfers; the rest was set once on the handle (`newHandle`), and
         // a handle is reused without curl_easy_reset, keeping those.
@@ -419,8 +470,10 @@ private final class TransferLoop: @unchecked Sendable {
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
             relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
         ]
-        // Every socket through it: the address check, and close-on-exec.
+        // Every socket through them: the address check, close-on-exec, and epoll registrations that
+        // end before the socket does.
         codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
+        codes.append(relay_curl_setopt_closesocket_function(handle, engineCloseSocket, Unmanaged.passUnretained(self).toOpaque()))
         guard codes.allSatisfy({ $0 == CURLE_OK }) else {
             curl_easy_cleanup(handle)
             return nil
@@ -499,7 +552,7 @@ private func engineSetTimer(_ multi: UnsafeMutableRawPointer?, _ timeoutMillisec
 private func engineOpenSocket(_ context: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t {
     guard let context, let address else { return CURL_SOCKET_BAD }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
-    guard let check = transfer.addressCheck else { return relay_curl_open_socket(address) }
+    guard let check = transfer.addressCheck else { return openOwnSocket(address, for: transfer) }
     var text = [CChar](repeating: 0, count: 64)
     guard relay_curl_sockaddr_ip(address, &text, socklen_t(text.count)) == 0 else {
         transfer.refusal = "refused a connection to an address that is not IPv4 or IPv6"
@@ -510,5 +563,16 @@ private func engineOpenSocket(_ context: UnsafeMutableRawPointer?, _ purpose: cu
         transfer.refusal = "refused to connect to \(ip): \(reason)"
         return CURL_SOCKET_BAD
     }
-    return relay_curl_open_socket(address)
+    return openOwnSocket(address, for: transfer)
+}
+
+private func openOwnSocket(_ address: UnsafeMutablePointer<curl_sockaddr>, for transfer: Transfer) -> curl_socket_t {
+    let socket = relay_curl_open_socket(address)
+    if socket >= 0 { transfer.loop?.opened(socket) }
+    return socket
+}
+
+private func engineCloseSocket(_ context: UnsafeMutableRawPointer?, _ socket: curl_socket_t) -> Int32 {
+    if let context { Unmanaged<TransferLoop>.fromOpaque(context).takeUnretainedValue().closing(socket) }
+    return relay_close_socket(socket)
 }

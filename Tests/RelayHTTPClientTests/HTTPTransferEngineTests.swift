@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-import RelayHTTPClient
+@testable import RelayHTTPClient
 import RelayTestSupport
 import Testing
 
@@ -72,6 +72,10 @@ import Testing
         server.connections.closeAfterNextAnswer.store(true, ordering: .relaxed)
         #expect(await post("three") == 204)
         try await Task.sleep(for: .milliseconds(100))
+        // The closed connection's socket, readable at its end, does not keep the engine awake.
+        let wakeUps = engine.wakeUps
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(engine.wakeUps - wakeUps <= 3, "the idle engine slept")
         #expect(await post("four") == 204)
         #expect(server.accepted == 2, "a new connection replaced the closed one")
 
