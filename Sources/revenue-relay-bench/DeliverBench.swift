@@ -193,6 +193,7 @@ struct Deliver: AsyncParsableCommand {
                 note("waiting: received \(try await counter.received()) of \(warm)")
             }
         }
+        note("timing from \(warm - before) deliveries")
         let start = ContinuousClock.now
         let startCPU = Self.processCPUSeconds()
         let startCount = try await counter.received()
@@ -369,6 +370,7 @@ struct EngineBench: AsyncParsableCommand {
         let engine = try HTTPTransferEngine()
         let body = Deliver.payload()
         let start = ContinuousClock.now
+        let startCPU = Deliver.processCPUSeconds()
         let url = "http://127.0.0.1:\(receiver.port)/webhooks"
         await withTaskGroup(of: Void.self) { group in
             for index in 0..<count {
@@ -380,7 +382,9 @@ struct EngineBench: AsyncParsableCommand {
             }
         }
         let elapsed = ContinuousClock.now - start
-        note("engine: \(count) in \(elapsed): \(Double(count) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)) /s")
+        let cpu = (Deliver.processCPUSeconds() - startCPU) / Double(count) * 1e6
+        note(
+            "engine: \(count) in \(elapsed): \(Int(Double(count) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18))) /s, \(String(format: "%.1f", cpu)) µs CPU per request")
         await engine.close()
     }
 }
