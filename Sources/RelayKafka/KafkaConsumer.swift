@@ -366,6 +366,7 @@ final class ConsumerShared: Sendable {
         var headers: OpaquePointer?
         guard rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR, let headers else { return [] }
         var result: [RecordHeader] = []
+        result.reserveCapacity(rd_kafka_header_cnt(headers))
         var index = 0
         var name: UnsafePointer<CChar>?
         var value: UnsafeRawPointer?
