@@ -81,6 +81,8 @@ public final class HTTPTransferEngine: Sendable {
 
     /// How often the engine's thread woke up so far (tests: an idle engine sleeps).
     var wakeUps: Int { loop.wakeUps.load(ordering: .relaxed) }
+    /// Sockets registered with epoll when the thread last went to sleep, or when it ended (tests).
+    var registeredSockets: Int { loop.registeredSockets.load(ordering: .relaxed) }
 
     /// Starts a transfer; `completion` runs on the engine's thread once it finished. After `close`,
     /// completes at once with a `.setup` error.
@@ -113,7 +115,7 @@ final class Transfer: @unchecked Sendable {
     var refusal: String?
     var addressCheck: (@Sendable (String) -> String?)?
     /// The loop running it, while it runs (it outlives every transfer).
-    fileprivate unowned(unsafe) var loop: TransferLoop?
+    fileprivate unowned var loop: TransferLoop?
 
     init(request: HTTPTransferRequest, completion: @escaping @Sendable (HTTPTransferResult) -> Void) {
         self.request = request
@@ -189,6 +191,7 @@ private final class TransferLoop: @unchecked Sendable {
     private let inbox = Mutex(Inbox())
     let finished = Eventual<Void>()
     let wakeUps = Atomic<Int>(0)
+    let registeredSockets = Atomic<Int>(0)
     // Engine thread only.
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
     private var idleHandles: [UnsafeMutableRawPointer] = []
@@ -248,18 +251,23 @@ private final class TransferLoop: @unchecked Sendable {
             for transfer in pending { start(transfer) }
             if closed && running.isEmpty { break }
 
+            registeredSockets.store(registrations.count, ordering: .relaxed)
             let ready = relay_epoll_wait(epoll, &fds, &flags, Int32(capacity), waitMilliseconds())
             wakeUps.add(1, ordering: .relaxed)
+            if !deregisteredInBatch.isEmpty { deregisteredInBatch.removeAll(keepingCapacity: true) }
             for index in 0..<Int(max(0, ready)) {
                 if fds[index] == wakeUp {
                     relay_eventfd_drain(wakeUp)
-                } else if let registration = registrations[fds[index]] {  // not one closed in this batch
+                } else if !deregisteredInBatch.isEmpty && deregisteredInBatch.contains(fds[index]) {
+                    // Reported for a socket that left the set earlier in this batch; its number may
+                    // already belong to a new socket, which epoll reports afresh if it is ready.
+                    continue
+                } else if let registration = registrations[fds[index]] {
                     if registration.parked {
                         // An idle connection's socket stirred: the peer closed it (or sent what nobody
                         // asked for). It leaves the set; libcurl finds out when it next looks at the
                         // connection, and watches it again if it is still good.
-                        registrations[fds[index]] = nil
-                        _ = relay_epoll_watch(epoll, fds[index], CURL_POLL_REMOVE, 0)
+                        deregister(fds[index])
                     } else {
                         _ = curl_multi_socket_action(multi, fds[index], flags[index], &stillRunning)
                     }
@@ -273,8 +281,9 @@ private final class TransferLoop: @unchecked Sendable {
         }
         for handle in idleHandles { curl_easy_cleanup(handle) }
         idleHandles = []
-        // Closes the cached connections.
+        // Closes the cached connections (each leaving the epoll set first, in `closing`).
         curl_multi_cleanup(multi)
+        registeredSockets.store(registrations.count, ordering: .relaxed)
         Glibc.close(epoll)
         finished.set(())
     }
@@ -302,6 +311,9 @@ private final class TransferLoop: @unchecked Sendable {
 
     /// The sockets registered with epoll, by number. Engine thread only.
     private var registrations: [Int32: Registration] = [:]
+    /// Socket numbers that left the epoll set while the current batch of events is handled: a later
+    /// event of the batch with that number is stale (the socket may be closed and its number reused).
+    private var deregisteredInBatch: Set<Int32> = []
     /// The sockets opened through `engineOpenSocket` and not yet closed through `engineCloseSocket`.
     /// Only their close is seen here, so only they stay registered while idle. Engine thread only.
     private var ownSockets: Set<Int32> = []
@@ -321,8 +333,7 @@ private final class TransferLoop: @unchecked Sendable {
             if current.interest == CURL_POLL_IN, ownSockets.contains(socket) {
                 registrations[socket]?.parked = true
             } else {
-                registrations[socket] = nil
-                _ = relay_epoll_watch(epoll, socket, what, 0)
+                deregister(socket)
             }
             return
         }
@@ -332,9 +343,16 @@ private final class TransferLoop: @unchecked Sendable {
         }
         if relay_epoll_watch(epoll, socket, what, current == nil ? 1 : 0) == 0 {
             registrations[socket] = Registration(interest: what)
-        } else {
-            registrations[socket] = nil
+        } else if current != nil {
+            deregister(socket)
         }
+    }
+
+    /// Takes `socket` out of the epoll set and out of `registrations`.
+    private func deregister(_ socket: curl_socket_t) {
+        registrations[socket] = nil
+        deregisteredInBatch.insert(socket)
+        _ = relay_epoll_watch(epoll, socket, CURL_POLL_REMOVE, 0)
     }
 
     /// A socket `engineOpenSocket` opened.
@@ -345,7 +363,7 @@ private final class TransferLoop: @unchecked Sendable {
     /// libcurl is about to close an own socket: it leaves the epoll set first.
     fileprivate func closing(_ socket: curl_socket_t) {
         ownSockets.remove(socket)
-        if registrations.removeValue(forKey: socket) != nil { _ = relay_epoll_watch(epoll, socket, CURL_POLL_REMOVE, 0) }
+        if registrations[socket] != nil { deregister(socket) }
     }
 
     private func start(_ transfer: Transfer) {

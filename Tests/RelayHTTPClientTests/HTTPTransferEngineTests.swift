@@ -67,12 +67,15 @@ import Testing
         #expect(await post("one") == 204)
         #expect(await post("two") == 204)
         #expect(server.accepted == 1, "the idle connection was reused")
+        // Its socket stays registered with epoll while idle.
+        try await waitUntil("the idle socket registered", timeout: .seconds(10)) { engine.registeredSockets == 1 }
 
         // The server closes the connection after its next answer, while it sits idle in libcurl's cache.
         server.connections.closeAfterNextAnswer.store(true, ordering: .relaxed)
         #expect(await post("three") == 204)
-        try await Task.sleep(for: .milliseconds(100))
-        // The closed connection's socket, readable at its end, does not keep the engine awake.
+        // The closed connection's socket, readable at its end, leaves the set and does not keep the
+        // engine awake.
+        try await waitUntil("the closed idle socket left the set", timeout: .seconds(10)) { engine.registeredSockets == 0 }
         let wakeUps = engine.wakeUps
         try await Task.sleep(for: .milliseconds(300))
         #expect(engine.wakeUps - wakeUps <= 3, "the idle engine slept")
@@ -86,7 +89,10 @@ import Testing
         }
         #expect(statuses == Array(repeating: 204, count: 40))
         #expect(server.connections.bodies.withLock { $0.filter { $0.hasPrefix("burst") }.count } == 40)
+        #expect(engine.registeredSockets > 0)
+        // Closing the cached connections takes every socket out of the set before closing it.
         await engine.close()
+        #expect(engine.registeredSockets == 0)
     }
 }
 
