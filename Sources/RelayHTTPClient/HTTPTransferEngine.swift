@@ -81,8 +81,12 @@ public final class HTTPTransferEngine: Sendable {
 
     /// How often the engine's thread woke up so far (tests: an idle engine sleeps).
     var wakeUps: Int { loop.wakeUps.load(ordering: .relaxed) }
-    /// Sockets registered with epoll when the thread last went to sleep, or when it ended (tests).
-    var registeredSockets: Int { loop.registeredSockets.load(ordering: .relaxed) }
+    /// Sockets registered with epoll, and how many of them are parked (idle connections), when the
+    /// thread last went to sleep or when it ended (tests).
+    var registeredSockets: (all: Int, parked: Int) {
+        let packed = loop.registeredSockets.load(ordering: .relaxed)
+        return (packed >> 32, packed & 0xFFFF_FFFF)
+    }
 
     /// Starts a transfer; `completion` runs on the engine's thread once it finished. After `close`,
     /// completes at once with a `.setup` error.
@@ -191,6 +195,7 @@ private final class TransferLoop: @unchecked Sendable {
     private let inbox = Mutex(Inbox())
     let finished = Eventual<Void>()
     let wakeUps = Atomic<Int>(0)
+    /// `registrations.count << 32 | parkedCount`, published for tests.
     let registeredSockets = Atomic<Int>(0)
     // Engine thread only.
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
@@ -251,7 +256,7 @@ private final class TransferLoop: @unchecked Sendable {
             for transfer in pending { start(transfer) }
             if closed && running.isEmpty { break }
 
-            registeredSockets.store(registrations.count, ordering: .relaxed)
+            registeredSockets.store(registrations.count << 32 | parkedCount, ordering: .relaxed)
             let ready = relay_epoll_wait(epoll, &fds, &flags, Int32(capacity), waitMilliseconds())
             wakeUps.add(1, ordering: .relaxed)
             if !deregisteredInBatch.isEmpty { deregisteredInBatch.removeAll(keepingCapacity: true) }
@@ -283,7 +288,7 @@ private final class TransferLoop: @unchecked Sendable {
         idleHandles = []
         // Closes the cached connections (each leaving the epoll set first, in `closing`).
         curl_multi_cleanup(multi)
-        registeredSockets.store(registrations.count, ordering: .relaxed)
+        registeredSockets.store(registrations.count << 32 | parkedCount, ordering: .relaxed)
         Glibc.close(epoll)
         finished.set(())
     }
@@ -311,6 +316,8 @@ private final class TransferLoop: @unchecked Sendable {
 
     /// The sockets registered with epoll, by number. Engine thread only.
     private var registrations: [Int32: Registration] = [:]
+    /// How many of `registrations` are parked. Engine thread only.
+    private var parkedCount = 0
     /// Socket numbers that left the epoll set while the current batch of events is handled: a later
     /// event of the batch with that number is stale (the socket may be closed and its number reused).
     private var deregisteredInBatch: Set<Int32> = []
@@ -331,17 +338,24 @@ private final class TransferLoop: @unchecked Sendable {
         if what == CURL_POLL_REMOVE {
             guard let current else { return }
             if current.interest == CURL_POLL_IN, ownSockets.contains(socket) {
-                registrations[socket]?.parked = true
+                if !current.parked {
+                    registrations[socket]?.parked = true
+                    parkedCount += 1
+                }
             } else {
                 deregister(socket)
             }
             return
         }
         if let current, current.interest == what {
-            if current.parked { registrations[socket]?.parked = false }
+            if current.parked {
+                registrations[socket]?.parked = false
+                parkedCount -= 1
+            }
             return
         }
         if relay_epoll_watch(epoll, socket, what, current == nil ? 1 : 0) == 0 {
+            if current?.parked == true { parkedCount -= 1 }
             registrations[socket] = Registration(interest: what)
         } else if current != nil {
             deregister(socket)
@@ -350,7 +364,7 @@ private final class TransferLoop: @unchecked Sendable {
 
     /// Takes `socket` out of the epoll set and out of `registrations`.
     private func deregister(_ socket: curl_socket_t) {
-        registrations[socket] = nil
+        if registrations.removeValue(forKey: socket)?.parked == true { parkedCount -= 1 }
         deregisteredInBatch.insert(socket)
         _ = relay_epoll_watch(epoll, socket, CURL_POLL_REMOVE, 0)
     }

@@ -64,18 +64,31 @@ import Testing
         func post(_ text: String) async -> Int? {
             await engine.send(HTTPTransferRequest(url: url, headers: [], body: Array(text.utf8), timeout: .seconds(5))).response?.status
         }
+        /// Posts with the answer held back until the engine waits for it on a registered socket, so
+        /// the answer comes through epoll (not read at once after sending).
+        func postWhenWaited(_ text: String) async throws -> Int? {
+            server.connections.holdAnswers.store(true, ordering: .relaxed)
+            let answer = Task { await post(text) }
+            try await waitUntil("the engine waiting for the answer to \(text)", timeout: .seconds(20)) {
+                server.connections.bodies.withLock { $0.contains(text) }
+                    && engine.registeredSockets.all > engine.registeredSockets.parked
+            }
+            server.connections.holdAnswers.store(false, ordering: .relaxed)
+            return await answer.value
+        }
+
         #expect(await post("one") == 204)
-        #expect(await post("two") == 204)
+        #expect(try await postWhenWaited("two") == 204)
         #expect(server.accepted == 1, "the idle connection was reused")
         // Its socket stays registered with epoll while idle.
-        try await waitUntil("the idle socket registered", timeout: .seconds(10)) { engine.registeredSockets == 1 }
+        try await waitUntil("the idle socket parked", timeout: .seconds(20)) { engine.registeredSockets == (1, 1) }
 
         // The server closes the connection after its next answer, while it sits idle in libcurl's cache.
         server.connections.closeAfterNextAnswer.store(true, ordering: .relaxed)
         #expect(await post("three") == 204)
         // The closed connection's socket, readable at its end, leaves the set and does not keep the
         // engine awake.
-        try await waitUntil("the closed idle socket left the set", timeout: .seconds(10)) { engine.registeredSockets == 0 }
+        try await waitUntil("the closed idle socket left the set", timeout: .seconds(20)) { engine.registeredSockets.all == 0 }
         let wakeUps = engine.wakeUps
         try await Task.sleep(for: .milliseconds(300))
         #expect(engine.wakeUps - wakeUps <= 3, "the idle engine slept")
@@ -89,10 +102,11 @@ import Testing
         }
         #expect(statuses == Array(repeating: 204, count: 40))
         #expect(server.connections.bodies.withLock { $0.filter { $0.hasPrefix("burst") }.count } == 40)
-        #expect(engine.registeredSockets > 0)
+        #expect(try await postWhenWaited("last") == 204)
+        try await waitUntil("idle sockets parked", timeout: .seconds(20)) { engine.registeredSockets.parked > 0 }
         // Closing the cached connections takes every socket out of the set before closing it.
         await engine.close()
-        #expect(engine.registeredSockets == 0)
+        #expect(engine.registeredSockets.all == 0)
     }
 }
 
@@ -101,6 +115,8 @@ import Testing
 final class KeepAliveServer: Sendable {
     final class Connections: Sendable {
         let closeAfterNextAnswer = Atomic<Bool>(false)
+        /// Answers wait while this is set.
+        let holdAnswers = Atomic<Bool>(false)
         let bodies = Mutex<[String]>([])
 
         /// Answers each request on one connection until the client or `closeAfterNextAnswer` ends it.
@@ -125,9 +141,13 @@ final class KeepAliveServer: Sendable {
                     guard got > 0 else { return }
                     buffer += chunk[..<got]
                 }
+                while holdAnswers.load(ordering: .relaxed) { usleep(1000) }
+                // Decided before answering: once the answer is out, the client may already have set
+                // the flag for its next request.
+                let closing = closeAfterNextAnswer.exchange(false, ordering: .relaxed)
                 let answer = Array("HTTP/1.1 204 No Content\r\n\r\n".utf8)
                 guard write(client, answer, answer.count) == answer.count else { return }
-                if closeAfterNextAnswer.exchange(false, ordering: .relaxed) { return }
+                if closing { return }
             }
         }
     }
