@@ -50,7 +50,7 @@ struct Deliver: AsyncParsableCommand {
         var logger = Logger(label: "bench")
         logger.logLevel = .error
         let body = Self.payload()
-        print("payload: \(body.count) bytes, \(count) deliveries, \(partitions) partitions, 2 cores: \(ProcessInfo.processInfo.activeProcessorCount)")
+        print("payload: \(body.count) bytes, \(count) deliveries, \(partitions) partitions, cores: \(ProcessInfo.processInfo.activeProcessorCount)")
 
         // 1 and 2, in rounds: the receiver's ceiling under wrk, then the deliverer to the same receiver.
         // A round compares the two measured back to back, so a change in the machine's speed (a shared
