@@ -120,11 +120,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The Stripe API reads behind a refund (its charge's invoice and subscription).
+        .target(
+            name: "RelayStripe",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayHTTPClient",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // Store notifications → standardized events (DESIGN section 5) and subscription state.
         .target(
             name: "RelayNormalization",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayVerification", "RelayBackend", "RelayGooglePlay",
+                "RelayCore", "RelayConfig", "RelayVerification", "RelayBackend", "RelayGooglePlay", "RelayStripe",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -52,6 +52,52 @@ public struct SubscriptionState: Sendable, Equatable {
     /// again changes nothing and yields the same events. `context` is the worker's own record of what it
     /// saw when it applied the notification; the backend stores it as given.
     public var recentNotifications: [RecentNotification]
+    /// The last payments this subscription received (newest last, bounded by the worker): what a later
+    /// refund names (an Apple transaction, a Google order, a Stripe invoice, a Paddle transaction) is
+    /// looked up here for its product, purchase time and amount.
+    public var transactions: [Transaction]
+
+    /// One payment: its store id, what it bought, when, and what it cost in the purchased currency.
+    public struct Transaction: Sendable, Equatable {
+        public var id: String
+        public var productId: String
+        /// Unix milliseconds.
+        public var purchasedAt: Int64?
+        public var periodType: PeriodType
+        /// What the customer paid, tax included, as decimal text in `currency` ("9.99"); nil when unknown.
+        public var amount: String?
+        public var currency: String?
+
+        public init(id: String, productId: String, purchasedAt: Int64?, periodType: PeriodType, amount: String? = nil, currency: String? = nil) {
+            self.id = id
+            self.productId = productId
+            self.purchasedAt = purchasedAt
+            self.periodType = periodType
+            self.amount = amount
+            self.currency = currency
+        }
+
+        var json: JSON {
+            [
+                "id": .string(id), "productId": .string(productId), "purchasedAt": purchasedAt.map(JSON.integer) ?? .null,
+                "periodType": .string(periodType.rawValue), "amount": amount.map(JSON.string) ?? .null, "currency": currency.map(JSON.string) ?? .null,
+            ]
+        }
+
+        init?(json: JSON) {
+            guard let id = json["id"]?.stringValue, !id.isEmpty, let productId = json["productId"]?.stringValue else { return nil }
+            self.init(
+                id: id, productId: productId, purchasedAt: json["purchasedAt"]?.int64Value,
+                periodType: json["periodType"]?.stringValue.flatMap(PeriodType.init(rawValue:)) ?? .normal,
+                amount: json["amount"]?.stringValue, currency: json["currency"]?.stringValue)
+        }
+    }
+
+    /// The recorded payment with this store id.
+    public func transaction(_ id: String?) -> Transaction? {
+        guard let id else { return nil }
+        return transactions.last { $0.id == id }
+    }
 
     public struct RecentNotification: Sendable, Equatable {
         public var id: String
@@ -67,7 +113,7 @@ public struct SubscriptionState: Sendable, Equatable {
         store: Store, originalTransactionId: String, applicationId: Int, originalAppUserId: String? = nil, appUserIds: [String] = [],
         productId: String, productGroupId: String? = nil, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
         gracePeriodExpiresAt: Int64? = nil, environment: String = "PRODUCTION", lastTransactionId: String? = nil, sourceTimestamp: Int64,
-        version: Int64 = 0, recentNotifications: [RecentNotification] = []
+        version: Int64 = 0, recentNotifications: [RecentNotification] = [], transactions: [Transaction] = []
     ) {
         self.store = store
         self.originalTransactionId = originalTransactionId
@@ -86,6 +132,7 @@ public struct SubscriptionState: Sendable, Equatable {
         self.sourceTimestamp = sourceTimestamp
         self.version = version
         self.recentNotifications = recentNotifications
+        self.transactions = transactions
     }
 
     /// Whether the subscription gives access at `now` (Unix milliseconds): active or in its grace
@@ -126,6 +173,7 @@ public struct SubscriptionState: Sendable, Equatable {
         object["lastTransactionId"] = lastTransactionId.map(JSON.string) ?? .null
         object["productGroupId"] = productGroupId.map(JSON.string) ?? .null
         object["recentNotifications"] = .array(recentNotifications.map { ["id": .string($0.id), "context": $0.context] })
+        object["transactions"] = .array(transactions.map(\.json))
         return .object(object)
     }
 
@@ -185,6 +233,16 @@ public struct SubscriptionState: Sendable, Equatable {
                 recent.append(RecentNotification(id: id, context: entry["context"] ?? .null))
             }
         }
+        var transactions: [Transaction] = []
+        if let value = object["transactions"], !value.isNull {
+            guard let list = value.arrayValue else { throw DecodingError(field: "transactions", message: "expected an array") }
+            for entry in list {
+                guard let transaction = Transaction(json: entry) else {
+                    throw DecodingError(field: "transactions", message: "every entry needs a non-empty \"id\" and a \"productId\"")
+                }
+                transactions.append(transaction)
+            }
+        }
         var autoRenew = true
         if let value = object["autoRenew"], !value.isNull {
             guard let flag = value.boolValue else { throw DecodingError(field: "autoRenew", message: "expected a boolean") }
@@ -196,7 +254,7 @@ public struct SubscriptionState: Sendable, Equatable {
             productGroupId: try optionalString("productGroupId"), status: status, periodType: periodType, autoRenew: autoRenew, expiresAt: try optionalInteger("expiresAt"),
             gracePeriodExpiresAt: try optionalInteger("gracePeriodExpiresAt"), environment: try optionalString("environment") ?? "PRODUCTION",
             lastTransactionId: try optionalString("lastTransactionId"), sourceTimestamp: sourceTimestamp,
-            version: try optionalInteger("version") ?? 0, recentNotifications: recent)
+            version: try optionalInteger("version") ?? 0, recentNotifications: recent, transactions: transactions)
     }
 }
 

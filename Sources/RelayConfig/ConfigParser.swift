@@ -179,10 +179,17 @@ enum ConfigParser {
     }
 
     static func stripe(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Stripe {
-        let map = try node.mapping(known: ["signingSecrets", "tolerance"])
+        let map = try node.mapping(known: ["signingSecrets", "tolerance", "api"])
+        let api = try map.optional("api") { (node) throws(ConfigurationError) -> RelayConfiguration.StripeAPI in
+            let map = try node.mapping(known: ["baseUrl", "secretKey"])
+            var api = RelayConfiguration.StripeAPI(
+                secretKey: try map.required("secretKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() })
+            if let value = try map.optional("baseUrl", httpURL) { api.baseUrl = value }
+            return api
+        }
         return RelayConfiguration.Stripe(
             signingSecrets: try map.required("signingSecrets", secrets),
-            tolerance: try map.optional("tolerance", positive) ?? .seconds(300))
+            tolerance: try map.optional("tolerance", positive) ?? .seconds(300), api: api)
     }
 
     static func paddle(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Paddle {

@@ -135,6 +135,19 @@ public struct RelayConfiguration: Sendable {
     public struct Stripe: Sendable {
         public var signingSecrets: [String]
         public var tolerance: Duration = .seconds(300)
+        /// Stripe's API, read to find the subscription of a refunded charge; refunds stand alone without it.
+        public var api: StripeAPI?
+    }
+
+    public struct StripeAPI: Sendable {
+        public var baseUrl: String = "https://api.stripe.com"
+        /// A secret or restricted key (`sk_…`, `rk_…`) that may read charges and invoices.
+        public var secretKey: String
+
+        public init(baseUrl: String = "https://api.stripe.com", secretKey: String) {
+            self.baseUrl = baseUrl
+            self.secretKey = secretKey
+        }
     }
 
     public struct Paddle: Sendable {

@@ -99,9 +99,9 @@ public struct LocalBackend: Sendable {
             guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty else {
                 return errorResponse(.badRequest, "bad_request", "appUserId is required")
             }
-            let subscriptions = try backend.database.subscriptions(ofUser: user)
-            guard !subscriptions.isEmpty else { return errorResponse(.notFound, "not_found", "no subscriptions for this user") }
-            return json(.ok, backend.entitlements(of: subscriptions))
+            // An id the backend has never seen (an SDK asking for a fresh install's device id before any
+            // purchase) is a user without entitlements: 200 with empty lists, not 404.
+            return json(.ok, backend.entitlements(of: try backend.database.subscriptions(ofUser: user)))
         }
     }
 

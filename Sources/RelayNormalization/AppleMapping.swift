@@ -70,18 +70,23 @@ enum AppleMapping {
             draft.amount = nil
             mapping.events = [draft]
         case ("DID_CHANGE_RENEWAL_PREF", _), ("OFFER_REDEEMED", "UPGRADE"), ("OFFER_REDEEMED", "DOWNGRADE"):
-            draft.type = .productChange
-            draft.amount = nil
+            var change = draft
+            change.type = .productChange
+            change.amount = nil
             if subtype == "UPGRADE" {
-                // Takes effect now: this transaction is already the new product's.
-                draft.productId = priorProduct.flatMap { $0 == productId ? nil : $0 } ?? productId
-                draft.newProductId = productId
-                draft.amount = facts.amount
+                // Takes effect now: this transaction is already the new product's, charged now. The product
+                // change moves no money (Superwall); the renewal beside it carries the charge (RevenueCat
+                // sends RENEWAL with an App Store PRODUCT_CHANGE).
+                change.productId = priorProduct.flatMap { $0 == productId ? nil : $0 } ?? productId
+                change.newProductId = productId
+                draft.type = .renewal
+                draft.isTrialConversion = prior?.periodType == .trial && facts.periodType != .trial
+                mapping.events = [change, draft]
             } else {
                 // DOWNGRADE (or a reverted change, no subtype): the renewal product changes at the next renewal.
-                draft.newProductId = facts.autoRenewProductId ?? productId
+                change.newProductId = facts.autoRenewProductId ?? productId
+                mapping.events = [change]
             }
-            mapping.events = [draft]
         case ("OFFER_REDEEMED", _):
             // An offer for an active subscription that applies at its next renewal: state only.
             break
@@ -92,15 +97,26 @@ enum AppleMapping {
                 state.status = .inGracePeriod
                 state.gracePeriodExpiresAt = grace
                 draft.gracePeriodExpiresAt = grace
+                mapping.events = [draft]
             } else {
+                // No grace period: access ends now while Apple retries for up to 60 days, so the expiration
+                // is now; a later EXPIRED BILLING_RETRY of the same lapse sends no second one.
                 state.status = .inBillingRetry
                 state.gracePeriodExpiresAt = nil
+                var expiration = draft
+                expiration.type = .expiration
+                expiration.expirationReason = Reason.billingError
+                mapping.events = [draft, expiration]
             }
-            mapping.events = [draft]
         case ("GRACE_PERIOD_EXPIRED", _):
-            // Still retrying, no longer entitled: the status change says so.
+            // Still retrying, no longer entitled: RevenueCat's EXPIRATION with BILLING_ERROR "if the grace
+            // period has ended without recovering the payment".
             state.status = .inBillingRetry
             state.gracePeriodExpiresAt = nil
+            draft.type = .expiration
+            draft.expirationReason = Reason.billingError
+            draft.amount = nil
+            mapping.events = [draft]
         case ("EXPIRED", _):
             state.status = facts.revokedAt == nil ? .expired : state.status
             state.autoRenew = false

@@ -5,7 +5,7 @@ import RelayVerification
 
 /// Google Play Real-time developer notifications → standardized events and state. The notification
 /// only names what happened; the subscription's real state comes from the Play Developer API
-/// (`purchases.subscriptionsv2.get`, `purchases.products.get`), fetched by the normalizer into `PlayData`.
+/// (`purchases.subscriptionsv2.get`, `purchases.products.get`), fetched by the normalizer into `StoreAPIData`.
 enum GoogleMapping {
     /// What the normalizer must fetch for a DeveloperNotification.
     enum Fetch: Equatable {
@@ -31,6 +31,21 @@ enum GoogleMapping {
         case .test, .unknown:
             return .none
         }
+    }
+
+    /// Whether the notification is SUBSCRIPTION_PURCHASED (4), whose `linkedPurchaseToken` names a replaced purchase.
+    static func isPurchase(_ notification: JSON) -> Bool {
+        DeveloperNotificationKind(notification) == .subscription(code: 4)
+    }
+
+    /// A SubscriptionPurchaseV2's `productId:basePlanId` (its first line item).
+    static func productId(ofPurchase purchase: JSON) -> String? {
+        SubscriptionFacts(purchase, eventTime: 0)?.productId
+    }
+
+    /// The `productId:basePlanId` a SubscriptionPurchaseV2 says it replaced (`lineItems[].itemReplacement`).
+    static func replacedProductId(_ purchase: JSON) -> String? {
+        SubscriptionFacts(purchase, eventTime: 0)?.replacedProductId
     }
 
     static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
@@ -61,7 +76,7 @@ enum GoogleMapping {
             mapping.recognized = false
             return mapping
         }
-        guard let token, let purchase = input.play?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) else {
+        guard let token, let purchase = input.api?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) else {
             // SUBSCRIPTION_PENDING_PURCHASE_CANCELED: a purchase that never completed; nothing to apply.
             return mapping
         }
@@ -74,19 +89,21 @@ enum GoogleMapping {
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {
         case 4:  // PURCHASED
+            // A new purchase token, also when a plan change replaced an older one (`linkedPurchaseToken`): the
+            // new subscription's initial purchase carries its price, as RevenueCat reports Play plan changes.
+            draft.type = .initialPurchase
             draft.purchasedAt = facts.startedAt ?? eventTime
-            if purchase.text("linkedPurchaseToken") != nil {
-                // An upgrade, downgrade or resubscription replaced an older purchase token. The product
-                // it replaced is `lineItems[].itemReplacement` when Play reports it; otherwise only the
-                // old token's own state knows it, so the event names the new product for both.
-                draft.type = .productChange
-                draft.productId = facts.replacedProductId ?? facts.productId
-                draft.newProductId = facts.productId
-            } else {
-                draft.type = .initialPurchase
-            }
             draft.sdkEvents = SDKEvent.purchase(facts.periodType)
             mapping.events = [draft]
+            // The replaced product is `lineItems[].itemReplacement` when Play reports it, else the old token's
+            // stored state or Play's answer for it (fetched by the normalizer). A product_change moves no money.
+            if purchase.text("linkedPurchaseToken") != nil, let old = facts.replacedProductId ?? input.api?.replacedProductId, old != facts.productId {
+                var change = facts.draft(.productChange, purchasedAt: draft.purchasedAt ?? eventTime)
+                change.productId = old
+                change.newProductId = facts.productId
+                change.amount = nil
+                mapping.events.append(change)
+            }
         case 2, 1:  // RENEWED (also a resumed pause), RECOVERED (from account hold)
             draft.type = .renewal
             draft.isTrialConversion = code == 2 && prior?.periodType == .trial && facts.periodType != .trial
@@ -113,19 +130,32 @@ enum GoogleMapping {
             state.status = .inBillingRetry
             state.gracePeriodExpiresAt = nil
             if prior?.status != .inGracePeriod {
-                draft.type = .billingIssue
-                draft.amount = nil
-                mapping.events = [draft]
+                var issue = draft
+                issue.type = .billingIssue
+                issue.amount = nil
+                mapping.events.append(issue)
             }
+            // Access ends now (Play's account hold), so receivers that revoke on expiration do; a later
+            // SUBSCRIPTION_EXPIRED of the same lapse sends no second one.
+            draft.type = .expiration
+            draft.expirationReason = Reason.billingError
+            draft.amount = nil
+            mapping.events.append(draft)
         case 9:  // DEFERRED
             draft.type = .subscriptionExtended
             draft.amount = nil
             mapping.events = [draft]
-        case 10:  // PAUSED
+        case 10:  // PAUSED: the pause takes effect and access ends until it is resumed
             state.status = .paused
-            draft.type = .subscriptionPaused
+            var paused = draft
+            paused.type = .subscriptionPaused
+            paused.amount = nil
+            // RevenueCat's reason here is SUBSCRIPTION_PAUSED, which Superwall's reasons do not list: a Play
+            // pause is the user's choice to stop paying for a while.
+            draft.type = .expiration
+            draft.expirationReason = Reason.unsubscribe
             draft.amount = nil
-            mapping.events = [draft]
+            mapping.events = [paused, draft]
         case 12:  // REVOKED: refunded and access removed now (the voided purchase carries the refund)
             state.status = .revoked
             state.autoRenew = false
@@ -136,12 +166,12 @@ enum GoogleMapping {
         case 13:  // EXPIRED
             state.status = .expired
             state.autoRenew = false
-            // Replaced by a plan change, or already ended by SUBSCRIPTION_REVOKED (which was the
-            // expiration): no second event.
             if prior?.status == .revoked { state.status = .revoked }
-            guard !facts.replaced, prior?.status != .revoked else { break }
+            // Replaced by a plan change: the new token carries the access. After an account hold, a pause or
+            // a revocation the normalizer sends no second expiration.
+            guard !facts.replaced else { break }
             draft.type = .expiration
-            draft.expirationReason = facts.cancelReason ?? (prior?.status == .inBillingRetry ? Reason.billingError : Reason.unknown)
+            draft.expirationReason = facts.cancelReason ?? Reason.unknown
             draft.amount = nil
             mapping.events = [draft]
         default:
@@ -167,7 +197,7 @@ enum GoogleMapping {
             return mapping
         }
         // ONE_TIME_PRODUCT_CANCELED: a pending purchase was canceled; it never gave access.
-        guard code == 1, let token, let purchase = input.play?.product else { return mapping }
+        guard code == 1, let token, let purchase = input.api?.product else { return mapping }
         guard purchase.integer("purchaseState") == 0 else { return mapping }  // pending or canceled
         let productId = purchase.text("productId") ?? one.text("sku") ?? ""
         let environment = purchase.integer("purchaseType") == 0 ? "SANDBOX" : "PRODUCTION"
@@ -197,21 +227,27 @@ enum GoogleMapping {
         var mapping = StoreMapping(subject: token, environment: prior?.environment ?? "PRODUCTION", eventTime: eventTime)
         mapping.appUserId = prior?.originalAppUserId
         mapping.bundleId = input.notification.payload.text("packageName")
+        let orderId = voided.text("orderId")
+        let partial = voided.integer("refundType") == 2
+        // The voided order as the relay recorded it when it was paid: its product, time and price. A partial
+        // (quantity-based) refund's amount is not reported: null.
+        let paid = mapping.recorded(orderId, in: prior)
         var draft = EventDraft(
-            type: .cancellation, productId: prior?.productId, transactionId: voided.text("orderId"), purchasedAt: eventTime,
-            cancelReason: Reason.customerSupport)
-        if voided.integer("productType") == 1, let purchase = input.play?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) {
-            // The subscription's price; a partial (quantity-based) refund's amount is not reported.
+            type: .cancellation, periodType: paid?.periodType ?? .normal, productId: paid?.productId ?? prior?.productId, transactionId: orderId,
+            purchasedAt: paid?.purchasedAt, cancelReason: Reason.customerSupport)
+        if !partial { draft.amount = Amount(paid)?.negated }
+        if voided.integer("productType") == 1, let purchase = input.api?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) {
             mapping.environment = facts.environment
             mapping.appUserId = facts.appUserId ?? mapping.appUserId
-            draft.productId = facts.productId
-            draft.periodType = facts.periodType
+            draft.productId = paid?.productId ?? facts.productId
+            draft.periodType = paid?.periodType ?? facts.periodType
             draft.expirationAt = facts.expiresAt
             draft.countryCode = facts.countryCode
-            // What the voided order cost, when that is known: the current order's price in a normal
-            // period. An intro or promotional order's price, an older order's (the price may have changed
-            // since) and a partial (quantity-based) refund's amount are not in the API's answer: null.
-            if voided.integer("refundType") != 2, voided.text("orderId") == facts.orderId { draft.amount = facts.amount?.negated }
+            // An order id without a `..N` renewal suffix is the subscription's first order.
+            if draft.purchasedAt == nil, let orderId, !orderId.contains("..") { draft.purchasedAt = facts.startedAt }
+            // Not recorded (paid before the relay ran): the current order's price in a normal period is
+            // known; an intro or promotional order's, or an older order's (the price may have changed), is not.
+            if paid == nil, !partial, orderId == facts.orderId { draft.amount = facts.amount?.negated }
             // Access is removed by SUBSCRIPTION_REVOKED when Google revokes it; a refund alone keeps it.
             // The state is refreshed from subscriptionsv2 as for any subscription notification, which
             // also records this notification: a redelivery then replays the events as first built.
@@ -290,7 +326,7 @@ private struct SubscriptionFacts {
         }
         recurringPrice = Amount.googleMoney(line["autoRenewingPlan"]?["recurringPrice"])
         switch periodType {
-        case .trial: amount = recurringPrice.map { Amount(0, $0.currency) }
+        case .trial: amount = Amount(0, recurringPrice?.currency ?? "")  // free, whatever the currency
         case .normal: amount = recurringPrice
         case .intro, .promotional: amount = nil  // the discounted price is not in the API's answer
         }

@@ -122,9 +122,12 @@ struct MoneyFields: Equatable {
     var missingRate: String?
 
     /// `amount` is what the customer paid (tax included), negative for refunds. Proceeds are the price
-    /// without tax (when known) minus the store's commission.
+    /// without tax (when known) minus the store's commission, or what the store says the seller earns
+    /// (`earnings`: Paddle's total less tax and its fee), in which case the commission is what that leaves.
+    /// A zero amount (a free trial) is 0 USD whatever its currency, with or without a rate.
     static func compute(
-        amount: Amount?, taxPercentage: Decimal?, storeName: String, money: RelayConfiguration.Money, rates: ExchangeRates
+        amount: Amount?, earnings: Amount? = nil, taxPercentage: Decimal?, storeName: String, money: RelayConfiguration.Money,
+        rates: ExchangeRates
     ) -> MoneyFields {
         let small = money.smallBusiness && storeName == "APP_STORE"
         let commissionKey = small ? "APP_STORE_SMALL_BUSINESS" : storeName
@@ -134,8 +137,14 @@ struct MoneyFields: Equatable {
             exchangeRate: nil, taxPercentage: taxPercentage.map { round($0, 4) }, commissionPercentage: commission,
             takehomePercentage: 1 - commission, isSmallBusiness: small, missingRate: nil)
         guard let amount else { return fields }
+        if amount.currency.isEmpty { fields.currencyCode = nil }  // a free trial whose currency the store does not say
         guard let rate = rates.usdPerUnit(of: amount.currency) else {
-            fields.missingRate = amount.currency
+            if amount.value == 0 {
+                fields.price = 0
+                fields.proceeds = 0
+            } else {
+                fields.missingRate = amount.currency
+            }
             return fields
         }
         let usd = amount.value * rate
@@ -143,6 +152,15 @@ struct MoneyFields: Equatable {
         fields.exchangeRate = round(rate, 6)
         fields.price = round(usd, 2)
         fields.proceeds = round(net * (1 - commission), 2)
+        if let earnings, earnings.currency == amount.currency {
+            let earned = earnings.value * rate
+            fields.proceeds = round(earned, 2)
+            if net != 0 {
+                let takehome = round(earned / net, 4)
+                fields.takehomePercentage = takehome
+                fields.commissionPercentage = 1 - takehome
+            }
+        }
         return fields
     }
 

@@ -5,6 +5,7 @@ public import RelayBackend
 public import RelayConfig
 public import RelayCore
 public import RelayGooglePlay
+import RelayStripe
 public import RelayVerification
 
 /// Why a verified notification produced no events.
@@ -44,6 +45,7 @@ public final class Normalizer: Sendable {
     private let stateStore: any SubscriptionStateStore
     private let rates: ExchangeRates
     private let play: [String: GooglePlayClient]
+    private let stripe: [String: StripeClient]
     private let logger: Logger
     private let metrics: any MetricsFactory
 
@@ -69,6 +71,11 @@ public final class Normalizer: Sendable {
             }
         }
         self.play = play
+        var stripe: [String: StripeClient] = [:]
+        for app in configuration.apps {
+            if let api = app.stripe?.api { stripe[app.key] = StripeClient(configuration: api, logger: logger) }
+        }
+        self.stripe = stripe
         self.logger = logger
         self.metrics = metrics
     }
@@ -76,7 +83,7 @@ public final class Normalizer: Sendable {
     /// The standardized events of one verified notification; `receivedAt` is its `relay-received-at`.
     public func normalize(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = configuration.app(notification.app) else { return [] }
-        var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, play: nil)
+        var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
 
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only
         // after the dedup check below, so a repeat replays what was recorded without calling Google.
@@ -97,8 +104,19 @@ public final class Normalizer: Sendable {
         // names its price only through the subscription the relay already knows).
         guard first.subject != nil || !first.events.isEmpty else { return [] }
         let mapping = try await backend { () async throws(BackendError) in try await stateStore.productMapping(applicationId: app.applicationId) }
-        guard let subject = first.subject else {
+        guard var subject = first.subject else {
             return build(first, input: input, subject: nil, prior: nil, after: nil, others: [], mapping: mapping)
+        }
+        // A Stripe refund names its charge, not the subscription it paid for: unless the charge is a one-time
+        // purchase the relay keys by its PaymentIntent, Stripe's API says which subscription (when configured).
+        if let charge = StripeMapping.refundedChargeId(notification.payload), let client = stripe[app.key] {
+            let purchase = try await backend { () async throws(BackendError) in
+                try await stateStore.subscription(store: .stripe, originalTransactionId: subject)
+            }
+            if purchase == nil {
+                input.api = StoreAPIData(charge: try await fetchCharge(charge, client: client, app: app))
+                subject = map(input, prior: nil).subject ?? subject
+            }
         }
 
         var fetched = notification.store != .google
@@ -112,13 +130,13 @@ public final class Normalizer: Sendable {
                 // Seen before: the same events, from what was recorded when it was applied.
                 var replay = input
                 replay.receivedAt = context.receivedAt
-                replay.play = context.play
+                replay.api = context.api
                 let again = mapAgainst(replay, prior: context.prior)
                 let after = merge(context.prior, again) ?? context.prior
                 return build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
             }
             if !fetched {
-                input.play = try await fetchPlay(app: app, notification: notification.payload)
+                input.api = try await fetchPlay(app: app, notification: notification.payload)
                 fetched = true
             }
             let result = mapAgainst(input, prior: current)
@@ -140,7 +158,8 @@ public final class Normalizer: Sendable {
                 return build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
             }
             if let id = notification.notificationId {
-                let context = AppliedContext(receivedAt: receivedAt, prior: current, others: others, play: input.play)
+                let context = AppliedContext(
+                    receivedAt: receivedAt, prior: current, others: others, api: input.api, transactionsRead: result.transactionsRead)
                 state.recentNotifications.append(.init(id: id, context: context.json))
                 state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
             }
@@ -179,10 +198,20 @@ public final class Normalizer: Sendable {
     /// Maps against the stored state, unless the notification is older than it: what a late
     /// notification means cannot be read off a newer state (a late Paddle update diffed against it
     /// would invent a product change back), so it is mapped on its own, and `merge` keeps the newer state.
+    ///
+    /// One expiration per lapse: access ends with the first notification that ends it (an account hold,
+    /// a pause, a grace period running out, a last failed payment, a revocation, a refund), and the
+    /// store's own expiration of the same lapse, arriving when the prior state already gives no access,
+    /// adds no second `expiration`.
     private func mapAgainst(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
-        let mapping = map(input, prior: prior)
-        guard let prior, mapping.eventTime < prior.sourceTimestamp else { return mapping }
-        return map(input, prior: nil)
+        var mapping = map(input, prior: prior)
+        if let prior, mapping.eventTime < prior.sourceTimestamp {
+            var late = input
+            late.late = true
+            return map(late, prior: nil)
+        }
+        if let prior, !prior.grantsAccess { mapping.events.removeAll { $0.type == .expiration } }
+        return mapping
     }
 
     /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a
@@ -190,16 +219,34 @@ public final class Normalizer: Sendable {
     private func merge(_ current: SubscriptionState?, _ mapping: StoreMapping) -> SubscriptionState? {
         guard var state = mapping.state else { return nil }
         state.recentNotifications = current?.recentNotifications ?? []
+        state.transactions = current?.transactions ?? []
         state.version = current?.version ?? 0
-        guard let current else { return state }
-        if mapping.eventTime < current.sourceTimestamp {
-            var kept = current
-            kept.recentNotifications = state.recentNotifications
-            return kept
+        if let current {
+            if mapping.eventTime < current.sourceTimestamp {
+                state = current
+            } else {
+                for id in current.appUserIds where !state.appUserIds.contains(id) { state.appUserIds.append(id) }
+                if state.originalAppUserId == nil { state.originalAppUserId = current.originalAppUserId }
+            }
         }
-        for id in current.appUserIds where !state.appUserIds.contains(id) { state.appUserIds.append(id) }
-        if state.originalAppUserId == nil { state.originalAppUserId = current.originalAppUserId }
+        Self.record(payments: mapping.events, in: &state)
         return state
+    }
+
+    /// How many payments a state remembers for later refunds: a year of monthly renewals.
+    public static let transactionLimit = 12
+
+    /// Adds the payments among `events` (purchases and renewals with a transaction id) to the state's
+    /// recorded ones, once each, keeping the newest `transactionLimit`.
+    static func record(payments events: [EventDraft], in state: inout SubscriptionState) {
+        for draft in events where [.initialPurchase, .renewal, .nonRenewingPurchase].contains(draft.type) {
+            guard let id = draft.transactionId, let productId = draft.productId, state.transaction(id) == nil else { continue }
+            state.transactions.append(
+                SubscriptionState.Transaction(
+                    id: id, productId: productId, purchasedAt: draft.purchasedAt, periodType: draft.periodType,
+                    amount: draft.amount.map { "\($0.value)" }, currency: draft.amount?.currency))
+        }
+        if state.transactions.count > transactionLimit { state.transactions = Array(state.transactions.suffix(transactionLimit)) }
     }
 
     // MARK: Events
@@ -228,7 +275,8 @@ public final class Normalizer: Sendable {
             let id = "\(draft.idBase ?? base):\(draft.type.rawValue)"
             let productEntitlements = entitlements(of: draft.productId, store: store, states: [after, prior], mapping: mapping)
             let money = MoneyFields.compute(
-                amount: draft.amount ?? (draft.movesMoney ? nil : .some(Amount(0, "USD"))), taxPercentage: draft.taxPercentage,
+                amount: draft.amount ?? (draft.movesMoney ? nil : .some(Amount(0, "USD"))), earnings: draft.earnings,
+                taxPercentage: draft.taxPercentage,
                 storeName: storeName, money: configuration.money, rates: rates)
             if let missing = money.missingRate { countMissingRate(missing, event: id) }
             let data: [String: JSON] = [
@@ -310,20 +358,51 @@ public final class Normalizer: Sendable {
 
     // MARK: Google Play Developer API
 
-    private func fetchPlay(app: RelayConfiguration.App, notification: JSON) async throws(NormalizationError) -> PlayData? {
+    private func fetchPlay(app: RelayConfiguration.App, notification: JSON) async throws(NormalizationError) -> StoreAPIData? {
         let fetch = GoogleMapping.fetch(for: notification)
         guard fetch != .none else { return nil }
         guard let client = play[app.key], let packageName = app.google?.packageName else {
             throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no google.playApi configured; the subscription's state cannot be read"))
         }
-        do {
-            switch fetch {
-            case .none: return nil
-            case .subscription(let token):
-                return PlayData(subscription: try await client.subscription(packageName: packageName, purchaseToken: token))
-            case .product(let productId, let token):
-                return PlayData(product: try await client.product(packageName: packageName, productId: productId, purchaseToken: token))
+        switch fetch {
+        case .none:
+            return nil
+        case .subscription(let token):
+            let purchase = try await playCall(app) { () async throws(PlayAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
+            var data = StoreAPIData(subscription: purchase)
+            if GoogleMapping.isPurchase(notification), let linked = purchase.text("linkedPurchaseToken"), GoogleMapping.replacedProductId(purchase) == nil {
+                data.replacedProductId = try await replacedProduct(linked, client: client, packageName: packageName, app: app)
             }
+            return data
+        case .product(let productId, let token):
+            return StoreAPIData(
+                product: try await playCall(app) { () async throws(PlayAPIError) in
+                    try await client.product(packageName: packageName, productId: productId, purchaseToken: token)
+                })
+        }
+    }
+
+    /// The product of the purchase a plan change replaced: its stored state's, else the Play Developer
+    /// API's; nil when Google no longer knows it (the new purchase still counts).
+    private func replacedProduct(_ token: String, client: GooglePlayClient, packageName: String, app: RelayConfiguration.App)
+        async throws(NormalizationError) -> String?
+    {
+        let stored = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: token) }
+        if let stored { return stored.productId }
+        do {
+            let purchase = try await playCall(app) { () async throws(PlayAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
+            return GoogleMapping.productId(ofPurchase: purchase)
+        } catch {
+            if case .rejected(let rejection) = error, rejection.reason == .purchaseNotFound { return nil }
+            throw error
+        }
+    }
+
+    /// A Play Developer API call, its failure classified: an unknown purchase is rejected; anything else
+    /// is tried again later.
+    private func playCall(_ app: RelayConfiguration.App, _ body: () async throws(PlayAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+        do {
+            return try await body()
         } catch {
             Counter(label: "relay_play_api_errors_total", dimensions: [("kind", error.kind.rawValue)], factory: metrics).increment()
             switch error.kind {
@@ -341,17 +420,38 @@ public final class Normalizer: Sendable {
             }
         }
     }
+
+    // MARK: Stripe API
+
+    /// The refunded charge with its invoice; nil when Stripe does not know it (the refund then stands alone).
+    private func fetchCharge(_ id: String, client: StripeClient, app: RelayConfiguration.App) async throws(NormalizationError) -> JSON? {
+        do {
+            return try await client.charge(id)
+        } catch {
+            Counter(label: "relay_stripe_api_errors_total", dimensions: [("kind", error.kind.rawValue)], factory: metrics).increment()
+            switch error.kind {
+            case .notFound:
+                return nil
+            case .rejected, .invalidResponse:
+                logger.error(
+                    "the Stripe API refused the request; retrying until it is fixed",
+                    metadata: [LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
+                throw .unavailable(error.message)
+            case .unavailable:
+                throw .unavailable(error.message)
+            }
+        }
+    }
 }
 
 extension EventDraft {
-    /// Whether money moves with this event: a purchase, a renewal, a refund or its reversal, an upgrade
-    /// charged now. Other events carry a price of 0; a money event whose amount the store does not
-    /// report carries null.
+    /// Whether money moves with this event: a purchase, a renewal, a refund or its reversal. Other events
+    /// (a product_change too, as Superwall documents: the purchase or renewal beside it carries the money)
+    /// carry a price of 0; a money event whose amount the store does not report carries null.
     var movesMoney: Bool {
         switch type {
         case .initialPurchase, .renewal, .nonRenewingPurchase, .refundReversed: true
         case .cancellation: cancelReason == Reason.customerSupport
-        case .productChange: amount != nil
         default: false
         }
     }
@@ -362,19 +462,21 @@ struct AppliedContext {
     var receivedAt: Int64
     var prior: SubscriptionState?
     var others: [String]
-    /// Google: the Play Developer API's answers the notification was mapped with.
-    var play: PlayData?
+    /// The store APIs' answers the notification was mapped with.
+    var api: StoreAPIData?
 
-    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], play: PlayData?) {
+    /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
+    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], api: StoreAPIData?, transactionsRead: [String] = []) {
         self.receivedAt = receivedAt
         self.prior = prior.map {
             var stripped = $0
             stripped.recentNotifications = []
+            stripped.transactions = $0.transactions.filter { transactionsRead.contains($0.id) }
             stripped.version = 0
             return stripped
         }
         self.others = others
-        self.play = play
+        self.api = api
     }
 
     init?(_ json: JSON) {
@@ -387,14 +489,13 @@ struct AppliedContext {
             self.prior = nil
         }
         self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        if let play = json["play"], !play.isNull {
-            self.play = PlayData(subscription: play.present("subscription"), product: play.present("product"))
-        }
+        // "play": what earlier versions recorded (Google's answers only).
+        if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
     }
 
     var json: JSON {
         var json: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
-        if let play { json["play"] = ["subscription": play.subscription ?? .null, "product": play.product ?? .null] }
+        if let api { json["api"] = api.json }
         return .object(json)
     }
 }

@@ -46,7 +46,10 @@ enum PaddleMapping {
         // A trial that has ended stays TRIAL until the transaction paying the first period after it
         // (transaction.completed, subscription_recurring) reports the conversion: subscription.activated and
         // subscription.updated (or past_due when that payment fails) come before it completes.
-        let statePeriodType = prior?.periodType == .trial && ["active", "past_due"].contains(paddleStatus) ? .trial : periodType
+        // subscription.activated says so itself: "any trial period has elapsed and Paddle has successfully
+        // billed the customer", also when the trial's start was never seen (unless that payment came first).
+        let trialEnded = prior?.periodType == .trial || (type == "subscription.activated" && prior == nil && !input.late)
+        let statePeriodType = trialEnded && ["active", "past_due"].contains(paddleStatus) ? .trial : periodType
         let expiresAt = Timestamp.milliseconds(subscription["current_billing_period"]?.text("ends_at"))
             ?? Timestamp.milliseconds(subscription.text("canceled_at"))
         let autoRenew = paddleStatus != "canceled" && scheduled != "cancel"
@@ -83,7 +86,12 @@ enum PaddleMapping {
             guard status == .active else { return }
             event(.initialPurchase) { $0.sdkEvents = SDKEvent.purchase(periodType) }
         case "subscription.updated":
-            guard let prior else { return }  // nothing to compare with: state only
+            guard let prior else {
+                // Nothing to compare with, but a scheduled cancellation says itself that renewal is off: the
+                // first update the relay sees of it is its cancellation (a late update is not).
+                if !input.late, scheduled == "cancel", paddleStatus != "canceled" { event(.cancellation) { $0.cancelReason = Reason.unsubscribe } }
+                return
+            }
             if prior.productId != priceId {
                 event(.productChange) {
                     $0.productId = prior.productId
@@ -103,7 +111,10 @@ enum PaddleMapping {
         case "subscription.canceled":
             event(.expiration) { $0.expirationReason = wasDunning ? Reason.billingError : Reason.unsubscribe }
         case "subscription.paused":
-            event(.subscriptionPaused)
+            // The scheduled pause took effect: not billed, no access until resumed. An expiration, since
+            // Superwall sends subscription_paused only for the Play Store; a Paddle pause is made by the seller
+            // through its API or dashboard.
+            event(.expiration) { $0.expirationReason = Reason.developerInitiated }
         default:
             // resumed (its transaction is the renewal), activated, trialing, imported: state only.
             break
@@ -122,9 +133,12 @@ enum PaddleMapping {
         if let amount, let tax, amount.value - tax.value > 0 { taxPercentage = tax.value / (amount.value - tax.value) }
         let periodEnd = Timestamp.milliseconds(transaction["billing_period"]?.text("ends_at"))
         let origin = transaction.text("origin")
-        let draft = EventDraft(
-            type: .renewal, periodType: .normal, productId: priceId ?? prior?.productId, transactionId: id, purchasedAt: mapping.eventTime,
-            expirationAt: periodEnd, amount: amount, taxPercentage: taxPercentage)
+        var draft = EventDraft(
+            type: .renewal, periodType: .normal, productId: priceId ?? prior?.productId, transactionId: id,
+            purchasedAt: Timestamp.milliseconds(transaction.text("billed_at")) ?? mapping.eventTime, expirationAt: periodEnd, amount: amount,
+            taxPercentage: taxPercentage)
+        // What the seller keeps after tax and Paddle's fee.
+        draft.earnings = Amount.paddleMinorUnits(totals?.text("earnings"), currency)
         if let subscriptionId = transaction.text("subscription_id") {
             mapping.subject = subscriptionId
             mapping.appUserId = mapping.appUserId ?? prior?.originalAppUserId
@@ -184,11 +198,17 @@ enum PaddleMapping {
         let reversal = action == "chargeback_reverse"
         mapping.appUserId = mapping.appUserId ?? prior?.originalAppUserId
         let totals = adjustment["totals"]
-        let amount = Amount.paddleMinorUnits(totals?.text("total"), totals?.text("currency_code") ?? adjustment.text("currency_code"))
-        let tax = Amount.paddleMinorUnits(totals?.text("tax"), totals?.text("currency_code") ?? adjustment.text("currency_code"))
+        let currency = totals?.text("currency_code") ?? adjustment.text("currency_code")
+        let amount = Amount.paddleMinorUnits(totals?.text("total"), currency)
+        let tax = Amount.paddleMinorUnits(totals?.text("tax"), currency)
+        let earnings = Amount.paddleMinorUnits(totals?.text("earnings"), currency)
+        // The adjusted transaction as the relay recorded it when it was paid: its product and time.
+        let paid = mapping.recorded(adjustment.text("transaction_id"), in: prior)
         var draft = EventDraft(
-            type: reversal ? .refundReversed : .cancellation, productId: prior?.productId, transactionId: adjustment.text("transaction_id"),
-            purchasedAt: mapping.eventTime, cancelReason: reversal ? nil : Reason.customerSupport, amount: reversal ? amount : amount?.negated)
+            type: reversal ? .refundReversed : .cancellation, periodType: paid?.periodType ?? .normal, productId: paid?.productId ?? prior?.productId,
+            transactionId: adjustment.text("transaction_id"), purchasedAt: paid?.purchasedAt, expirationAt: prior?.autoRenew == true ? prior?.expiresAt : nil,
+            cancelReason: reversal ? nil : Reason.customerSupport, amount: reversal ? amount : amount?.negated)
+        draft.earnings = reversal ? earnings : earnings?.negated
         if let amount, let tax, amount.value - tax.value > 0 { draft.taxPercentage = tax.value / (amount.value - tax.value) }
         draft.idBase = "paddle:\(id)"
         mapping.events = [draft]

@@ -25,6 +25,9 @@ struct EventDraft {
     var amount: Amount?
     /// Tax as a fraction of the price without tax (0.19), when the store reports it.
     var taxPercentage: Decimal?
+    /// What the seller keeps, in the amount's currency, when the store reports it (Paddle's `earnings`);
+    /// negative for refunds. Else proceeds come from the configured commission.
+    var earnings: Amount?
     var sdkEvents: [String] = []
     /// The stable id's base when it is not the notification id: a Paddle adjustment is approved by
     /// either `adjustment.created` or `adjustment.updated`, and must count once.
@@ -48,6 +51,16 @@ struct StoreMapping {
     var events: [EventDraft] = []
     /// False for notification types this build does not know: no events, no state change, counted.
     var recognized = true
+    /// The recorded payments (`SubscriptionState.transactions`) the mapping looked up, kept with the
+    /// notification so that a repeat maps the same.
+    var transactionsRead: [String] = []
+
+    /// The prior state's recorded payment with this store id, remembered as read.
+    mutating func recorded(_ id: String?, in prior: SubscriptionState?) -> SubscriptionState.Transaction? {
+        guard let found = prior?.transaction(id) else { return nil }
+        if !transactionsRead.contains(found.id) { transactionsRead.append(found.id) }
+        return found
+    }
 }
 
 /// Everything a store mapper reads.
@@ -56,16 +69,44 @@ struct MappingInput {
     var app: RelayConfiguration.App
     /// `relay-received-at` (Unix ms).
     var receivedAt: Int64
-    /// Google: the Play Developer API's answers for this notification.
-    var play: PlayData?
+    /// The notification is older than the stored state, so it is mapped without it (`prior` is nil even
+    /// though the subscription is known).
+    var late = false
+    /// What a store's API said about this notification (Google's Play Developer API, Stripe's API).
+    var api: StoreAPIData?
 }
 
-/// The Play Developer API documents fetched for one Google notification.
-struct PlayData {
-    /// `purchases.subscriptionsv2.get` (SubscriptionPurchaseV2).
+/// Store API answers fetched for one notification, recorded with it so that a repeat maps the same.
+struct StoreAPIData {
+    /// Google `purchases.subscriptionsv2.get` (SubscriptionPurchaseV2).
     var subscription: JSON?
-    /// `purchases.products.get` (ProductPurchase).
+    /// Google `purchases.products.get` (ProductPurchase).
     var product: JSON?
+    /// Google: the `productId:basePlanId` of the purchase that a plan change replaced (`linkedPurchaseToken`),
+    /// from its stored state or the Play Developer API.
+    var replacedProductId: String?
+    /// Stripe: the refunded charge, its `invoice` expanded.
+    var charge: JSON?
+
+    init(subscription: JSON? = nil, product: JSON? = nil, replacedProductId: String? = nil, charge: JSON? = nil) {
+        self.subscription = subscription
+        self.product = product
+        self.replacedProductId = replacedProductId
+        self.charge = charge
+    }
+
+    init(_ json: JSON) {
+        self.init(
+            subscription: json.present("subscription"), product: json.present("product"), replacedProductId: json.text("replacedProductId"),
+            charge: json.present("charge"))
+    }
+
+    var json: JSON {
+        [
+            "subscription": subscription ?? .null, "product": product ?? .null, "replacedProductId": replacedProductId.map(JSON.string) ?? .null,
+            "charge": charge ?? .null,
+        ]
+    }
 }
 
 /// SDK `SuperwallEvent` names (DESIGN section 5).
@@ -82,7 +123,16 @@ enum SDKEvent {
     }
 }
 
-/// Cancellation and expiration reasons (RevenueCat's and Superwall's values).
+extension Amount {
+    /// A recorded payment's amount, when it was known.
+    init?(_ transaction: SubscriptionState.Transaction?) {
+        guard let text = transaction?.amount, let currency = transaction?.currency, let value = Decimal(string: text) else { return nil }
+        self.init(value, currency)
+    }
+}
+
+/// Cancellation and expiration reasons: Superwall's documented values (RevenueCat's less its Play-only
+/// `SUBSCRIPTION_PAUSED`, so receivers that decode Superwall's set strictly keep working).
 enum Reason {
     static let unsubscribe = "UNSUBSCRIBE"
     static let billingError = "BILLING_ERROR"

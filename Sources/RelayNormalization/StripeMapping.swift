@@ -5,6 +5,12 @@ import RelayCore
 /// Stripe Billing events → standardized events and state. Subscriptions are keyed by their id; a
 /// Checkout payment (one-time purchase) by its PaymentIntent, which is what a refunded charge names.
 enum StripeMapping {
+    /// The charge a `charge.refunded` event is about, whose invoice names the subscription.
+    static func refundedChargeId(_ event: JSON) -> String? {
+        guard event.text("type") == "charge.refunded" else { return nil }
+        return event["data"]?["object"]?.text("id")
+    }
+
     static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         let event = input.notification.payload
         let type = event.text("type") ?? ""
@@ -21,7 +27,7 @@ enum StripeMapping {
         case "invoice.paid", "invoice.payment_succeeded", "invoice.payment_failed":
             invoiceEvent(type, object, input, prior: prior, into: &mapping)
         case "charge.refunded":
-            refund(object, previous: previous, event: event, prior: prior, into: &mapping)
+            refund(object, previous: previous, event: event, input, prior: prior, into: &mapping)
         case "checkout.session.completed", "checkout.session.async_payment_succeeded":
             // A delayed payment method (bank debit, transfer) completes the session unpaid; the purchase
             // is async_payment_succeeded, with the same session now paid.
@@ -47,7 +53,10 @@ enum StripeMapping {
         // A trial that has ended stays TRIAL until the invoice paying the first period after it
         // (invoice.paid, subscription_cycle) reports the conversion: Stripe sends this update (trialing →
         // active, or past_due when that payment fails) before the invoice is paid.
-        let periodType = prior?.periodType == .trial && ["active", "past_due", "unpaid"].contains(facts.stripeStatus) ? .trial : facts.periodType
+        // The update itself says a trial just ended (previous status trialing), also when the trial's start
+        // was never seen.
+        let trialEnded = prior?.periodType == .trial || previous?["status"]?.stringValue == "trialing"
+        let periodType = trialEnded && ["active", "past_due", "unpaid"].contains(facts.stripeStatus) ? .trial : facts.periodType
         // past_due: the failed invoice's notifications know the retry schedule (grace period, or none left);
         // the subscription only says it is past due, so what they recorded stays.
         var status = facts.status
@@ -109,7 +118,13 @@ enum StripeMapping {
             draft.amount = nil
             mapping.events = [draft]
         case "customer.subscription.paused":
-            draft.type = .subscriptionPaused
+            // Not billed, no access until resumed: an expiration, as RevenueCat treats it; Superwall never
+            // sends subscription_paused for Stripe. Paused through the API on request (flexible billing's
+            // pause, `status_details.paused.subscription.type` "requested") is the seller's doing; otherwise
+            // Stripe pauses only a trial that ended without a payment method, a failure to pay.
+            let requested = subscription["status_details"]?["paused"]?["subscription"]?.text("type") == "requested"
+            draft.type = .expiration
+            draft.expirationReason = requested ? Reason.developerInitiated : Reason.billingError
             draft.amount = nil
             mapping.events = [draft]
         default:
@@ -169,9 +184,17 @@ enum StripeMapping {
             // One billing_issue per failing invoice, on its first attempt; each retry sends
             // invoice.payment_failed again and only moves the grace period.
             if (invoice.integer("attempt_count") ?? 1) <= 1 {
-                draft.type = .billingIssue
-                draft.gracePeriodExpiresAt = state.gracePeriodExpiresAt
-                mapping.events = [draft]
+                var issue = draft
+                issue.type = .billingIssue
+                issue.gracePeriodExpiresAt = state.gracePeriodExpiresAt
+                mapping.events = [issue]
+            }
+            // No retry left: access ends now, whatever Stripe does with the subscription next (cancel it,
+            // mark it unpaid, or leave it past due); its later deletion sends no second expiration.
+            if nextAttempt == nil {
+                draft.type = .expiration
+                draft.expirationReason = Reason.billingError
+                mapping.events.append(draft)
             }
             mapping.state = state
             return
@@ -212,25 +235,42 @@ enum StripeMapping {
     // MARK: Refunds and one-time purchases
 
     private static func refund(
-        _ charge: JSON, previous: JSON?, event: JSON, prior: SubscriptionState?, into mapping: inout StoreMapping
+        _ charge: JSON, previous: JSON?, event: JSON, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping
     ) {
         // A charge names neither the subscription nor the product, but it names its PaymentIntent: the key of
-        // a one-time purchase (see `checkout`). A subscription's payment has no state there; its refund
-        // stands alone and changes no state.
+        // a one-time purchase (see `checkout`). A subscription's payment is found through the charge's
+        // invoice, which Stripe's API answers (`StoreAPIData.charge`, fetched by the normalizer when
+        // `stripe.api` is configured); without it the refund stands alone and changes no state.
         let paymentIntent = charge.text("payment_intent") ?? charge["payment_intent"]?.text("id")
-        mapping.subject = paymentIntent ?? NotificationSubject.extract(store: .stripe, document: event)
+        let invoice = input.api?.charge?.present("invoice")
+        let subscriptionId = invoice.flatMap { $0.text("subscription") ?? $0["subscription"]?.text("id") ?? $0["parent"]?["subscription_details"]?.text("subscription") }
+        mapping.subject = subscriptionId ?? paymentIntent ?? NotificationSubject.extract(store: .stripe, document: event)
         let purchase = prior.flatMap { !$0.autoRenew && $0.originalTransactionId == paymentIntent ? $0 : nil }
-        mapping.appUserId = charge["metadata"]?.text("app_user_id") ?? purchase?.originalAppUserId
+        let subscription = prior.flatMap { subscriptionId != nil && $0.originalTransactionId == subscriptionId ? $0 : nil }
+        // What was refunded: the invoice as the relay recorded it when it was paid, else the invoice's own line.
+        let invoiceId = invoice?.text("id")
+        let paid = mapping.recorded(invoiceId, in: subscription)
+        let line = invoice?["lines"]?["data"]?.arrayValue?.first { !isProration($0) } ?? invoice?["lines"]?["data"]?.arrayValue?.first
+        let linePrice = line.flatMap { SubscriptionFacts.price(of: $0)?.text("id") ?? $0["pricing"]?["price_details"]?.text("price") }
+        let details = invoice?.present("subscription_details") ?? invoice?["parent"]?.present("subscription_details")
+        mapping.appUserId = charge["metadata"]?.text("app_user_id") ?? purchase?.originalAppUserId ?? subscription?.originalAppUserId
+            ?? details?["metadata"]?.text("app_user_id")
         // amount_refunded is cumulative: this refund is what it grew by.
         let refunded = Decimal(charge.integer("amount_refunded") ?? 0) - Decimal(previous?.integer("amount_refunded") ?? 0)
         let currency = charge.text("currency") ?? "usd"
         mapping.events = [
             EventDraft(
-                type: .cancellation, productId: purchase?.productId, transactionId: charge.text("id"), purchasedAt: mapping.eventTime,
-                cancelReason: Reason.customerSupport, countryCode: charge["billing_details"]?["address"]?.text("country"),
+                type: .cancellation, periodType: paid?.periodType ?? .normal,
+                productId: paid?.productId ?? linePrice ?? purchase?.productId ?? subscription?.productId,
+                transactionId: invoiceId ?? charge.text("id"),
+                // When the refunded payment was made: the charge's own creation, not the refund's.
+                purchasedAt: paid?.purchasedAt ?? charge.milliseconds(fromSeconds: "created"),
+                expirationAt: subscription?.expiresAt, cancelReason: Reason.customerSupport,
+                countryCode: charge["billing_details"]?["address"]?.text("country"),
                 amount: refunded > 0 ? Amount.stripeMinorUnits(refunded, currency).negated : nil)
         ]
-        // A fully refunded one-time purchase no longer gives access; a partial refund leaves it.
+        // A fully refunded one-time purchase no longer gives access; a partial refund leaves it. A
+        // subscription keeps its status: Stripe ends it with its own events if the merchant cancels it.
         if var state = purchase, charge["refunded"]?.boolValue == true {
             state.status = .refunded
             state.sourceTimestamp = max(state.sourceTimestamp, mapping.eventTime)

@@ -19,7 +19,9 @@ import Testing
 ///   "templates": { "tx": { ...shared fields... } },
 ///   "steps": [
 ///     { "notification": { "$base": "tx", ...overrides },   // "$base" merges a template under the object
-///       "play": { "subscription": {...} },                 // Google: the Play Developer API's answers
+///       "play": { "subscription": {...},                   // Google: the Play Developer API's answers
+///                 "tokens": { "<token>": {...} } },        //   (subscriptionsv2 of other purchase tokens)
+///       "stripe": { "charge": {...} },                     // Stripe: the API's refunded charge (else 404)
 ///       "messageId": "m-1",                                // Google: the Pub/Sub message id (dedup key)
 ///       "receivedAt": 1893456001000,                       // default: the notification's own time + 1 s
 ///       "expect": [ { "type": "initial_purchase", "data": { ...fields that must match... } } ],
@@ -124,15 +126,29 @@ final class ScenarioHarness: Sendable {
     /// The receive time of the current step: the backend's clock and the Play API's answers follow it.
     let now = LockedBox<Int64>(Fixtures.signedDate)
     let play = LockedBox<JSON>(.null)
+    let stripe = LockedBox<JSON>(.null)
     private let backendGroup: ServiceGroup
     private let backendTask: Task<Void, any Error>
     private let playServer: TestHTTPServer
 
     static let apiKey = "scenario-key"
+    static let stripeKey = "rk_test_scenario"
 
     init() async throws {
         let play = self.play
+        let stripe = self.stripe
         playServer = try await TestHTTPServer { request in
+            if request.path.hasPrefix("/stripe/v1/charges/") {
+                // Stripe's API: the key and the pinned version the client must send, then the step's charge.
+                guard request.headers["authorization"] == "Bearer \(Self.stripeKey)", request.headers["stripe-version"] == "2024-06-20" else {
+                    return TestHTTPResponse(status: 401, text: #"{"error": {"type": "invalid_request_error"}}"#)
+                }
+                let charge = stripe.value["charge"]
+                guard let charge, !charge.isNull, request.path.contains(charge["id"]?.stringValue ?? "-"), request.path.contains("expand") else {
+                    return TestHTTPResponse(status: 404, text: #"{"error": {"type": "invalid_request_error", "code": "resource_missing"}}"#)
+                }
+                return TestHTTPResponse(body: charge.serialized())
+            }
             if request.path.hasSuffix("/token") {
                 return TestHTTPResponse(text: #"{"access_token": "play-token", "expires_in": 3600, "token_type": "Bearer"}"#)
             }
@@ -140,7 +156,10 @@ final class ScenarioHarness: Sendable {
             if let status = answers["$status"]?.int64Value {  // a failing Play API, for the error tests
                 return TestHTTPResponse(status: Int(status), text: #"{"error": {"code": \#(status), "message": "test"}}"#)
             }
-            let document = request.path.contains("/subscriptionsv2/") ? answers["subscription"] : answers["product"]
+            // "tokens": {token: SubscriptionPurchaseV2} answers for other purchase tokens (a replaced purchase).
+            let token = request.path.split(separator: "/").last.map(String.init)?.removingPercentEncoding ?? ""
+            let document = request.path.contains("/subscriptionsv2/")
+                ? answers["tokens"]?[token] ?? answers["subscription"] : answers["product"]
             guard let document, !document.isNull else {
                 return TestHTTPResponse(status: 404, text: #"{"error": {"code": 404, "message": "The purchase token was not found."}}"#)
             }
@@ -187,7 +206,7 @@ final class ScenarioHarness: Sendable {
               pushServiceAccount: "pubsub-push@example.iam.gserviceaccount.com"
               jwks: google/jwks.json
               playApi: { baseUrl: "\(playURL)", tokenUrl: "\(playURL)/token", serviceAccountKey: google/service-account.json }
-            stripe: { signingSecrets: ["whsec_test_secret"] }
+            stripe: { signingSecrets: ["whsec_test_secret"], api: { baseUrl: "\(playURL)/stripe", secretKey: "\(stripeKey)" } }
             paddle: { secretKeys: ["pdl_ntfset_scenario_secret"] }
             products:
               - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }

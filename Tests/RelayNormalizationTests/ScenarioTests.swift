@@ -35,6 +35,7 @@ import Testing
             var notification = resolveTemplates(step["notification"] ?? .null, templates)
             var messageId = step["messageId"]?.stringValue
             var play = resolveTemplates(step["play"] ?? .null, templates)
+            let stripe = resolveTemplates(step["stripe"] ?? .null, templates)
             var receivedAt = step["receivedAt"]?.int64Value ?? ScenarioHarness.eventTime(store: store, notification).map { $0 + 1000 } ?? Fixtures.signedDate
             if let resend = step["resend"]?.int64Value.map(Int.init) {
                 let original = try #require(sent.indices.contains(resend) ? sent[resend] : nil, "\(label): resend of an unknown step")
@@ -44,6 +45,7 @@ import Testing
             sent.append((notification, messageId, receivedAt, play))
             harness.now.withLock { $0 = receivedAt }
             harness.play.withLock { $0 = play }
+            harness.stripe.withLock { $0 = stripe }
 
             let raw = harness.request(store: store, notification: notification, messageId: messageId, receivedAt: receivedAt)
             let verdict = try await harness.verifier.verify(raw)
