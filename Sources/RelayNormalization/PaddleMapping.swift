@@ -156,7 +156,9 @@ enum PaddleMapping {
             state.originalAppUserId = mapping.appUserId
             state.sourceTimestamp = mapping.eventTime
             if let periodEnd { state.expiresAt = max(periodEnd, state.expiresAt ?? periodEnd) }
-            if origin == "subscription_recurring" {
+            // A recurring payment, or a charge for a change made now (origin subscription_update: a plan
+            // change's proration, which the product_change beside it does not carry).
+            if origin == "subscription_recurring" || (origin == "subscription_update" && (amount?.value ?? 0) > 0) {
                 var renewal = draft
                 renewal.isTrialConversion = prior?.periodType == .trial
                 // A discount still applying to this payment makes the period PROMOTIONAL, as at the purchase.
@@ -168,7 +170,7 @@ enum PaddleMapping {
                 mapping.events = [renewal]
             }
             // web/api: the first payment of a subscription whose subscription.created is the initial
-            // purchase; subscription_update and the rest: state only.
+            // purchase; the rest (a credited update, subscription_charge): state only.
             mapping.state = state
             return
         }

@@ -206,10 +206,10 @@ enum StripeMapping {
         state.lastTransactionId = invoice.text("id")
         if let periodEnd { state.expiresAt = max(periodEnd, state.expiresAt ?? periodEnd) }
         let paid = invoice.integer("amount_paid") ?? 0
-        // Ending a trial early (trial_end now) bills the first paid period with a subscription_update
-        // invoice; during a trial a plan change costs nothing, so a paid one is the conversion.
-        let endsTrial = reason == "subscription_update" && prior?.periodType == .trial && paid > 0
-        if reason == "subscription_cycle" || endsTrial {
+        // A paid subscription_update invoice is money for a change made now: a plan change's proration
+        // (the product_change beside it moves none), or ending a trial early (trial_end now), which bills the
+        // first paid period; during a trial a plan change costs nothing, so a paid one is the conversion.
+        if reason == "subscription_cycle" || (reason == "subscription_update" && paid > 0) {
             draft.amount = Amount.stripeMinorUnits(Decimal(paid), currency)
             if let tax, Decimal(paid) - tax > 0 { draft.taxPercentage = tax / (Decimal(paid) - tax) }
             draft.isTrialConversion = prior?.periodType == .trial
@@ -221,8 +221,8 @@ enum StripeMapping {
             state.periodType = draft.periodType
             mapping.events = [draft]
         }
-        // subscription_create: customer.subscription.created is the initial purchase; subscription_update
-        // (after the trial): the proration of a product change. Both update the state only.
+        // subscription_create: customer.subscription.created is the initial purchase; an unpaid (credited)
+        // subscription_update: nothing was charged. Both update the state only.
         mapping.state = state
     }
 
