@@ -466,7 +466,7 @@ struct AppliedContext {
     var api: StoreAPIData?
 
     /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
-    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], api: StoreAPIData?, transactionsRead: [String] = []) {
+    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], api: StoreAPIData?, transactionsRead: [String]) {
         self.receivedAt = receivedAt
         self.prior = prior.map {
             var stripped = $0

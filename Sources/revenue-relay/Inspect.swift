@@ -17,7 +17,7 @@ struct Inspect: AsyncParsableCommand {
             FILE is the request body exactly as the store POSTed it ('-' reads stdin); for Apple, the \
             {"signedPayload": ...} object. Pass the signature headers the store sent with --header. \
             Exit 0: accepted; 65: rejected (the reason and detail are printed); 64: bad arguments; \
-            69: Google's keys or the Play Developer API could not be reached; 78: bad configuration.
+            69: Google's keys, the Play Developer API or Stripe's API could not be reached; 78: bad configuration.
             """
     )
 

@@ -54,6 +54,17 @@ import Testing
         #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x], tolerence: 5s } }]")?.key == "apps[0].stripe.tolerence")
     }
 
+    @Test func stripeAPIIsOptionalAndItsKeyComesFromTheEnvironment() throws {
+        let app = "apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x]"
+        #expect(try parse(app + " } }]").app("a")?.stripe?.api == nil)
+        let configured = try parse(app + ", api: { secretKey: \"${STRIPE_API_KEY}\" } } }]", environment: ["STRIPE_API_KEY": "rk_live_1"])
+        #expect(configured.app("a")?.stripe?.api?.secretKey == "rk_live_1")
+        #expect(configured.app("a")?.stripe?.api?.baseUrl == "https://api.stripe.com")
+        #expect(error(app + ", api: { baseUrl: \"https://api.stripe.com\" } } }]")?.key == "apps[0].stripe.api.secretKey")
+        #expect(error(app + ", api: { secretKey: k, baseUrl: \"ftp://x\" } } }]")?.key == "apps[0].stripe.api.baseUrl")
+        #expect(error(app + ", api: { secretKey: k, version: x } } }]")?.key == "apps[0].stripe.api.version")
+    }
+
     @Test func badValuesNameTheirKey() {
         #expect(error("ingest: { maxBodyBytes: lots }")?.key == "ingest.maxBodyBytes")
         #expect(error("ingest: { listen: \"8080\" }")?.key == "ingest.listen")

@@ -32,6 +32,38 @@ import Testing
         #expect(fields.missingRate == nil)
     }
 
+    /// The configuration holds units of each currency per USD (EUR 0.92); an event's `exchangeRate` is the
+    /// inverse, USD per unit of the purchased currency, so price = priceInPurchasedCurrency × exchangeRate.
+    @Test func exchangeRateIsUSDPerUnitOfThePurchasedCurrency() {
+        for (amount, currency) in [("9.99", "EUR"), ("1500", "JPY"), ("-4.99", "EUR"), ("0.99", "USD")] {
+            let fields = MoneyFields.compute(
+                amount: Amount(Decimal(string: amount)!, currency), taxPercentage: nil, storeName: "PLAY_STORE", money: money, rates: rates)
+            let rate = try! #require(fields.exchangeRate)
+            let price = try! #require(fields.price)
+            #expect(MoneyFields.round(fields.priceInPurchasedCurrency! * rate, 2) == price, "\(amount) \(currency)")
+        }
+        #expect(MoneyFields.compute(amount: Amount(1500, "JPY"), taxPercentage: nil, storeName: "STRIPE", money: money, rates: rates).price == 10)
+    }
+
+    @Test func aFreeAmountIsZeroUSDInAnyCurrencyAndEarningsSetProceeds() {
+        let trial = MoneyFields.compute(amount: Amount(0, "INR"), taxPercentage: nil, storeName: "PLAY_STORE", money: money, rates: rates)
+        #expect(trial.price == 0)
+        #expect(trial.proceeds == 0)
+        #expect(trial.exchangeRate == nil)
+        #expect(trial.currencyCode == "INR")
+        #expect(trial.missingRate == nil)
+        let unknownCurrency = MoneyFields.compute(amount: Amount(0, ""), taxPercentage: nil, storeName: "PLAY_STORE", money: money, rates: rates)
+        #expect(unknownCurrency.price == 0)
+        #expect(unknownCurrency.currencyCode == nil)
+        // Paddle's earnings (total less tax and fee) are the proceeds; the commission is what they leave.
+        let earned = MoneyFields.compute(
+            amount: Amount(Decimal(string: "23.79")!, "EUR"), earnings: Amount(Decimal(string: "18.30")!, "EUR"), taxPercentage: Decimal(string: "3.80")! / Decimal(string: "19.99")!,
+            storeName: "PADDLE", money: money, rates: rates)
+        #expect(earned.proceeds == Decimal(string: "19.89")!)  // 18.30 EUR / 0.92
+        #expect(earned.takehomePercentage == Decimal(string: "0.9155")!)  // 18.30 of the 19.99 without tax
+        #expect(earned.commissionPercentage == Decimal(string: "0.0845")!)
+    }
+
     @Test func aCurrencyWithoutARateLeavesTheUSDFieldsNullNeverZero() {
         let fields = MoneyFields.compute(amount: Amount(5, "CHF"), taxPercentage: nil, storeName: "PLAY_STORE", money: money, rates: rates)
         #expect(fields.price == nil)

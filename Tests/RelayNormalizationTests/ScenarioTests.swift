@@ -28,21 +28,22 @@ import Testing
     private func run(_ scenario: Scenario, store: Store, templates: [String: JSON], steps: [JSON], harness: ScenarioHarness) async throws {
         let document = scenario.document
 
-        var sent: [(notification: JSON, messageId: String?, receivedAt: Int64, play: JSON)] = []
+        var sent: [(notification: JSON, messageId: String?, receivedAt: Int64, play: JSON, stripe: JSON)] = []
         var produced: [[StandardEvent]] = []
         for (index, step) in steps.enumerated() {
             let label = "\(scenario.file) step \(index)"
             var notification = resolveTemplates(step["notification"] ?? .null, templates)
             var messageId = step["messageId"]?.stringValue
             var play = resolveTemplates(step["play"] ?? .null, templates)
-            let stripe = resolveTemplates(step["stripe"] ?? .null, templates)
+            var stripe = resolveTemplates(step["stripe"] ?? .null, templates)
             var receivedAt = step["receivedAt"]?.int64Value ?? ScenarioHarness.eventTime(store: store, notification).map { $0 + 1000 } ?? Fixtures.signedDate
             if let resend = step["resend"]?.int64Value.map(Int.init) {
                 let original = try #require(sent.indices.contains(resend) ? sent[resend] : nil, "\(label): resend of an unknown step")
                 (notification, messageId, receivedAt) = (original.notification, original.messageId, original.receivedAt)
                 if play.isNull { play = original.play }
+                if stripe.isNull { stripe = original.stripe }
             }
-            sent.append((notification, messageId, receivedAt, play))
+            sent.append((notification, messageId, receivedAt, play, stripe))
             harness.now.withLock { $0 = receivedAt }
             harness.play.withLock { $0 = play }
             harness.stripe.withLock { $0 = stripe }
