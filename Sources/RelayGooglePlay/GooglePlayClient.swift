@@ -78,19 +78,12 @@ public final class GooglePlayClient: Sendable {
         guard !packageName.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the package name is empty") }
         guard !purchaseToken.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the purchase token is empty") }
         let url = baseURL + "/androidpublisher/v3/" + segments.map(PercentEncoding.pathSegment).joined(separator: "/")
-        var attempt = 0
-        while true {
-            do throws(PlayAPIError) {
-                return try await authorizedGet(url, what: what, packageName: packageName)
-            } catch {
-                guard error.isRetriable, attempt < Self.retryDelays.count else { throw error }
-                logger.debug(
-                    "Play Developer API call failed; retrying",
-                    metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(attempt + 1)", LogKey.error: "\(error)"])
-                let failure = error
-                do { try await Task.sleep(for: Self.retryDelays[attempt]) } catch { throw failure }
-                attempt += 1
-            }
+        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug(
+                "Play Developer API call failed; retrying",
+                metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(PlayAPIError) in
+            try await authorizedGet(url, what: what, packageName: packageName)
         }
     }
 

@@ -63,17 +63,10 @@ public final class StripeClient: Sendable {
     public func charge(_ id: String) async throws(StripeAPIError) -> JSON {
         guard !id.isEmpty else { throw StripeAPIError(kind: .rejected, message: "the charge id is empty") }
         let url = baseURL + "/v1/charges/" + PercentEncoding.pathSegment(id) + "?expand%5B%5D=invoice"
-        var attempt = 0
-        while true {
-            do throws(StripeAPIError) {
-                return try await get(url, what: "charge \(id)")
-            } catch {
-                guard error.isRetriable, attempt < Self.retryDelays.count else { throw error }
-                logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(attempt + 1)", LogKey.error: "\(error)"])
-                let failure = error
-                do { try await Task.sleep(for: Self.retryDelays[attempt]) } catch { throw failure }
-                attempt += 1
-            }
+        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StripeAPIError) in
+            try await get(url, what: "charge \(id)")
         }
     }
 

@@ -1,0 +1,44 @@
+import RelayCore
+import Synchronization
+import Testing
+
+@Suite struct RetryTests {
+    struct Failure: Error, Equatable {
+        var retriable: Bool
+        var attempt: Int
+    }
+
+    @Test func retriesARetriableFailureOncePerDelayThenThrowsTheLast() async {
+        let attempts = Mutex(0)
+        let retries = Mutex<[Int]>([])
+        await #expect(throws: Failure(retriable: true, attempt: 3)) {
+            try await withRetries(delays: [.milliseconds(1), .milliseconds(1)], isRetriable: \Failure.retriable) { _, retry in
+                retries.withLock { $0.append(retry) }
+            } _: { () async throws(Failure) -> Int in
+                let attempt = attempts.withLock { $0 += 1; return $0 }
+                throw Failure(retriable: true, attempt: attempt)
+            }
+        }
+        #expect(attempts.withLock { $0 } == 3)
+        #expect(retries.withLock { $0 } == [1, 2])
+    }
+
+    @Test func stopsAtTheFirstSuccessOrAFailureThatIsNotRetriable() async throws {
+        let attempts = Mutex(0)
+        let value = try await withRetries(delays: [.milliseconds(1), .milliseconds(1)], isRetriable: \Failure.retriable) {
+            () async throws(Failure) -> Int in
+            let attempt = attempts.withLock { $0 += 1; return $0 }
+            if attempt < 2 { throw Failure(retriable: true, attempt: attempt) }
+            return attempt
+        }
+        #expect(value == 2)
+        attempts.withLock { $0 = 0 }
+        await #expect(throws: Failure(retriable: false, attempt: 1)) {
+            try await withRetries(delays: [.milliseconds(1)], isRetriable: \Failure.retriable) { () async throws(Failure) -> Int in
+                let attempt = attempts.withLock { $0 += 1; return $0 }
+                throw Failure(retriable: false, attempt: attempt)
+            }
+        }
+        #expect(attempts.withLock { $0 } == 1)
+    }
+}
