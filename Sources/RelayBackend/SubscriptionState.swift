@@ -56,6 +56,9 @@ public struct SubscriptionState: Sendable, Equatable {
     /// refund names (an Apple transaction, a Google order, a Stripe invoice, a Paddle transaction) is
     /// looked up here for its product, purchase time and amount.
     public var transactions: [Transaction]
+    /// An `expiration` was sent for the current lapse: access ended and has not come back since. The
+    /// store's own later expiration of the same lapse then sends no second one.
+    public var expirationSent: Bool
 
     /// One payment: its store id, what it bought, when, and what it cost in the purchased currency.
     public struct Transaction: Sendable, Equatable {
@@ -113,7 +116,7 @@ public struct SubscriptionState: Sendable, Equatable {
         store: Store, originalTransactionId: String, applicationId: Int, originalAppUserId: String? = nil, appUserIds: [String] = [],
         productId: String, productGroupId: String? = nil, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
         gracePeriodExpiresAt: Int64? = nil, environment: String = "PRODUCTION", lastTransactionId: String? = nil, sourceTimestamp: Int64,
-        version: Int64 = 0, recentNotifications: [RecentNotification] = [], transactions: [Transaction] = []
+        version: Int64 = 0, recentNotifications: [RecentNotification] = [], transactions: [Transaction] = [], expirationSent: Bool = false
     ) {
         self.store = store
         self.originalTransactionId = originalTransactionId
@@ -133,6 +136,7 @@ public struct SubscriptionState: Sendable, Equatable {
         self.version = version
         self.recentNotifications = recentNotifications
         self.transactions = transactions
+        self.expirationSent = expirationSent
     }
 
     /// Whether the subscription gives access at `now` (Unix milliseconds): active or in its grace
@@ -174,6 +178,7 @@ public struct SubscriptionState: Sendable, Equatable {
         object["productGroupId"] = productGroupId.map(JSON.string) ?? .null
         object["recentNotifications"] = .array(recentNotifications.map { ["id": .string($0.id), "context": $0.context] })
         object["transactions"] = .array(transactions.map(\.json))
+        object["expirationSent"] = .bool(expirationSent)
         return .object(object)
     }
 
@@ -243,6 +248,11 @@ public struct SubscriptionState: Sendable, Equatable {
                 transactions.append(transaction)
             }
         }
+        var expirationSent = false
+        if let value = object["expirationSent"], !value.isNull {
+            guard let flag = value.boolValue else { throw DecodingError(field: "expirationSent", message: "expected a boolean") }
+            expirationSent = flag
+        }
         var autoRenew = true
         if let value = object["autoRenew"], !value.isNull {
             guard let flag = value.boolValue else { throw DecodingError(field: "autoRenew", message: "expected a boolean") }
@@ -254,7 +264,8 @@ public struct SubscriptionState: Sendable, Equatable {
             productGroupId: try optionalString("productGroupId"), status: status, periodType: periodType, autoRenew: autoRenew, expiresAt: try optionalInteger("expiresAt"),
             gracePeriodExpiresAt: try optionalInteger("gracePeriodExpiresAt"), environment: try optionalString("environment") ?? "PRODUCTION",
             lastTransactionId: try optionalString("lastTransactionId"), sourceTimestamp: sourceTimestamp,
-            version: try optionalInteger("version") ?? 0, recentNotifications: recent, transactions: transactions)
+            version: try optionalInteger("version") ?? 0, recentNotifications: recent, transactions: transactions,
+            expirationSent: expirationSent)
     }
 }
 

@@ -94,6 +94,17 @@ enum GoogleMapping {
             draft.type = .initialPurchase
             draft.purchasedAt = facts.startedAt ?? eventTime
             draft.sdkEvents = SDKEvent.purchase(facts.periodType)
+            if purchase.text("linkedPurchaseToken") != nil, facts.periodType == .normal {
+                // What the change charged now, by Play's replacement mode: nothing with time proration or
+                // without proration (the new price comes with the next renewal), an amount Play's answer does
+                // not hold with a prorated charge; the full price with CHARGE_FULL_PRICE or DEFERRED (which
+                // takes effect at a renewal), and when Play does not say.
+                switch facts.replacementMode {
+                case "WITH_TIME_PRORATION", "WITHOUT_PRORATION": draft.amount = facts.recurringPrice.map { Amount(0, $0.currency) }
+                case "CHARGE_PRORATED_PRICE": draft.amount = nil
+                default: break
+                }
+            }
             mapping.events = [draft]
             // The replaced product is `lineItems[].itemReplacement` when Play reports it, else the old token's
             // stored state or Play's answer for it (fetched by the normalizer). A product_change moves no money.
@@ -231,7 +242,7 @@ enum GoogleMapping {
         let partial = voided.integer("refundType") == 2
         // The voided order as the relay recorded it when it was paid: its product, time and price. A partial
         // (quantity-based) refund's amount is not reported: null.
-        let paid = mapping.recorded(orderId, in: prior)
+        let paid = mapping.recorded(orderId, in: input.history)
         var draft = EventDraft(
             type: .cancellation, periodType: paid?.periodType ?? .normal, productId: paid?.productId ?? prior?.productId, transactionId: orderId,
             purchasedAt: paid?.purchasedAt, cancelReason: Reason.customerSupport)
@@ -291,6 +302,8 @@ private struct SubscriptionFacts {
     var replaced: Bool
     /// The `productId:basePlanId` this purchase replaced (`lineItems[].itemReplacement`), when Play says.
     var replacedProductId: String?
+    /// How the replacement was billed (`itemReplacement.replacementMode`), when Play says.
+    var replacementMode: String?
 
     init?(_ purchase: JSON, eventTime: Int64) {
         guard let line = purchase["lineItems"]?.arrayValue?.first, let product = line.text("productId") else { return nil }
@@ -299,6 +312,7 @@ private struct SubscriptionFacts {
         subscriptionId = product
         if let replacement = line.present("itemReplacement"), let replacedProduct = replacement.text("productId") {
             replacedProductId = replacement.text("basePlanId").map { "\(replacedProduct):\($0)" } ?? replacedProduct
+            replacementMode = replacement.text("replacementMode")
         }
         expiresAt = Timestamp.milliseconds(line.text("expiryTime"))
         startedAt = Timestamp.milliseconds(purchase.text("startTime"))

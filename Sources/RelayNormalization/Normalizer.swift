@@ -114,7 +114,7 @@ public final class Normalizer: Sendable {
                 try await stateStore.subscription(store: .stripe, originalTransactionId: subject)
             }
             if purchase == nil {
-                input.api = StoreAPIData(charge: try await fetchCharge(charge, client: client, app: app))
+                input.api = StoreAPIData(charge: StripeMapping.trimmedCharge(try await fetchCharge(charge, client: client, app: app)))
                 subject = map(input, prior: nil).subject ?? subject
             }
         }
@@ -153,6 +153,15 @@ public final class Normalizer: Sendable {
             // so that a repeat yields these events rather than ones built from a later state.
             if next == nil, let current, notification.notificationId != nil, !result.events.isEmpty {
                 next = current
+            }
+            // The lapse marker: cleared when access is back, set by the lapse's expiration.
+            if var state = next {
+                if state.grantsAccess {
+                    state.expirationSent = false
+                } else if result.events.contains(where: { $0.type == .expiration }) {
+                    state.expirationSent = true
+                }
+                next = state
             }
             guard var state = next else {
                 return build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
@@ -199,18 +208,22 @@ public final class Normalizer: Sendable {
     /// notification means cannot be read off a newer state (a late Paddle update diffed against it
     /// would invent a product change back), so it is mapped on its own, and `merge` keeps the newer state.
     ///
-    /// One expiration per lapse: access ends with the first notification that ends it (an account hold,
-    /// a pause, a grace period running out, a last failed payment, a revocation, a refund), and the
-    /// store's own expiration of the same lapse, arriving when the prior state already gives no access,
-    /// adds no second `expiration`.
+    /// One expiration per lapse: once an `expiration` went out for a lapse (`expirationSent`: an account
+    /// hold, a pause, a grace period running out, a last failed payment, or the store's expiration), the
+    /// store's later expiration of the same lapse sends none. A late notification's expiration is dropped
+    /// when the stored, newer state has access again (that lapse is over) or its lapse already had one; its
+    /// billing issue still counts (it happened).
     private func mapAgainst(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        var input = input
+        input.history = prior?.transactions ?? []
         var mapping = map(input, prior: prior)
         if let prior, mapping.eventTime < prior.sourceTimestamp {
-            var late = input
-            late.late = true
-            return map(late, prior: nil)
+            input.late = true
+            mapping = map(input, prior: nil)
+            if prior.grantsAccess || prior.expirationSent { mapping.events.removeAll { $0.type == .expiration } }
+            return mapping
         }
-        if let prior, !prior.grantsAccess { mapping.events.removeAll { $0.type == .expiration } }
+        if prior?.expirationSent == true { mapping.events.removeAll { $0.type == .expiration } }
         return mapping
     }
 
@@ -220,6 +233,7 @@ public final class Normalizer: Sendable {
         guard var state = mapping.state else { return nil }
         state.recentNotifications = current?.recentNotifications ?? []
         state.transactions = current?.transactions ?? []
+        state.expirationSent = current?.expirationSent ?? false
         state.version = current?.version ?? 0
         if let current {
             if mapping.eventTime < current.sourceTimestamp {

@@ -19,7 +19,7 @@ enum PaddleMapping {
         case "transaction.completed":
             transaction(data, input, prior: prior, into: &mapping)
         case "adjustment.created", "adjustment.updated":
-            adjustment(data, prior: prior, into: &mapping)
+            adjustment(data, input, prior: prior, into: &mapping)
         default:
             mapping.recognized = false
         }
@@ -46,9 +46,12 @@ enum PaddleMapping {
         // A trial that has ended stays TRIAL until the transaction paying the first period after it
         // (transaction.completed, subscription_recurring) reports the conversion: subscription.activated and
         // subscription.updated (or past_due when that payment fails) come before it completes.
-        // subscription.activated says so itself: "any trial period has elapsed and Paddle has successfully
-        // billed the customer", also when the trial's start was never seen (unless that payment came first).
-        let trialEnded = prior?.periodType == .trial || (type == "subscription.activated" && prior == nil && !input.late)
+        // subscription.activated of a subscription with a trial (its item's price has a trial period, or the
+        // item still names its trial dates) says the trial elapsed and was billed, also when the trial's start
+        // was never seen (unless that payment came first). Paddle sends activated for a subscription without a
+        // trial too: that is no conversion.
+        let hasTrial = item?.present("trial_dates") != nil || item?["price"]?.present("trial_period") != nil
+        let trialEnded = prior?.periodType == .trial || (type == "subscription.activated" && hasTrial && prior == nil && !input.late)
         let statePeriodType = trialEnded && ["active", "past_due"].contains(paddleStatus) ? .trial : periodType
         let expiresAt = Timestamp.milliseconds(subscription["current_billing_period"]?.text("ends_at"))
             ?? Timestamp.milliseconds(subscription.text("canceled_at"))
@@ -190,7 +193,7 @@ enum PaddleMapping {
         }
     }
 
-    private static func adjustment(_ adjustment: JSON, prior: SubscriptionState?, into mapping: inout StoreMapping) {
+    private static func adjustment(_ adjustment: JSON, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping) {
         guard let id = adjustment.text("id") else { return }
         mapping.subject = adjustment.text("subscription_id") ?? adjustment.text("transaction_id")
         // Only an approved refund or chargeback moves money back, and an approved chargeback_reverse (Paddle
@@ -205,7 +208,7 @@ enum PaddleMapping {
         let tax = Amount.paddleMinorUnits(totals?.text("tax"), currency)
         let earnings = Amount.paddleMinorUnits(totals?.text("earnings"), currency)
         // The adjusted transaction as the relay recorded it when it was paid: its product and time.
-        let paid = mapping.recorded(adjustment.text("transaction_id"), in: prior)
+        let paid = mapping.recorded(adjustment.text("transaction_id"), in: input.history)
         var draft = EventDraft(
             type: reversal ? .refundReversed : .cancellation, periodType: paid?.periodType ?? .normal, productId: paid?.productId ?? prior?.productId,
             transactionId: adjustment.text("transaction_id"), purchasedAt: paid?.purchasedAt, expirationAt: prior?.autoRenew == true ? prior?.expiresAt : nil,

@@ -55,9 +55,9 @@ struct StoreMapping {
     /// notification so that a repeat maps the same.
     var transactionsRead: [String] = []
 
-    /// The prior state's recorded payment with this store id, remembered as read.
-    mutating func recorded(_ id: String?, in prior: SubscriptionState?) -> SubscriptionState.Transaction? {
-        guard let found = prior?.transaction(id) else { return nil }
+    /// The recorded payment with this store id (`MappingInput.history`), remembered as read.
+    mutating func recorded(_ id: String?, in history: [SubscriptionState.Transaction]) -> SubscriptionState.Transaction? {
+        guard let id, let found = history.last(where: { $0.id == id }) else { return nil }
         if !transactionsRead.contains(found.id) { transactionsRead.append(found.id) }
         return found
     }
@@ -72,6 +72,8 @@ struct MappingInput {
     /// The notification is older than the stored state, so it is mapped without it (`prior` is nil even
     /// though the subscription is known).
     var late = false
+    /// The subscription's recorded payments (also for a late notification), for a refund to look up.
+    var history: [SubscriptionState.Transaction] = []
     /// What a store's API said about this notification (Google's Play Developer API, Stripe's API).
     var api: StoreAPIData?
 }

@@ -11,6 +11,24 @@ enum StripeMapping {
         return event["data"]?["object"]?.text("id")
     }
 
+    /// What the refund mapping reads of Stripe's answer for a charge, and nothing else: the answer is
+    /// recorded with the notification (so a repeat maps the same), and the charge's billing details,
+    /// e-mail and card must not be.
+    static func trimmedCharge(_ charge: JSON?) -> JSON? {
+        guard let charge else { return nil }
+        guard let invoice = charge.present("invoice"), case .object = invoice else { return ["id": charge["id"] ?? .null, "invoice": .null] }
+        let lines = (invoice["lines"]?["data"]?.arrayValue ?? []).map { line -> JSON in
+            ["price": ["id": SubscriptionFacts.price(of: line)?["id"] ?? .null], "proration": line["proration"] ?? .null]
+        }
+        return [
+            "id": charge["id"] ?? .null,
+            "invoice": [
+                "id": invoice["id"] ?? .null, "subscription": invoice["subscription"] ?? .null, "lines": ["data": .array(lines)],
+                "subscription_details": ["metadata": ["app_user_id": invoice["subscription_details"]?["metadata"]?["app_user_id"] ?? .null]],
+            ],
+        ]
+    }
+
     static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         let event = input.notification.payload
         let type = event.text("type") ?? ""
@@ -243,16 +261,16 @@ enum StripeMapping {
         // `stripe.api` is configured); without it the refund stands alone and changes no state.
         let paymentIntent = charge.text("payment_intent") ?? charge["payment_intent"]?.text("id")
         let invoice = input.api?.charge?.present("invoice")
-        let subscriptionId = invoice.flatMap { $0.text("subscription") ?? $0["subscription"]?.text("id") ?? $0["parent"]?["subscription_details"]?.text("subscription") }
+        let subscriptionId = invoice.flatMap { $0.text("subscription") ?? $0["subscription"]?.text("id") }
         mapping.subject = subscriptionId ?? paymentIntent ?? NotificationSubject.extract(store: .stripe, document: event)
         let purchase = prior.flatMap { !$0.autoRenew && $0.originalTransactionId == paymentIntent ? $0 : nil }
         let subscription = prior.flatMap { subscriptionId != nil && $0.originalTransactionId == subscriptionId ? $0 : nil }
         // What was refunded: the invoice as the relay recorded it when it was paid, else the invoice's own line.
         let invoiceId = invoice?.text("id")
-        let paid = mapping.recorded(invoiceId, in: subscription)
+        let paid = mapping.recorded(invoiceId, in: input.history)
         let line = invoice?["lines"]?["data"]?.arrayValue?.first { !isProration($0) } ?? invoice?["lines"]?["data"]?.arrayValue?.first
-        let linePrice = line.flatMap { SubscriptionFacts.price(of: $0)?.text("id") ?? $0["pricing"]?["price_details"]?.text("price") }
-        let details = invoice?.present("subscription_details") ?? invoice?["parent"]?.present("subscription_details")
+        let linePrice = line.flatMap { SubscriptionFacts.price(of: $0)?.text("id") }
+        let details = invoice?.present("subscription_details")
         mapping.appUserId = charge["metadata"]?.text("app_user_id") ?? purchase?.originalAppUserId ?? subscription?.originalAppUserId
             ?? details?["metadata"]?.text("app_user_id")
         // amount_refunded is cumulative: this refund is what it grew by.

@@ -34,15 +34,19 @@ import Testing
 
     /// The configuration holds units of each currency per USD (EUR 0.92); an event's `exchangeRate` is the
     /// inverse, USD per unit of the purchased currency, so price = priceInPurchasedCurrency × exchangeRate.
-    @Test func exchangeRateIsUSDPerUnitOfThePurchasedCurrency() {
+    @Test func exchangeRateIsUSDPerUnitOfThePurchasedCurrency() throws {
         for (amount, currency) in [("9.99", "EUR"), ("1500", "JPY"), ("-4.99", "EUR"), ("0.99", "USD")] {
             let fields = MoneyFields.compute(
                 amount: Amount(Decimal(string: amount)!, currency), taxPercentage: nil, storeName: "PLAY_STORE", money: money, rates: rates)
-            let rate = try! #require(fields.exchangeRate)
-            let price = try! #require(fields.price)
-            #expect(MoneyFields.round(fields.priceInPurchasedCurrency! * rate, 2) == price, "\(amount) \(currency)")
+            let rate = try #require(fields.exchangeRate)
+            let price = try #require(fields.price)
+            let paid = try #require(fields.priceInPurchasedCurrency)
+            #expect(MoneyFields.round(paid * rate, 2) == price, "\(amount) \(currency)")
         }
-        #expect(MoneyFields.compute(amount: Amount(1500, "JPY"), taxPercentage: nil, storeName: "STRIPE", money: money, rates: rates).price == 10)
+        // Concrete values: 150 JPY per USD is 1/150 USD per JPY.
+        let yen = MoneyFields.compute(amount: Amount(1500, "JPY"), taxPercentage: nil, storeName: "STRIPE", money: money, rates: rates)
+        #expect(yen.price == 10)
+        #expect(yen.exchangeRate == Decimal(string: "0.006667")!)
     }
 
     @Test func aFreeAmountIsZeroUSDInAnyCurrencyAndEarningsSetProceeds() {

@@ -16,6 +16,7 @@ import Testing
 ///
 /// ```json
 /// { "description": "...", "store": "apple", "user": "user-1",
+///   "stripeApi": false,                                    // default true: the app configures stripe.api
 ///   "templates": { "tx": { ...shared fields... } },
 ///   "steps": [
 ///     { "notification": { "$base": "tx", ...overrides },   // "$base" merges a template under the object
@@ -134,7 +135,8 @@ final class ScenarioHarness: Sendable {
     static let apiKey = "scenario-key"
     static let stripeKey = "rk_test_scenario"
 
-    init() async throws {
+    /// - Parameter stripeAPI: whether the app configures `stripe.api` (a fake Stripe API on 127.0.0.1).
+    init(stripeAPI: Bool = true) async throws {
         let play = self.play
         let stripe = self.stripe
         playServer = try await TestHTTPServer { request in
@@ -167,7 +169,8 @@ final class ScenarioHarness: Sendable {
         }
         let database = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scenario") + "/backend.sqlite").path
         configuration = try RelayConfiguration.parse(
-            yaml: Self.yaml(database: database, playURL: playServer.baseURL), baseDirectory: Fixtures.directory.path, environment: [:])
+            yaml: Self.yaml(database: database, playURL: playServer.baseURL, stripeAPI: stripeAPI), baseDirectory: Fixtures.directory.path,
+            environment: [:])
         let now = self.now
         let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: database), clock: { now.value })
         let ports = AsyncStream.makeStream(of: Int.self)
@@ -192,8 +195,9 @@ final class ScenarioHarness: Sendable {
         await playServer.stop()
     }
 
-    static func yaml(database: String, playURL: String) -> String {
-        """
+    static func yaml(database: String, playURL: String, stripeAPI: Bool) -> String {
+        let stripeAPIConfiguration = stripeAPI ? ", api: { baseUrl: \"\(playURL)/stripe\", secretKey: \"\(stripeKey)\" }" : ""
+        return """
         backend: { url: "http://127.0.0.1:1", apiKey: "\(apiKey)", database: "\(database)", listen: "127.0.0.1:0", entitlementsTTL: 60s }
         apps:
           - key: demo
@@ -206,7 +210,7 @@ final class ScenarioHarness: Sendable {
               pushServiceAccount: "pubsub-push@example.iam.gserviceaccount.com"
               jwks: google/jwks.json
               playApi: { baseUrl: "\(playURL)", tokenUrl: "\(playURL)/token", serviceAccountKey: google/service-account.json }
-            stripe: { signingSecrets: ["whsec_test_secret"], api: { baseUrl: "\(playURL)/stripe", secretKey: "\(stripeKey)" } }
+            stripe: { signingSecrets: ["whsec_test_secret"]\(stripeAPIConfiguration) }
             paddle: { secretKeys: ["pdl_ntfset_scenario_secret"] }
             products:
               - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }

@@ -15,7 +15,7 @@ import Testing
         let store = try #require(document["store"]?.stringValue.flatMap(Store.init(rawValue:)), "\(scenario.file): \"store\" is missing")
         let templates = document["templates"]?.objectValue ?? [:]
         let steps = try #require(document["steps"]?.arrayValue, "\(scenario.file): \"steps\" is missing")
-        let harness = try await ScenarioHarness()
+        let harness = try await ScenarioHarness(stripeAPI: document["stripeApi"]?.boolValue ?? true)
         do {
             try await run(scenario, store: store, templates: templates, steps: steps, harness: harness)
         } catch {
