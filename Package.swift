@@ -37,6 +37,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "DequeModule", package: "swift-collections"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -120,6 +121,17 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The embedded durable record log (SQLite): one machine, no broker.
+        .target(
+            name: "RelayEmbeddedLog",
+            dependencies: [
+                "RelayCore", "RelayConfig",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The Stripe API reads behind a refund (its charge's invoice and subscription).
         .target(
             name: "RelayStripe",
@@ -167,7 +179,7 @@ let package = Package(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
-                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayDelivery",
+                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayDelivery", "RelayEmbeddedLog",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

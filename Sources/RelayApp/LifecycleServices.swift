@@ -1,6 +1,6 @@
 import Logging
 import RelayIngest
-import RelayKafka
+import RelayCore
 import ServiceLifecycle
 
 /// Flips readiness to not-ready as the very first step of a graceful shutdown (it is the last
@@ -14,13 +14,14 @@ struct ReadinessService: Service {
     }
 }
 
-/// Keeps a producer open until graceful shutdown reaches it (after every service that produces has
-/// stopped), then flushes it: every acknowledged send stays acknowledged, every waiting send gets its answer.
-struct ProducerService: Service {
-    let producer: KafkaProducer
+/// Keeps the record log open until graceful shutdown reaches it (after every service that produces or
+/// consumes has stopped), then closes it: every acknowledged append stays acknowledged, every waiting one
+/// gets its answer.
+struct RecordLogService: Service {
+    let log: any RecordLog
 
     func run() async throws {
         try? await gracefulShutdown()
-        await producer.close()
+        await log.close()
     }
 }

@@ -5,6 +5,7 @@ public import RelayConfig
 public import RelayCore
 public import RelayIngest
 public import RelayKafka
+import RelayEmbeddedLog
 public import RelayBackend
 import RelayLocalBackend
 import RelayNormalization
@@ -31,6 +32,8 @@ public final class RelayProcess: Sendable {
     public let backendAddress: BackendAddress
     /// The worker's backend client (subscription state, product mappings), aimed at `backendAddress`.
     public let backendClient: BackendClient
+    /// The record log the roles run on (`log.kind`).
+    public let log: any RecordLog
 
     /// - Parameters:
     ///   - bootstrapServers: overrides `kafka.bootstrapServers` (the `--bootstrap-servers` option, and dev).
@@ -45,6 +48,10 @@ public final class RelayProcess: Sendable {
                 installSignalHandlers: installSignalHandlers)
         } catch let error as KafkaError {
             throw .kafka(error)
+        } catch let error as RecordLogError {
+            throw .log(error)
+        } catch let error as EmbeddedRecordLog.AlreadyOwned {
+            throw .log(RecordLogError(code: .configuration, reason: "\(error)", isRetriable: false))
         } catch let error as ConfigurationError {
             throw .configuration(error)
         } catch {
@@ -60,8 +67,7 @@ public final class RelayProcess: Sendable {
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
         let listening = Eventual<Int>()
-        let kafka = KafkaConfiguration(
-            bootstrapServers: bootstrapServers ?? configuration.kafka.bootstrapServers, properties: configuration.kafka.properties)
+        let log = try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
 
         // Start order; shutdown runs backwards through this list.
         var services: [any Service] = []
@@ -83,49 +89,33 @@ public final class RelayProcess: Sendable {
                     backendAddress.set("http://\(ListenAddress(host: reachableHost, port: port))")
                 })
         }
-        // One producer for the ingest, the worker and the deliverer; it starts before them and so stops after them.
-        var sharedProducer: KafkaProducer?
-        func producer(deliveryTimeout: Duration) throws -> KafkaProducer {
-            if let sharedProducer { return sharedProducer }
-            let producer = try KafkaProducer(
-                configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: deliveryTimeout), logger: logger, metrics: metrics)
-            services.append(ProducerService(producer: producer))
-            sharedProducer = producer
-            return producer
+        // The log's one producer serves the ingest, the worker and the deliverer; the log starts before them
+        // and so closes after them.
+        if roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer) {
+            services.append(RecordLogService(log: log))
+            health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
         }
-        var ingestProducer: KafkaProducer?
+        var ingestProducer: (any RecordProducer)?
         if roles.contains(.ingest) {
-            let producer = try producer(deliveryTimeout: configuration.ingest.ackTimeout)
-            health.addReadinessCheck("kafka_unreachable") { producer.isConnected }
-            ingestProducer = producer
+            ingestProducer = try log.producer
         }
         if roles.contains(.worker) {
-            var consumerConfiguration = KafkaConsumerConfiguration(groupID: "relay-worker", topics: [configuration.kafka.topics.notifications])
-            consumerConfiguration.maxInFlight = 1000
-            let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
-            if ingestProducer == nil { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
+            let consumer = try log.consumer(ConsumerOptions(groupID: "relay-worker", topics: [configuration.topics.notifications]))
             // Verification reads the roots and key files now, so a bad one stops startup with its key.
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
-            let workerProducer = try producer(deliveryTimeout: .seconds(30))
             // The exchange rates and Play API keys are read now too.
             let normalizer = try Normalizer(
                 configuration: configuration, stateStore: BackendStateStore(client: backendClient), logger: logger, metrics: metrics)
             let pipeline = NotificationPipeline(
-                configuration: configuration, verifier: verifier, normalizer: normalizer, producer: workerProducer, logger: logger,
+                configuration: configuration, verifier: verifier, normalizer: normalizer, producer: try log.producer, logger: logger,
                 metrics: metrics)
             services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
         }
         if roles.contains(.deliverer) {
-            let settings = Deliverer.consumerConfiguration(for: configuration)
-            var consumerConfiguration = KafkaConsumerConfiguration(groupID: settings.groupID, topics: settings.topics)
-            consumerConfiguration.maxInFlight = settings.maxInFlight
-            consumerConfiguration.dueTime = { DeliveryRecord.dueTime(of: $0) }
-            let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
-            if ingestProducer == nil && !roles.contains(.worker) { health.addReadinessCheck("kafka_unreachable") { consumer.isConnected } }
-            let delivererProducer = try producer(deliveryTimeout: .seconds(30))
+            let consumer = try log.consumer(Deliverer.consumerOptions(for: configuration))
+            let producer = try log.producer
             do {
-                services.append(
-                    try Deliverer(configuration: configuration, consumer: consumer, producer: delivererProducer, logger: logger, metrics: metrics))
+                services.append(try Deliverer(configuration: configuration, consumer: consumer, producer: producer, logger: logger, metrics: metrics))
             } catch {
                 throw ConfigurationError(key: error.key, message: error.message)
             }
@@ -148,6 +138,24 @@ public final class RelayProcess: Sendable {
         self.listening = listening
         self.backendAddress = backendAddress
         self.backendClient = backendClient
+        self.log = log
+    }
+
+    /// The log `log.kind` names: Kafka at `bootstrapServers` (else `kafka.bootstrapServers`), or the
+    /// embedded log at `log.path`.
+    static func makeLog(configuration: RelayConfiguration, bootstrapServers: String?, logger: Logger, metrics: any MetricsFactory) throws
+        -> any RecordLog
+    {
+        switch configuration.log.kind {
+        case .kafka:
+            let kafka = KafkaConfiguration(
+                bootstrapServers: bootstrapServers ?? configuration.kafka.bootstrapServers, properties: configuration.kafka.properties)
+            return KafkaRecordLog(
+                configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: configuration.ingest.ackTimeout), logger: logger,
+                metrics: metrics)
+        case .embedded:
+            return try EmbeddedRecordLog.open(configuration: configuration, logger: logger, metrics: metrics)
+        }
     }
 
     /// Runs until shutdown.
@@ -165,15 +173,17 @@ public final class RelayProcess: Sendable {
     }
 }
 
-/// Why a process could not be set up: the configuration (exit 78) or Kafka.
+/// Why a process could not be set up: the configuration (exit 78), Kafka, or the record log.
 public enum RelaySetupError: Error, CustomStringConvertible {
     case configuration(ConfigurationError)
     case kafka(KafkaError)
+    case log(RecordLogError)
 
     public var description: String {
         switch self {
         case .configuration(let error): "\(error)"
         case .kafka(let error): "\(error)"
+        case .log(let error): "\(error)"
         }
     }
 }

@@ -1,15 +1,14 @@
 public import Logging
 public import RelayConfig
 public import RelayDelivery
-public import RelayKafka
 public import RelayCore
 
-/// `revenue-relay replay` against Kafka: the dead-letter topic and the replay ledger read with
-/// `KafkaTopicReader`, re-drives produced with an idempotent, acks=all producer.
+/// `revenue-relay replay` on either log: the dead-letter topic and the replay ledger read to their ends,
+/// re-drives appended with the log's producer (acknowledged durably before the ledger records them).
 public enum ReplayCommand {
     /// Why a replay could not run or finish.
     public enum Failure: Error, CustomStringConvertible {
-        /// Kafka unreachable, a topic missing, a produce not acknowledged (exit 69).
+        /// The log unreachable, a topic missing, an append not acknowledged (exit 69).
         case unavailable(String)
 
         public var description: String {
@@ -20,52 +19,41 @@ public enum ReplayCommand {
     }
 
     public static func run(
-        configuration: RelayConfiguration, bootstrapServers: String?, filter: ReplayFilter, rate: Double, dryRun: Bool, logger: Logger,
+        configuration: RelayConfiguration, log: any RecordLog, filter: ReplayFilter, rate: Double, dryRun: Bool,
         progress: (ReplaySummary, Int64) -> Void = { _, _ in }, candidate: (ReplayCandidate) -> Void = { _ in }
     ) async throws(Failure) -> ReplaySummary {
-        let kafka = KafkaConfiguration(
-            bootstrapServers: bootstrapServers ?? configuration.kafka.bootstrapServers, properties: configuration.kafka.properties,
-            clientID: "revenue-relay-replay")
-        let topics = configuration.kafka.topics
-        let ledger: KafkaTopicReader
-        let deadLetters: KafkaTopicReader
+        let topics = configuration.topics
+        let ledger: any TopicSnapshot
+        let deadLetters: any TopicSnapshot
         do {
-            ledger = try KafkaTopicReader(configuration: kafka, topic: topics.replayed, logger: logger)
+            ledger = try log.snapshot(of: topics.replayed)
         } catch {
             throw .unavailable(
-                "cannot read the replay ledger \(topics.replayed) (\(error)); it must exist, compacted (cleanup.policy=compact), before replay runs")
+                "cannot read the replay ledger \(topics.replayed) (\(error)); on Kafka it must exist, compacted (cleanup.policy=compact), before replay runs")
         }
         do {
-            deadLetters = try KafkaTopicReader(configuration: kafka, topic: topics.deadLetter, logger: logger)
+            deadLetters = try log.snapshot(of: topics.deadLetter)
         } catch {
             await ledger.close()
             throw .unavailable("cannot read the dead-letter topic \(topics.deadLetter): \(error)")
         }
-        let producer: KafkaProducer
+        let producer: any RecordProducer
         do {
-            producer = try KafkaProducer(configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: .seconds(30)), logger: logger)
+            producer = try log.producer
         } catch {
             await ledger.close()
             await deadLetters.close()
-            throw .unavailable("cannot create a Kafka producer: \(error)")
+            throw .unavailable("cannot append to the log: \(error)")
         }
         let replay = DeadLetterReplay(configuration: configuration, producer: producer)
         do {
             let summary = try await replay.run(
-                deadLetters: KafkaSnapshot(reader: deadLetters), ledger: KafkaSnapshot(reader: ledger), filter: filter, rate: rate, dryRun: dryRun,
-                progress: progress, candidate: candidate)
-            await producer.close()
+                deadLetters: deadLetters, ledger: ledger, filter: filter, rate: rate, dryRun: dryRun, progress: progress, candidate: candidate)
+            await log.close()
             return summary
         } catch {
-            await producer.close()
+            await log.close()
             throw .unavailable("replay stopped: \(error); what was re-driven so far is recorded, run it again to continue")
         }
     }
-}
-
-private struct KafkaSnapshot: TopicSnapshot {
-    let reader: KafkaTopicReader
-    var expectedCount: Int64 { reader.expectedCount }
-    var records: AsyncThrowingStream<ConsumedRecord, any Error> { reader.records }
-    func close() async { await reader.close() }
 }

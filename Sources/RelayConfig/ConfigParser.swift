@@ -4,7 +4,8 @@ import RelayCore
 /// Reads each section of DESIGN section 9 into the typed configuration.
 enum ConfigParser {
     static func configuration(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration {
-        let root = try node.mapping(known: ["kafka", "ingest", "backend", "apps", "endpoints", "delivery", "money", "shutdownTimeout"])
+        let root = try node.mapping(
+            known: ["log", "topics", "kafka", "ingest", "backend", "apps", "endpoints", "delivery", "money", "shutdownTimeout"])
         let apps = try root.optional("apps") { (node) throws(ConfigurationError) in try list(node, app) } ?? []
         var seen = Set<String>()
         for (index, app) in apps.enumerated() where !seen.insert(app.key).inserted {
@@ -26,8 +27,15 @@ enum ConfigParser {
                 key: "endpoints[\(index)].url",
                 message: "webhooks go to https:// endpoints; plain http:// needs delivery.allowHttp: true (or allowPrivateNetworks: true, for development)")
         }
+        let kafka = try root.optional("kafka", kafka) ?? (kafka: .init(), topics: nil)
+        let topics = try root.optional("topics", topics)
+        if topics != nil, kafka.topics != nil {
+            throw ConfigurationError(key: "kafka.topics", message: "set the topic names once: under topics (kafka.topics is the earlier place)")
+        }
         return RelayConfiguration(
-            kafka: try root.optional("kafka", kafka) ?? .init(),
+            log: try root.optional("log", log) ?? .init(),
+            topics: topics ?? kafka.topics ?? .init(),
+            kafka: kafka.kafka,
             ingest: try root.optional("ingest", ingest) ?? .init(),
             backend: try root.optional("backend", backend) ?? .init(),
             apps: apps,
@@ -44,27 +52,48 @@ enum ConfigParser {
         return result
     }
 
-    static func kafka(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Kafka {
+    static func kafka(_ node: ConfigNode) throws(ConfigurationError) -> (kafka: RelayConfiguration.Kafka, topics: RelayConfiguration.Topics?) {
         let map = try node.mapping(known: ["bootstrapServers", "properties", "topics"])
         var kafka = RelayConfiguration.Kafka()
         if let value = try map.optional("bootstrapServers", { (node) throws(ConfigurationError) in try node.nonEmptyString() }) { kafka.bootstrapServers = value }
         if let value = try map.optional("properties", { (node) throws(ConfigurationError) in try node.stringMap() }) { kafka.properties = value }
-        if let topicsNode = try map.optional("topics", { $0 }) {
-            let topics = try topicsNode.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter", "replayed"])
-            func topic(_ key: String, _ keyPath: WritableKeyPath<RelayConfiguration.Topics, String>) throws(ConfigurationError) {
-                if let value = try topics.optional(key, { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
-                    kafka.topics[keyPath: keyPath] = value
-                }
+        return (kafka, try map.optional("topics", topics))
+    }
+
+    static func topics(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Topics {
+        let map = try node.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter", "replayed"])
+        var topics = RelayConfiguration.Topics()
+        func topic(_ key: String, _ keyPath: WritableKeyPath<RelayConfiguration.Topics, String>) throws(ConfigurationError) {
+            if let value = try map.optional(key, { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
+                topics[keyPath: keyPath] = value
             }
-            try topic("notifications", \.notifications)
-            try topic("rejected", \.rejected)
-            try topic("events", \.events)
-            try topic("deliveries", \.deliveries)
-            try topic("retryPrefix", \.retryPrefix)
-            try topic("deadLetter", \.deadLetter)
-            try topic("replayed", \.replayed)
         }
-        return kafka
+        try topic("notifications", \.notifications)
+        try topic("rejected", \.rejected)
+        try topic("events", \.events)
+        try topic("deliveries", \.deliveries)
+        try topic("retryPrefix", \.retryPrefix)
+        try topic("deadLetter", \.deadLetter)
+        try topic("replayed", \.replayed)
+        return topics
+    }
+
+    static func log(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Log {
+        let map = try node.mapping(known: ["kind", "path", "partitions", "retention", "retentionBytes"])
+        var log = RelayConfiguration.Log()
+        if let kind = try map.optional("kind", { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
+            guard let value = RelayConfiguration.Log.Kind(rawValue: kind) else {
+                throw ConfigurationError(key: "log.kind", message: "expected kafka or embedded")
+            }
+            log.kind = value
+        }
+        if let value = try map.optional("path", { (node) throws(ConfigurationError) in try node.path(mustExist: false) }) { log.path = value }
+        if let value = try map.optional("partitions", { (node) throws(ConfigurationError) in try node.int(in: 1...1024) }) { log.partitions = value }
+        if let value = try map.optional("retention", { (node) throws(ConfigurationError) in try positive(node) }) { log.retention = value }
+        if let value = try map.optional("retentionBytes", { (node) throws(ConfigurationError) in try node.int(in: 1_048_576...Int.max) }) {
+            log.retentionBytes = Int64(value)
+        }
+        return log
     }
 
     static func ingest(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Ingest {

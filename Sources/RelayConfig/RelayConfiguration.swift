@@ -16,6 +16,10 @@ public struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
 /// The whole configuration (DESIGN section 9). Loaded once at startup; every problem is reported with
 /// the key that has it.
 public struct RelayConfiguration: Sendable {
+    /// Which record log the stages run on.
+    public var log: Log
+    /// The topic names, the same on either log (`topics`, or as before `kafka.topics`).
+    public var topics: Topics
     public var kafka: Kafka
     public var ingest: Ingest
     public var backend: Backend
@@ -32,7 +36,26 @@ public struct RelayConfiguration: Sendable {
         public var bootstrapServers: String = "127.0.0.1:9092"
         /// Raw librdkafka settings, passed through. Default: none.
         public var properties: [String: String] = [:]
-        public var topics = Topics()
+    }
+
+    /// `log`: Kafka for a cluster, or the embedded durable log for one machine.
+    public struct Log: Sendable {
+        public enum Kind: String, Sendable, CaseIterable {
+            case kafka, embedded
+        }
+
+        /// Default: kafka.
+        public var kind: Kind = .kafka
+        /// The embedded log's data directory (one process owns it). Default: `/var/lib/revenue-relay/log`.
+        public var path = "/var/lib/revenue-relay/log"
+        /// Partitions of each topic on the embedded log (records placed by key hash). Default: 6.
+        public var partitions = 6
+        /// How long the embedded log keeps a record of a topic other than the dead-letter topic and the
+        /// replay ledger (those are kept until their size bound). Default: 7 days.
+        public var retention: Duration = .seconds(7 * 86_400)
+        /// The most bytes of record keys, values and headers the embedded log keeps per partition; the oldest
+        /// go first. Default: 1 GiB.
+        public var retentionBytes: Int64 = 1 << 30
     }
 
     public struct Topics: Sendable {

@@ -1,10 +1,11 @@
 /// The metadata keys revenue-relay logs with, in one place so dashboards and queries can rely on them.
 /// Log messages are constant; what varies goes in metadata under these keys.
 public enum LogKey {
-    public static let kafkaTopic = "kafka.topic"
-    public static let kafkaPartition = "kafka.partition"
-    public static let kafkaOffset = "kafka.offset"
-    public static let kafkaGroup = "kafka.group"
+    /// A record's place in the record log (Kafka or the embedded log), and the consumer group reading it.
+    public static let logTopic = "log.topic"
+    public static let logPartition = "log.partition"
+    public static let logOffset = "log.offset"
+    public static let logGroup = "log.group"
     public static let kafkaClient = "kafka.client"
     public static let notificationStore = "notification.store"
     public static let notificationApp = "notification.app"

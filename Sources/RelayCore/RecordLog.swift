@@ -112,6 +112,67 @@ extension RecordConsumer {
     }
 }
 
+/// A topic's records from its start to the end it had when reading began (replay, inspection).
+public protocol TopicSnapshot: Sendable {
+    /// An upper bound of the records to come (for progress).
+    var expectedCount: Int64 { get }
+    var records: AsyncThrowingStream<ConsumedRecord, any Error> { get }
+    func close() async
+}
+
+/// What a consumer reads, as which group, and how; the same on every log.
+public struct ConsumerOptions: Sendable {
+    public var groupID: String
+    public var topics: [String]
+    /// Records handed out and not yet marked done before the consumer stops handing out more. Default: 1000.
+    public var maxInFlight: Int = 1000
+    /// When a record may be handed out (Unix milliseconds), or nil for at once. A record not yet due is
+    /// held back, and its partition with it: nothing behind it is handed out until it is due. Nothing
+    /// busy-waits, and a held record's offset is not stored, so a restart holds it again. Default: nil.
+    public var dueTime: (@Sendable (ConsumedRecord) -> Int64?)?
+    /// The clock `dueTime` is compared with (Unix milliseconds). Default: the wall clock.
+    public var now: @Sendable () -> Int64 = { wallClockMilliseconds() }
+
+    public init(groupID: String, topics: [String], maxInFlight: Int = 1000, dueTime: (@Sendable (ConsumedRecord) -> Int64?)? = nil) {
+        self.groupID = groupID
+        self.topics = topics
+        self.maxInFlight = maxInFlight
+        self.dueTime = dueTime
+    }
+}
+
+/// One partition's end as a consumer group sees it: where the log ends and where the group is.
+public struct PartitionEnd: Sendable, Hashable {
+    public var topic: String
+    public var partition: Int32
+    /// The offset the next appended record gets.
+    public var endOffset: Int64
+    /// The oldest offset still kept (retention removes older ones).
+    public var startOffset: Int64
+
+    public init(topic: String, partition: Int32, endOffset: Int64, startOffset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.endOffset = endOffset
+        self.startOffset = startOffset
+    }
+}
+
+/// The record log the stages run on: Kafka, or the embedded durable log of one machine (and an in-memory
+/// one in tests). Stages depend on this, never on a log's client library.
+public protocol RecordLog: Sendable {
+    /// The process's one producer, shared by its roles.
+    var producer: any RecordProducer { get throws(RecordLogError) }
+    /// A consumer of `options.topics` in group `options.groupID`, holding records until due.
+    func consumer(_ options: ConsumerOptions) throws(RecordLogError) -> any RecordConsumer
+    /// `topic` from its start to its end now.
+    func snapshot(of topic: String) throws(RecordLogError) -> any TopicSnapshot
+    /// Whether appends can be acknowledged now (Kafka: a broker is reachable); readiness follows it.
+    var isAvailable: Bool { get }
+    /// Acknowledges what is in flight and closes the producer; after every stage has stopped.
+    func close() async
+}
+
 /// Why the record log could not do what was asked.
 public struct RecordLogError: Error, Sendable, CustomStringConvertible {
     public enum Code: String, Sendable {

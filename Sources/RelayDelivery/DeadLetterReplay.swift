@@ -1,14 +1,6 @@
 public import RelayConfig
 public import RelayCore
 
-/// A topic's records from its start to the end it had when reading began.
-public protocol TopicSnapshot: Sendable {
-    /// An upper bound of the records to come (for progress).
-    var expectedCount: Int64 { get }
-    var records: AsyncThrowingStream<ConsumedRecord, any Error> { get }
-    func close() async
-}
-
 /// Which dead-lettered deliveries `replay` re-drives.
 public struct ReplayFilter: Sendable {
     public var endpoint: String?
@@ -83,7 +75,7 @@ public struct DeadLetterReplay: Sendable {
     private let now: @Sendable () -> Int64
 
     public init(configuration: RelayConfiguration, producer: any RecordProducer, now: @escaping @Sendable () -> Int64 = { wallClockMilliseconds() }) {
-        self.topics = configuration.kafka.topics
+        self.topics = configuration.topics
         self.producer = producer
         self.now = now
     }

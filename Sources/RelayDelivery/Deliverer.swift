@@ -102,7 +102,7 @@ public final class Deliverer: Service {
         self.consumer = consumer
         self.producer = producer
         self.lanes = lanes
-        self.topics = configuration.kafka.topics
+        self.topics = configuration.topics
         self.policy = RetryPolicy(schedule: delivery.retrySchedule, throttledMinimumWait: options.throttledMinimumWait)
         self.options = options
         self.timeout = delivery.timeout
@@ -114,13 +114,14 @@ public final class Deliverer: Service {
 
     /// The consumer settings the deliverer needs: its group, `relay.deliveries` and every retry topic,
     /// retry records held until due, and `delivery.maxInFlight` records out at most.
-    public static func consumerConfiguration(for configuration: RelayConfiguration) -> (groupID: String, topics: [String], maxInFlight: Int) {
-        let topics = configuration.kafka.topics
-        return (
-            "relay-deliverer",
-            [topics.deliveries] + configuration.delivery.retrySchedule.indices.map { topics.retry(step: $0 + 1) },
-            configuration.delivery.maxInFlight
-        )
+    /// What the deliverer consumes: `relay.deliveries` and every retry topic in group `relay-deliverer`,
+    /// each record held until its due time.
+    public static func consumerOptions(for configuration: RelayConfiguration) -> ConsumerOptions {
+        let topics = configuration.topics
+        return ConsumerOptions(
+            groupID: "relay-deliverer",
+            topics: [topics.deliveries] + configuration.delivery.retrySchedule.indices.map { topics.retry(step: $0 + 1) },
+            maxInFlight: configuration.delivery.maxInFlight, dueTime: { DeliveryRecord.dueTime(of: $0) })
     }
 
     /// Whether the endpoint's circuit breaker is open (or probing); nil for an unknown endpoint.
@@ -150,7 +151,7 @@ public final class Deliverer: Service {
         guard let delivery = DeliveryRecord(record) else {
             logger.error(
                 "delivery record without endpoint or event id; dead-lettered",
-                metadata: [LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)"])
+                metadata: [LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)"])
             let outgoing = OutgoingRecord(
                 topic: topics.deadLetter, key: record.key, value: record.value,
                 headers: record.headers + [
@@ -306,7 +307,7 @@ public final class Deliverer: Service {
                     break
                 } catch {
                     if Task.isCancelled || !consumer.isAssigned(record) { break }
-                    logger.warning("could not produce the delivery's next record; retrying", metadata: [LogKey.kafkaTopic: "\(outgoing.topic)", LogKey.error: "\(error)"])
+                    logger.warning("could not produce the delivery's next record; retrying", metadata: [LogKey.logTopic: "\(outgoing.topic)", LogKey.error: "\(error)"])
                     do { try await Task.sleep(for: delay) } catch { break }
                     delay = min(delay * 2, .seconds(10))
                 }

@@ -11,7 +11,7 @@ public struct DeliveryFanOut: Sendable {
 
     public init(configuration: RelayConfiguration) {
         endpoints = configuration.endpoints
-        topic = configuration.kafka.topics.deliveries
+        topic = configuration.topics.deliveries
     }
 
     /// The endpoints that take `event` of `app`: `events` lists its type or `*`, `environments` its environment.

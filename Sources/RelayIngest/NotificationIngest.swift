@@ -67,7 +67,7 @@ struct NotificationIngest: Sendable {
         }
         let notification = RawNotification(store: store, app: app.key, receivedAtMilliseconds: receivedAt, body: body, requestHeaders: copied)
         let record = notification.record(
-            topic: configuration.kafka.topics.notifications, subject: NotificationSubject.extract(store: store, document: document))
+            topic: configuration.topics.notifications, subject: NotificationSubject.extract(store: store, document: document))
         do {
             _ = try await producer.produce(record)
         } catch {

@@ -49,7 +49,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         metrics: any MetricsFactory = MetricsSystem.factory
     ) throws(KafkaError) {
         var groupLogger = logger
-        groupLogger[metadataKey: LogKey.kafkaGroup] = "\(consumer.groupID)"
+        groupLogger[metadataKey: LogKey.logGroup] = "\(consumer.groupID)"
         let logger = groupLogger
         let config = RDKafkaConfig()
         try config.set("bootstrap.servers", configuration.bootstrapServers)
@@ -490,7 +490,7 @@ final class ConsumerShared: Sendable {
             logger.debug(
                 "offset not stored",
                 metadata: [
-                    LogKey.kafkaTopic: "\(key.topic)", LogKey.kafkaPartition: "\(key.partition)",
+                    LogKey.logTopic: "\(key.topic)", LogKey.logPartition: "\(key.partition)",
                     LogKey.error: "\(KafkaError(partitionResult != RD_KAFKA_RESP_ERR_NO_ERROR ? partitionResult : result, context: "store"))",
                 ])
         }

@@ -1,4 +1,4 @@
-import RelayCore
+public import RelayCore
 internal import CRdKafka
 
 /// An error reported by librdkafka or by this client, with librdkafka's code name when there is one.
@@ -43,7 +43,7 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible {
     }
 
     /// The record-log view of this error, for stages that do not know Kafka.
-    var recordLogError: RecordLogError {
+    public var recordLogError: RecordLogError {
         let logCode: RecordLogError.Code =
             switch code {
             case "_MSG_TIMED_OUT", "_TIMED_OUT", "REQUEST_TIMED_OUT": .timedOut

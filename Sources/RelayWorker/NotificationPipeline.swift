@@ -82,7 +82,7 @@ public struct NotificationPipeline: NotificationProcessor {
                     RecordHeader(name: RelayHeaderName.app, value: notification.app),
                 ]
                 _ = try await producer.produce(
-                    OutgoingRecord(topic: configuration.kafka.topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
+                    OutgoingRecord(topic: configuration.topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
                 for delivery in fanOut.records(for: event, app: notification.app) {
                     _ = try await producer.produce(delivery)
                 }
@@ -93,7 +93,7 @@ public struct NotificationPipeline: NotificationProcessor {
                     LogKey.notificationStore: "\(notification.store.rawValue)", LogKey.notificationApp: "\(appLabel)",
                     LogKey.notificationType: "\(verified.type ?? "-")", LogKey.notificationId: "\(verified.notificationId ?? "-")",
                     "events": "\(events.map(\.type.rawValue).joined(separator: ","))",
-                    LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)",
+                    LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
                 ])
         case .rejected(let rejection):
             try await reject(record, store: notification.store.rawValue, app: appLabel, rejection)
@@ -105,7 +105,7 @@ public struct NotificationPipeline: NotificationProcessor {
         var headers = record.headers.filter { $0.name != RelayHeaderName.rejectReason && $0.name != RelayHeaderName.rejectDetail }
         headers.append(RecordHeader(name: RelayHeaderName.rejectReason, value: rejection.reason.rawValue))
         headers.append(RecordHeader(name: RelayHeaderName.rejectDetail, value: rejection.detail))
-        let rejected = OutgoingRecord(topic: configuration.kafka.topics.rejected, key: record.key, value: record.value, headers: headers)
+        let rejected = OutgoingRecord(topic: configuration.topics.rejected, key: record.key, value: record.value, headers: headers)
         _ = try await producer.produce(rejected)
         // Label values stay bounded: known stores, configured apps, the fixed reason codes.
         let storeLabel = Store(rawValue: store) != nil ? store : "unknown"
@@ -118,7 +118,7 @@ public struct NotificationPipeline: NotificationProcessor {
             metadata: [
                 LogKey.notificationStore: "\(storeLabel)", LogKey.notificationApp: "\(app)",
                 "reject.reason": "\(rejection.reason.rawValue)", "reject.detail": "\(rejection.detail)",
-                LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)", LogKey.kafkaOffset: "\(record.offset)",
+                LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
             ])
     }
 }

@@ -73,8 +73,8 @@ public final class WorkerService: Service {
                 logger.warning(
                     "processing failed; retrying",
                     metadata: [
-                        LogKey.kafkaTopic: "\(record.topic)", LogKey.kafkaPartition: "\(record.partition)",
-                        LogKey.kafkaOffset: "\(record.offset)", LogKey.error: "\(error)", "attempt": "\(attempt)",
+                        LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)",
+                        LogKey.logOffset: "\(record.offset)", LogKey.error: "\(error)", "attempt": "\(attempt)",
                     ])
                 do { try await Task.sleep(for: delay) } catch { return }
                 delay = min(delay * 2, retryBackoff.maximum)

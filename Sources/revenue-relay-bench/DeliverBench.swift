@@ -147,11 +147,11 @@ struct Deliver: AsyncParsableCommand {
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
         // The same metrics backend as a running process (Prometheus), so its cost is in the numbers.
         let metrics = PrometheusMetricsFactory(registry: PrometheusCollectorRegistry())
-        let settings = Deliverer.consumerConfiguration(for: configuration)
-        var consumerConfiguration = KafkaConsumerConfiguration(groupID: settings.groupID + "-" + UUID().uuidString.prefix(6), topics: settings.topics)
-        consumerConfiguration.maxInFlight = settings.maxInFlight
+        let options = Deliverer.consumerOptions(for: configuration)
+        var consumerConfiguration = KafkaConsumerConfiguration(groupID: options.groupID + "-" + UUID().uuidString.prefix(6), topics: options.topics)
+        consumerConfiguration.maxInFlight = options.maxInFlight
         consumerConfiguration.sessionTimeout = .seconds(6)
-        consumerConfiguration.dueTime = { DeliveryRecord.dueTime(of: $0) }
+        consumerConfiguration.dueTime = options.dueTime
         let consumer = try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: logger, metrics: metrics)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let deliverer = try Deliverer(configuration: configuration, consumer: consumer, producer: producer, logger: logger, metrics: metrics)
@@ -168,16 +168,16 @@ struct Deliver: AsyncParsableCommand {
     ) async throws -> (perSecond: Double, cpuMicroseconds: Double) {
         var configuration = try configuration(port: port, maxInFlight: 1024, perEndpoint: connections)
         // A topic per round: the embedded broker keeps only so much per partition.
-        configuration.kafka.topics.deliveries = "relay.deliveries.round-\(round)"
-        for topic in configuration.kafka.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
-            if topic == configuration.kafka.topics.deliveries {
+        configuration.topics.deliveries = "relay.deliveries.round-\(round)"
+        for topic in configuration.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
+            if topic == configuration.topics.deliveries {
                 try cluster.createTopic(topic, partitions: partitions)
             } else if round == 1 {
                 try cluster.createTopic(topic, partitions: 2)
             }
         }
         let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
-        try await fill(producer, topic: configuration.kafka.topics.deliveries, count: count, body: body, prefix: "t")
+        try await fill(producer, topic: configuration.topics.deliveries, count: count, body: body, prefix: "t")
         await producer.close()
         note("produced \(count) delivery records")
         let counter = ReceiverCounter(port: port)
@@ -217,17 +217,17 @@ struct Deliver: AsyncParsableCommand {
 
     func memoryPerInFlight(cluster: EmbeddedKafkaCluster, port: Int, body: [UInt8], logger: Logger) async throws -> Int {
         var configuration = try configuration(port: port, maxInFlight: inFlight + 24, perEndpoint: inFlight + 1)
-        configuration.kafka.topics.deliveries = "relay.deliveries.memory"
-        try cluster.createTopic(configuration.kafka.topics.deliveries, partitions: 4)
+        configuration.topics.deliveries = "relay.deliveries.memory"
+        try cluster.createTopic(configuration.topics.deliveries, partitions: 4)
         let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
         let counter = ReceiverCounter(port: port)
         let task = try startDeliverer(configuration, cluster: cluster, logger: logger)
         // One delivery first: the group has joined, the consumer fetches and the engine runs; then the baseline.
-        try await fill(producer, topic: configuration.kafka.topics.deliveries, count: 1, body: body, prefix: "warm")
+        try await fill(producer, topic: configuration.topics.deliveries, count: 1, body: body, prefix: "warm")
         while try await counter.received() < 1 { try await Task.sleep(for: .milliseconds(10)) }
         try await Task.sleep(for: .milliseconds(300))
         let baseline = Self.residentBytes()
-        try await fill(producer, topic: configuration.kafka.topics.deliveries, count: inFlight, body: body, prefix: "m")
+        try await fill(producer, topic: configuration.topics.deliveries, count: inFlight, body: body, prefix: "m")
         await producer.close()
         while try await counter.received() < inFlight + 1 { try await Task.sleep(for: .milliseconds(10)) }
         try await Task.sleep(for: .milliseconds(300))

@@ -15,7 +15,9 @@ struct Replay: AsyncParsableCommand {
             delivery to the deliveries topic with the same webhook-id and a fresh attempt count. What was \
             re-driven is recorded in the replay ledger topic, so running the same replay again re-drives \
             nothing twice. Times are ISO 8601 (2026-11-20T08:00:00Z, or a date: 2026-11-20) and compare \
-            with the time each delivery was dead-lettered. Exit 0: done; 64: bad arguments; 69: Kafka \
+            with the time each delivery was dead-lettered. Works on either log: Kafka (--bootstrap-servers, \
+            else kafka.bootstrapServers) or the embedded log (--data DIR, else log.path when log.kind is \
+            embedded), also while the process that owns it runs. Exit 0: done; 64: bad arguments; 69: the log \
             unreachable or a topic missing; 78: bad configuration.
             """
     )
@@ -23,8 +25,11 @@ struct Replay: AsyncParsableCommand {
     @Option(help: "Configuration file.")
     var config: String
 
-    @Option(name: .customLong("bootstrap-servers"), help: "Overrides kafka.bootstrapServers.")
+    @Option(name: .customLong("bootstrap-servers"), help: "Kafka brokers (overrides kafka.bootstrapServers).")
     var bootstrapServers: String?
+
+    @Option(help: "The embedded log's data directory (overrides log.path).")
+    var data: String?
 
     @Option(help: "Only this endpoint id.")
     var endpoint: String?
@@ -62,6 +67,7 @@ struct Replay: AsyncParsableCommand {
         let until = try Self.time(until, option: "until")
         guard rate > 0, rate.isFinite else { throw ValidationError("--rate must be a positive number of re-drives per second") }
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
+        if bootstrapServers != nil, data != nil { throw ValidationError("give --bootstrap-servers (Kafka) or --data (the embedded log), not both") }
         let configuration = try loadConfiguration(config)
         if let endpoint, !configuration.endpoints.contains(where: { $0.id == endpoint }) {
             throw ValidationError("no endpoint with id \(endpoint) in \(config); endpoints are \(configuration.endpoints.map(\.id).joined(separator: ", "))")
@@ -71,9 +77,11 @@ struct Replay: AsyncParsableCommand {
         let dryRun = dryRun
         let summary: ReplaySummary
         do {
+            let log = try ToolLog.open(
+                configuration: configuration, bootstrapServers: bootstrapServers, dataDirectory: data, clientID: "revenue-relay-replay",
+                logger: Logger(label: "revenue-relay"))
             summary = try await ReplayCommand.run(
-                configuration: configuration, bootstrapServers: bootstrapServers, filter: filter, rate: rate, dryRun: dryRun,
-                logger: Logger(label: "revenue-relay"),
+                configuration: configuration, log: log, filter: filter, rate: rate, dryRun: dryRun,
                 progress: { summary, expected in bar.update(summary, expected: expected) },
                 candidate: { candidate in
                     guard dryRun else { return }

@@ -50,6 +50,9 @@ func makeProcess<Result>(_ body: () throws(RelaySetupError) -> Result) throws ->
     } catch .configuration(let error) {
         FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
         throw Exit.badConfiguration
+    } catch .log(let error) {
+        FileHandle.standardError.write(Data("revenue-relay: \(error.reason)\n".utf8))
+        throw Exit.unavailable
     } catch {
         throw error
     }
@@ -61,24 +64,40 @@ func printLine(_ line: String) {
 
 struct Dev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run everything in one process on loopback: an embedded Kafka broker (in memory), the ingest, the worker, the deliverer and the local backend."
+        abstract: "Run everything in one process on loopback: the embedded durable log (or, with --kafka, an in-memory Kafka broker), the ingest, the worker, the deliverer and the local backend.",
+        discussion: """
+            By default the log and the backend's database are kept in the data directory (--data, default \
+            .revenue-relay/dev): stopping and starting dev keeps every topic, offset, subscription state and \
+            dead letter. --kafka runs librdkafka's in-memory Kafka-protocol broker instead (nothing kept), for \
+            trying Kafka tools. Prints the ingest, backend and log addresses once ready.
+            """
     )
 
     @Option(help: "Configuration file.")
     var config = "config/dev.yaml"
 
+    @Option(help: "Data directory of the embedded log and the backend's database.")
+    var data: String?
+
+    @Flag(help: "Use an in-memory Kafka-protocol broker instead of the embedded log (nothing is kept).")
+    var kafka = false
+
     func run() async throws {
         bootstrapLogging()
+        if kafka, data != nil { throw ValidationError("--data is for the embedded log; with --kafka nothing is kept") }
         let configuration = try loadConfiguration(config)
         let logger = Logger(label: "revenue-relay")
-        let environment = try makeProcess { () throws(RelaySetupError) in try DevEnvironment(configuration: configuration, logger: logger) }
+        let (data, kafka) = (data, kafka)
+        let environment = try makeProcess { () throws(RelaySetupError) in
+            try DevEnvironment(configuration: configuration, dataDirectory: data, kafka: kafka, logger: logger)
+        }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await environment.process.run() }
             group.addTask {
                 let port = await environment.process.waitForHTTPPort()
                 printLine("ingest: http://127.0.0.1:\(port)")
-                printLine("kafka: \(environment.cluster.bootstrapServers)")
                 printLine("backend: \(await environment.process.backendAddress.value())")
+                printLine(environment.logLine)
             }
             try await group.waitForAll()
         }
@@ -87,8 +106,8 @@ struct Dev: AsyncParsableCommand {
 
 struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run in production against Apache Kafka.",
-        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer)."
+        abstract: "Run in production, on Apache Kafka or (log.kind: embedded) the embedded durable log of one machine.",
+        discussion: "Roles: ingest, worker, deliverer, backend (default: ingest,worker,deliverer). On the embedded log one process owns log.path: run every role in it."
     )
 
     @Option(help: "Configuration file.")

@@ -19,7 +19,8 @@ import Testing
         return (result.status, result.stdoutText, result.stderr)
     }
 
-    @Test func aPostedNotificationArrivesSignedFailuresDeadLetterAndReplayRedrivesThemOnce() async throws {
+    @Test(arguments: TestLog.allCases)
+    func aPostedNotificationArrivesSignedFailuresDeadLetterAndReplayRedrivesThemOnce(_ log: TestLog) async throws {
         let accepting = Atomic<Bool>(false)
         let receiver = try await TestHTTPServer { _ in TestHTTPResponse(status: accepting.load(ordering: .relaxed) ? 200 : 503) }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-delivery"))
@@ -44,7 +45,7 @@ import Testing
             """.utf8
         ).write(to: file)
         let configuration = try RelayConfiguration.load(path: file.path, environment: [:])
-        let relay = try await TestRelay(configuration: configuration)
+        let relay = try await TestRelay(configuration: configuration, log: log)
 
         let now = Int64(Date().timeIntervalSince1970)
         let subscription: JSON = [
@@ -78,20 +79,20 @@ import Testing
         })
         await dlqReader.close()
 
-        let kafka = relay.environment.cluster.bootstrapServers
+        let logArguments = relay.logArguments
         // A dry run lists them and changes nothing.
-        let dry = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--endpoint", "hooks", "--dry-run"])
+        let dry = try await replay(["--config", file.path] + logArguments + ["--endpoint", "hooks", "--dry-run"])
         #expect(dry.status == 0, "\(dry.stderr)")
         #expect(dry.stdout.contains("endpoint=hooks  type=initial_purchase  id=stripe:evt_hook_1:initial_purchase  attempts=2"))
         #expect(dry.stdout.contains("reason=retries_exhausted"))
         #expect(dry.stdout.contains("would re-drive: 2"))
         // A filter that matches nothing.
-        let none = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--type", "renewal"])
+        let none = try await replay(["--config", file.path] + logArguments + ["--type", "renewal"])
         #expect(none.stdout.contains("matched: 0"))
 
         // The endpoint is fixed: replay re-drives both, once, with the same webhook-ids.
         accepting.store(true, ordering: .relaxed)
-        let first = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01", "--rate", "50"])
+        let first = try await replay(["--config", file.path] + logArguments + ["--since", "2020-01-01", "--rate", "50"])
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.stdout.contains("matched: 2"))
         #expect(first.stdout.contains("re-driven: 2"))
@@ -101,7 +102,7 @@ import Testing
         #expect(replayed.allSatisfy { StandardWebhooksReceiver.verify($0, secret: Self.secret) })
 
         // The same replay again re-drives nothing.
-        let second = try await replay(["--config", file.path, "--bootstrap-servers", kafka, "--since", "2020-01-01"])
+        let second = try await replay(["--config", file.path] + logArguments + ["--since", "2020-01-01"])
         #expect(second.status == 0, "\(second.stderr)")
         #expect(second.stdout.contains("re-driven: 0"))
         #expect(second.stdout.contains("already replayed: 2"))

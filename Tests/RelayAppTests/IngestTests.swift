@@ -93,13 +93,13 @@ func base64URL(_ text: String) -> String {
         #expect(try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_before"}"#).status == 200)
         try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
 
-        try relay.environment.cluster.takeDown()
+        try #require(relay.environment.cluster).takeDown()
         let during = try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_during"}"#)
         #expect(during.status == 503)
         try await waitUntil("not ready while Kafka is unreachable") { try await relay.get("/health/ready").status == 503 }
         #expect(try await relay.get("/health/live").status == 200)
 
-        try relay.environment.cluster.bringUp()
+        try #require(relay.environment.cluster).bringUp()
         // The store retries; once the producer has reconnected, the retry is accepted.
         try await waitUntil("a 200 after the brokers returned") {
             try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_after"}"#).status == 200

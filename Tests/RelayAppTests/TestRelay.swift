@@ -6,8 +6,18 @@ import RelayCore
 import RelayHTTPClient
 import RelayKafka
 import RelayTestSupport
+import Testing
 
-/// A whole relay (embedded broker, ingest, worker) on loopback with port 0, for one test.
+/// Which log a test relay runs on.
+enum TestLog: String, Sendable, CaseIterable, CustomTestStringConvertible {
+    /// `dev --kafka`: librdkafka's mock cluster on loopback.
+    case kafka
+    /// `dev`: the embedded durable log in a fresh data directory.
+    case embedded
+    var testDescription: String { rawValue }
+}
+
+/// A whole relay (the log, ingest, worker, deliverer, local backend) on loopback with port 0, for one test.
 final class TestRelay: Sendable {
     let environment: DevEnvironment
     let configuration: RelayConfiguration
@@ -45,9 +55,15 @@ final class TestRelay: Sendable {
         return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
     }
 
-    init(configuration: RelayConfiguration) async throws {
+    /// The embedded log's data directory (`dev --data`), on the embedded log.
+    var dataDirectory: String? { environment.dataDirectory }
+
+    init(configuration: RelayConfiguration, log: TestLog = .kafka) async throws {
         self.configuration = configuration
-        environment = try DevEnvironment(configuration: configuration, logger: testLogger("relay"), installSignalHandlers: false)
+        let data = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-data")).path
+        environment = try DevEnvironment(
+            configuration: configuration, dataDirectory: log == .embedded ? data : nil, kafka: log == .kafka, logger: testLogger("relay"),
+            installSignalHandlers: false)
         let process = environment.process
         runTask = Task { try await process.run() }
         baseURL = "http://127.0.0.1:\(await process.waitForHTTPPort())"
@@ -62,17 +78,27 @@ final class TestRelay: Sendable {
     }
 
     /// A fresh consumer group over the raw notifications topic, reading from the beginning.
-    func notificationsReader() throws -> (KafkaConsumer, RecordCollector) {
-        try reader(topic: configuration.kafka.topics.notifications)
+    func notificationsReader() throws -> (any RecordConsumer, RecordCollector) {
+        try reader(topic: configuration.topics.notifications)
     }
 
     /// A fresh consumer group over `topic`, reading from the beginning.
-    func reader(topic: String) throws -> (KafkaConsumer, RecordCollector) {
-        let consumer = try KafkaConsumer(
-            configuration: KafkaConfiguration(bootstrapServers: environment.cluster.bootstrapServers),
-            consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [topic]),
-            logger: testLogger())
+    func reader(topic: String) throws -> (any RecordConsumer, RecordCollector) {
+        let consumer: any RecordConsumer
+        if let cluster = environment.cluster {
+            consumer = try KafkaConsumer(
+                configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers),
+                consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: [topic]), logger: testLogger())
+        } else {
+            consumer = try environment.process.log.consumer(ConsumerOptions(groupID: uniqueName("reader"), topics: [topic]))
+        }
         return (consumer, RecordCollector(consumer.records))
+    }
+
+    /// The replay command's log option for this relay: `--bootstrap-servers` or `--data`.
+    var logArguments: [String] {
+        if let cluster = environment.cluster { return ["--bootstrap-servers", cluster.bootstrapServers] }
+        return ["--data", environment.dataDirectory ?? ""]
     }
 
     func stop() async throws {

@@ -23,7 +23,7 @@ import Testing
 
         // From another producer: one with the relay headers (any producer may write raw notifications),
         // one without them at all.
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: relay.environment.cluster.bootstrapServers), logger: testLogger())
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: try #require(relay.environment.cluster).bootstrapServers), logger: testLogger())
         let paddle = RawNotification(
             store: .paddle, app: "demo", receivedAtMilliseconds: now * 1000, body: Array(#"{"event_id":"evt_p"}"#.utf8),
             requestHeaders: ["paddle-signature": "ts=\(now);h1=00"])

@@ -39,8 +39,8 @@ import Testing
     @Test func defaultsApplyWhenSectionsAreAbsent() throws {
         let configuration = try parse("kafka: { bootstrapServers: \"broker:9092\" }")
         #expect(configuration.kafka.bootstrapServers == "broker:9092")
-        #expect(configuration.kafka.topics.notifications == "relay.notifications")
-        #expect(configuration.kafka.topics.all(retrySteps: 2).contains("relay.deliveries.retry.1"))
+        #expect(configuration.topics.notifications == "relay.notifications")
+        #expect(configuration.topics.all(retrySteps: 2).contains("relay.deliveries.retry.1"))
         #expect(configuration.ingest.maxBodyBytes == 262_144)
         #expect(configuration.ingest.ackTimeout == .seconds(10))
         #expect(configuration.delivery.timeout == .seconds(15))

@@ -28,7 +28,7 @@ import Testing
         options.now = { frozen }
         let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")], options: options)
         let body = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_1:renewal")
-        let (retryReader, retries) = try harness.reader(harness.configuration.kafka.topics.retry(step: 2))
+        let (retryReader, retries) = try harness.reader(harness.configuration.topics.retry(step: 2))
         try harness.start()
 
         try await waitUntil("three attempts") { receiver.requests.count >= 3 }
@@ -54,7 +54,7 @@ import Testing
         let due = try #require(retried.header(DeliveryHeaderName.dueAt).flatMap { Int64($0) })
         #expect((80...120).contains(due - attemptedAt), "100 ms ±20%")
         // Delivered: no fourth request, nothing dead-lettered.
-        let (dlqReader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
+        let (dlqReader, dlq) = try harness.reader(harness.configuration.topics.deadLetter)
         try await Task.sleep(for: .milliseconds(500))
         #expect(receiver.requests.count == 3)
         #expect(dlq.count == 0)
@@ -69,7 +69,7 @@ import Testing
         let receiver = try await Self.receiver([503], body: longBody)
         let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_2:renewal", type: "renewal")
-        let (reader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
+        let (reader, dlq) = try harness.reader(harness.configuration.topics.deadLetter)
         try harness.start()
 
         let dead = try #require(try await dlq.waitFor(count: 1).first)
@@ -98,7 +98,7 @@ import Testing
         let receiver = try await Self.receiver([410])
         let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_3:renewal")
-        let (reader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
+        let (reader, dlq) = try harness.reader(harness.configuration.topics.deadLetter)
         try harness.start()
         let gone = try #require(try await dlq.waitFor(count: 1).first)
         #expect(gone.header(DeliveryHeaderName.deadLetterReason) == "endpoint_gone")
@@ -127,8 +127,8 @@ import Testing
         let harness = try DeliveryHarness(
             endpoints: [("slow", slowOnce.baseURL + "/slow"), ("reset", "http://127.0.0.1:\(reset.port)/reset")], timeout: "300ms")
         // A wait longer than its step can hold goes to a later step's topic: read both.
-        let (retryReader, retries) = try harness.reader([1, 2].map { harness.configuration.kafka.topics.retry(step: $0) })
-        let (dlqReader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
+        let (retryReader, retries) = try harness.reader([1, 2].map { harness.configuration.topics.retry(step: $0) })
+        let (dlqReader, dlq) = try harness.reader(harness.configuration.topics.deadLetter)
         try await harness.send(endpoint: "slow", eventID: "stripe:evt_5:renewal", subject: "stripe:sub_a")
         try await harness.send(endpoint: "reset", eventID: "stripe:evt_6:renewal", subject: "stripe:sub_b")
         try harness.start()
@@ -145,7 +145,7 @@ import Testing
 
         let firstRetries = try await retries.waitFor(count: 3)
         let timedOut = try #require(firstRetries.first { $0.header(DeliveryHeaderName.endpoint) == "slow" })
-        #expect(timedOut.topic == harness.configuration.kafka.topics.retry(step: 2), "300 ms does not fit the 100 ms step")
+        #expect(timedOut.topic == harness.configuration.topics.retry(step: 2), "300 ms does not fit the 100 ms step")
         #expect(timedOut.header(DeliveryHeaderName.lastError)?.hasPrefix("timeout:") == true)
         let attemptedAt = try #require(Timestamp.milliseconds(timedOut.header(DeliveryHeaderName.lastAttemptAt)))
         let due = try #require(timedOut.header(DeliveryHeaderName.dueAt).flatMap { Int64($0) })
@@ -187,7 +187,7 @@ import Testing
         let harness = try DeliveryHarness(
             endpoints: [("local", receiver.baseURL + "/local"), ("byname", "http://localhost:\(receiver.port)/byname")], schedule: "[]",
             allowPrivateNetworks: false)
-        let (reader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
+        let (reader, dlq) = try harness.reader(harness.configuration.topics.deadLetter)
         try await harness.send(endpoint: "local", eventID: "stripe:evt_7:renewal", subject: "stripe:sub_a")
         try await harness.send(endpoint: "byname", eventID: "stripe:evt_8:renewal", subject: "stripe:sub_b")
         try harness.start()
@@ -206,7 +206,7 @@ import Testing
         let target = try await Self.receiver([200])
         let redirecting = try await TestHTTPServer { _ in TestHTTPResponse(status: 302, headers: [("Location", target.baseURL + "/elsewhere")]) }
         let harness = try DeliveryHarness(endpoints: [("hooks", redirecting.baseURL + "/hooks")], schedule: "[]")
-        let (reader, dlq) = try harness.reader(harness.configuration.kafka.topics.deadLetter)
+        let (reader, dlq) = try harness.reader(harness.configuration.topics.deadLetter)
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_9:renewal")
         try harness.start()
         let dead = try #require(try await dlq.waitFor(count: 1).first)
@@ -256,7 +256,7 @@ import Testing
         options.now = { clock.load(ordering: .relaxed) }
         // A long first step keeps the failed deliveries' retries out of the way.
         let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")], schedule: "[60s]", options: options)
-        let (reader, retries) = try harness.reader(harness.configuration.kafka.topics.retry(step: 1))
+        let (reader, retries) = try harness.reader(harness.configuration.topics.retry(step: 1))
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_12:renewal", subject: "stripe:sub_a")
         try await harness.send(endpoint: "hooks", eventID: "stripe:evt_13:renewal", subject: "stripe:sub_b")
         let deliverer = try harness.start()

@@ -37,7 +37,7 @@ final class DeliveryHarness: Sendable {
             delivery: { timeout: \(timeout), retrySchedule: \(schedule), maxInFlight: 256, maxInFlightPerEndpoint: \(perEndpoint), allowPrivateNetworks: \(allowPrivateNetworks), allowHttp: true }
             """
         configuration = try RelayConfiguration.parse(yaml: yaml, baseDirectory: FileManager.default.temporaryDirectory.path, environment: [:])
-        for topic in configuration.kafka.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
+        for topic in configuration.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
             try cluster.createTopic(topic, partitions: 2)
         }
         producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger())
@@ -49,9 +49,9 @@ final class DeliveryHarness: Sendable {
     var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: cluster.bootstrapServers) }
 
     func consumer() throws -> KafkaConsumer {
-        let settings = Deliverer.consumerConfiguration(for: configuration)
-        var consumerConfiguration = testConsumerConfiguration(group: group, topics: settings.topics, maxInFlight: settings.maxInFlight)
-        consumerConfiguration.dueTime = { DeliveryRecord.dueTime(of: $0) }
+        let options = Deliverer.consumerOptions(for: configuration)
+        var consumerConfiguration = testConsumerConfiguration(group: group, topics: options.topics, maxInFlight: options.maxInFlight)
+        consumerConfiguration.dueTime = options.dueTime
         return try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: testLogger("deliverer"))
     }
 
@@ -84,7 +84,7 @@ final class DeliveryHarness: Sendable {
         let payload = body ?? #"{"object":"event","type":"\#(type)","data":{"id":"\#(eventID)","name":"\#(type)"}}"#
         _ = try await producer.send(
             DeliveryRecord.fresh(
-                topic: configuration.kafka.topics.deliveries, endpoint: endpoint, subject: subject, body: Array(payload.utf8), eventID: eventID,
+                topic: configuration.topics.deliveries, endpoint: endpoint, subject: subject, body: Array(payload.utf8), eventID: eventID,
                 eventType: type, app: "demo"))
         return payload
     }

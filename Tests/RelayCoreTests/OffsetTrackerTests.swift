@@ -1,5 +1,5 @@
 import Testing
-@testable import RelayKafka
+import RelayCore
 
 @Suite struct OffsetTrackerTests {
     @Test func storesTheNextOffsetWhenRecordsFinishInOrder() {

@@ -1,0 +1,216 @@
+import CoreMetrics
+import Dispatch
+import Foundation
+import GRDB
+import Logging
+import RelayCore
+import Synchronization
+
+/// Appends records to the embedded log, group-committed: every append waiting when the writer thread gets
+/// to it goes into one transaction, and each caller is answered once that transaction is on disk. Many
+/// concurrent callers therefore share one fsync instead of paying one each.
+///
+/// A record's partition is its key's hash (FNV-1a) modulo the topic's partitions, so one key always goes to
+/// one partition, in order; a record without a key goes round-robin. Offsets are assigned inside the write
+/// transaction from the partition's stored end, so appends from another process (a `replay`) interleave
+/// correctly.
+final class EmbeddedAppender: RecordProducer, Sendable {
+    /// The largest record (key, value and headers) accepted.
+    static let maximumRecordBytes = 8 * 1024 * 1024
+    /// At most this many records, or bytes, per transaction.
+    static let batchRecords = 2048
+    static let batchBytes = 32 * 1024 * 1024
+
+    private struct Pending {
+        var record: OutgoingRecord
+        var size: Int
+        var continuation: CheckedContinuation<RecordPosition, any Error>
+    }
+
+    private struct State {
+        var pending: [Pending] = []
+        var closed = false
+        var roundRobin: [String: UInt32] = [:]
+    }
+
+    private let database: LogDatabase
+    private let topics: Mutex<[String: LogDatabase.Topic]>
+    private let state = Mutex(State())
+    private let wake = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+    /// Called after each commit with the topics it appended to (consumers of this process wake up).
+    private let onAppend: @Sendable (Set<String>) -> Void
+    /// The owner's housekeeping (retention, compaction), run between batches at most every `interval`.
+    private let housekeeping: (interval: Duration, run: @Sendable () -> Void)?
+    private let logger: Logger
+    private let appended: Counter
+
+    init(
+        database: LogDatabase, topics: [String: LogDatabase.Topic], logger: Logger, metrics: any MetricsFactory,
+        housekeeping: (interval: Duration, run: @Sendable () -> Void)?, onAppend: @escaping @Sendable (Set<String>) -> Void
+    ) {
+        self.database = database
+        self.topics = Mutex(topics)
+        self.logger = logger
+        self.housekeeping = housekeeping
+        self.onAppend = onAppend
+        self.appended = Counter(label: "relay_log_appended_total", dimensions: [], factory: metrics)
+        startDedicatedThread(named: "log-writer") { [self] in runWriter() }
+    }
+
+    func produce(_ record: OutgoingRecord) async throws(RecordLogError) -> RecordPosition {
+        let size = (record.key?.count ?? 0) + record.value.count + record.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.count }
+        guard size <= Self.maximumRecordBytes else {
+            throw RecordLogError(
+                code: .recordTooLarge, reason: "a record of \(size) bytes is larger than the embedded log's \(Self.maximumRecordBytes)",
+                isRetriable: false)
+        }
+        do {
+            return try await withCheckedThrowingContinuation { continuation in
+                let accepted = state.withLock { state -> Bool in
+                    guard !state.closed else { return false }
+                    state.pending.append(Pending(record: record, size: size, continuation: continuation))
+                    return true
+                }
+                if accepted {
+                    wake.signal()
+                } else {
+                    continuation.resume(throwing: RecordLogError(code: .closed, reason: "the embedded log is closed", isRetriable: false))
+                }
+            }
+        } catch let error as RecordLogError {
+            throw error
+        } catch {
+            throw RecordLogError(code: .other, reason: "\(error)", isRetriable: true)
+        }
+    }
+
+    /// Answers what is waiting, then stops the writer.
+    func close() async {
+        let first = state.withLock { state -> Bool in
+            defer { state.closed = true }
+            return !state.closed
+        }
+        guard first else { return }
+        wake.signal()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            startDedicatedThread(named: "log-close") { [self] in
+                finished.wait()
+                finished.signal()
+                continuation.resume()
+            }
+        }
+    }
+
+    private func runWriter() {
+        var lastHousekeeping = ContinuousClock.now
+        while true {
+            _ = wake.wait(timeout: .now() + .milliseconds(500))
+            let (batch, closed) = state.withLock { state -> ([Pending], Bool) in
+                var taken = 0
+                var bytes = 0
+                while taken < state.pending.count, taken < Self.batchRecords, bytes < Self.batchBytes {
+                    bytes += state.pending[taken].size
+                    taken += 1
+                }
+                let batch = Array(state.pending.prefix(taken))
+                state.pending.removeFirst(taken)
+                return (batch, state.closed && state.pending.isEmpty)
+            }
+            if !batch.isEmpty {
+                write(batch)
+                // More may be waiting (a batch bound was hit): go round again at once.
+                if state.withLock({ !$0.pending.isEmpty }) { wake.signal() }
+            }
+            if let housekeeping, ContinuousClock.now - lastHousekeeping >= housekeeping.interval {
+                lastHousekeeping = .now
+                housekeeping.run()
+            }
+            if closed {
+                finished.signal()
+                return
+            }
+        }
+    }
+
+    private func write(_ batch: [Pending]) {
+        var known = topics.withLock { $0 }
+        if batch.contains(where: { known[$0.record.topic] == nil }) {
+            // A topic created since (by another process, or a configuration with more retry steps).
+            known = (try? database.topics()) ?? known
+            topics.withLock { $0 = known }
+        }
+        var results: [Result<RecordPosition, RecordLogError>] = []
+        var touched = Set<String>()
+        do {
+            try database.pool.write { db in
+                results = []
+                var ends: [String: Int64] = [:]  // "<topic id>:<partition>" -> next offset
+                var grown: [String: (topic: Int64, partition: Int32, bytes: Int)] = [:]
+                let now = wallClockMilliseconds()
+                for item in batch {
+                    let record = item.record
+                    guard let topic = known[record.topic] else {
+                        results.append(.failure(RecordLogError(
+                            code: .configuration, reason: "the embedded log has no topic \(record.topic)", isRetriable: false)))
+                        continue
+                    }
+                    let partition = self.partition(for: record.key, topic: topic)
+                    let slot = "\(topic.id):\(partition)"
+                    var next: Int64
+                    if let known = ends[slot] {
+                        next = known
+                    } else {
+                        next = try Int64.fetchOne(
+                            db, sql: "SELECT next_offset FROM partition_state WHERE topic_id = ? AND partition = ?", arguments: [topic.id, partition]) ?? 0
+                    }
+                    try db.execute(
+                        sql: "INSERT INTO record (topic_id, partition, offset, timestamp, key, value, headers, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        arguments: [
+                            topic.id, partition, next, now, record.key.map { Data($0) }, Data(record.value), Data(HeaderCoding.encode(record.headers)),
+                            item.size,
+                        ])
+                    results.append(.success(RecordPosition(topic: record.topic, partition: partition, offset: next)))
+                    next += 1
+                    ends[slot] = next
+                    grown[slot, default: (topic.id, partition, 0)].bytes += item.size
+                    touched.insert(record.topic)
+                }
+                for (slot, growth) in grown {
+                    try db.execute(
+                        sql: "UPDATE partition_state SET next_offset = ?, bytes = bytes + ? WHERE topic_id = ? AND partition = ?",
+                        arguments: [ends[slot]!, growth.bytes, growth.topic, growth.partition])
+                }
+            }
+        } catch {
+            logger.error("embedded log append failed", metadata: [LogKey.error: "\(error)"])
+            let failure = RecordLogError(code: .other, reason: "the embedded log could not write: \(error)", isRetriable: true)
+            for item in batch { item.continuation.resume(throwing: failure) }
+            return
+        }
+        for (item, result) in zip(batch, results) { item.continuation.resume(with: result.mapError { $0 as any Error }) }
+        appended.increment(by: results.count)
+        if !touched.isEmpty { onAppend(touched) }
+    }
+
+    private func partition(for key: [UInt8]?, topic: LogDatabase.Topic) -> Int32 {
+        guard let key else {
+            return state.withLock { state in
+                let next = state.roundRobin[topic.name, default: 0]
+                state.roundRobin[topic.name] = next &+ 1
+                return Int32(next % UInt32(topic.partitions))
+            }
+        }
+        return Int32(Int(Self.fnv1a(key)) % Int(topic.partitions))
+    }
+
+    /// FNV-1a, 32 bits: stable across processes and versions (a key must keep its partition).
+    static func fnv1a(_ bytes: [UInt8]) -> UInt32 {
+        var hash: UInt32 = 2_166_136_261
+        for byte in bytes {
+            hash ^= UInt32(byte)
+            hash = hash &* 16_777_619
+        }
+        return hash
+    }
+}

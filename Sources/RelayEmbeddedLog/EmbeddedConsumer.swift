@@ -1,0 +1,316 @@
+import CoreMetrics
+import Dispatch
+import Foundation
+import GRDB
+import Logging
+import RelayCore
+import Synchronization
+
+/// A consumer-group reader of the embedded log, with the semantics the stages rely on from Kafka:
+///
+/// - Every partition of its topics, from the group's stored offset (or the partition's start), in order.
+/// - A group's offset is stored only after `markDone`, and only over a contiguous done prefix
+///   (`OffsetTracker`), every 100 ms and at close; a crash redelivers exactly what was not done.
+/// - A record whose `dueTime` is later is held, and its partition behind it, until due: the thread sleeps
+///   until the earliest due time (or new records), it never busy-waits.
+/// - Back-pressure: no more than `maxInFlight` records out and not done.
+/// - One process owns the log's data directory, so a group has one member and is never rebalanced:
+///   `isAssigned` is always true.
+///
+/// Reading runs on a dedicated thread; appends in this process wake it at once, appends from another
+/// process (a `replay`) are seen within `pollInterval`.
+final class EmbeddedConsumer: RecordConsumer, Sendable {
+    static let pollInterval: Duration = .milliseconds(100)
+    static let storeInterval: Duration = .milliseconds(100)
+    static let fetchLimit = 256
+
+    private struct Partition {
+        var topic: LogDatabase.Topic
+        var partition: Int32
+        /// The next offset to read.
+        var position: Int64
+        var tracker = OffsetTracker()
+        var held: (record: ConsumedRecord, due: Int64)?
+        /// A new offset to store for the group, not yet written.
+        var toStore: Int64?
+    }
+
+    private enum Sink {
+        case stream(AsyncStream<ConsumedRecord>.Continuation)
+        case handler(@Sendable (ConsumedRecord) -> Void)
+    }
+
+    private struct State {
+        var partitions: [Partition] = []
+        var inFlight = 0
+        var sink: Sink?
+        var started = false
+        /// `consume` was cancelled: hand out nothing more.
+        var intakeStopped = false
+        var closing = false
+        /// Handler calls running now (a cancelled `consume` returns when none is).
+        var handling = 0
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    let options: ConsumerOptions
+    private let database: LogDatabase
+    private let state = Mutex(State())
+    private let wake = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+    private let stream: AsyncStream<ConsumedRecord>
+    private let streamContinuation: AsyncStream<ConsumedRecord>.Continuation
+    private let logger: Logger
+    private let consumed: Counter
+
+    init(options: ConsumerOptions, database: LogDatabase, topics: [String: LogDatabase.Topic], logger: Logger, metrics: any MetricsFactory) throws {
+        var groupLogger = logger
+        groupLogger[metadataKey: LogKey.logGroup] = "\(options.groupID)"
+        self.logger = groupLogger
+        self.options = options
+        self.database = database
+        self.consumed = Counter(label: "relay_log_consumed_total", dimensions: [("group", options.groupID)], factory: metrics)
+        var partitions: [Partition] = []
+        for name in options.topics {
+            guard let topic = topics[name] else {
+                throw RecordLogError(code: .configuration, reason: "the embedded log has no topic \(name)", isRetriable: false)
+            }
+            let stored = try database.groupOffsets(options.groupID, topic: topic)
+            let ends = try database.ends(of: topic)
+            for end in ends {
+                // A stored offset retention has passed since goes on at the oldest record kept.
+                let position = max(stored[end.partition] ?? end.startOffset, end.startOffset)
+                partitions.append(Partition(topic: topic, partition: end.partition, position: position))
+            }
+        }
+        state.withLock { $0.partitions = partitions }
+        (stream, streamContinuation) = AsyncStream.makeStream(of: ConsumedRecord.self, bufferingPolicy: .unbounded)
+    }
+
+    var subscribedTopics: Set<String> { Set(options.topics) }
+
+    /// New records may be there (an append in this process).
+    func notify() { wake.signal() }
+
+    var records: AsyncStream<ConsumedRecord> {
+        start(.stream(streamContinuation))
+        return stream
+    }
+
+    func consume(_ handler: @escaping @Sendable (ConsumedRecord) -> Void) async {
+        guard start(.handler(handler)) else { return }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { state -> Bool in
+                    if state.closing || (state.intakeStopped && state.handling == 0) { return true }
+                    state.idleWaiters.append(continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.intakeStopped = true
+                guard state.handling == 0 else { return [] }
+                defer { state.idleWaiters = [] }
+                return state.idleWaiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    @discardableResult
+    private func start(_ sink: Sink) -> Bool {
+        let first = state.withLock { state -> Bool in
+            guard !state.started, !state.closing else { return false }
+            state.started = true
+            state.sink = sink
+            return true
+        }
+        if first { startDedicatedThread(named: "log-consumer") { [self] in run() } }
+        return first
+    }
+
+    func markDone(_ record: ConsumedRecord) {
+        let signal = state.withLock { state -> Bool in
+            guard let index = state.partitions.firstIndex(where: { $0.topic.name == record.topic && $0.partition == record.partition }) else { return false }
+            let (store, wasPending) = state.partitions[index].tracker.markDone(record.offset)
+            if let store { state.partitions[index].toStore = store }
+            if wasPending { state.inFlight -= 1 }
+            return wasPending && state.inFlight == options.maxInFlight - 1
+        }
+        if signal { wake.signal() }
+    }
+
+    func isAssigned(_ record: ConsumedRecord) -> Bool { true }
+
+    /// Stops reading, stores what was done, and ends `records`.
+    func close() async {
+        let (wasStarted, waiters) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
+            let started = state.started
+            state.started = true
+            state.closing = true
+            defer { state.idleWaiters = [] }
+            return (started, state.idleWaiters)
+        }
+        for waiter in waiters { waiter.resume() }
+        if wasStarted {
+            wake.signal()
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                startDedicatedThread(named: "log-consumer-close") { [self] in
+                    finished.wait()
+                    finished.signal()
+                    continuation.resume()
+                }
+            }
+        } else {
+            storeOffsets()
+        }
+        streamContinuation.finish()
+    }
+
+    /// Records handed out and not yet done.
+    var inFlightCount: Int { state.withLock { $0.inFlight } }
+
+    // MARK: The reading thread
+
+    private func run() {
+        var lastStore = ContinuousClock.now
+        var wait = Self.pollInterval
+        while true {
+            _ = wake.wait(timeout: .now() + .milliseconds(Int(wait.wholeMilliseconds)))
+            if ContinuousClock.now - lastStore >= Self.storeInterval {
+                storeOffsets()
+                lastStore = .now
+            }
+            if state.withLock({ $0.closing }) {
+                storeOffsets()
+                finished.signal()
+                return
+            }
+            wait = pass()
+        }
+    }
+
+    /// Hands out what is due and there is room for; returns how long to sleep at most.
+    private func pass() -> Duration {
+        let now = options.now()
+        var nextDue: Int64?
+        let snapshot = state.withLock { state -> [Partition]? in
+            state.intakeStopped || state.inFlight >= options.maxInFlight ? nil : state.partitions
+        }
+        guard let partitions = snapshot else { return Self.pollInterval }
+        // One query for every partition's end: only partitions with new records are read.
+        let ends = (try? database.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT topic_id, partition, next_offset FROM partition_state").reduce(into: [String: Int64]()) {
+                $0["\($1["topic_id"] as Int64):\($1["partition"] as Int32)"] = $1["next_offset"]
+            }
+        }) ?? [:]
+        for index in partitions.indices {
+            // Release a held record that is due; skip a partition still held.
+            let room = state.withLock { state -> Int in
+                guard !state.intakeStopped, !state.closing else { return 0 }
+                return options.maxInFlight - state.inFlight
+            }
+            guard room > 0 else { break }
+            let current = state.withLock { $0.partitions[index] }
+            if let held = current.held {
+                guard held.due <= now else {
+                    nextDue = min(nextDue ?? held.due, held.due)
+                    continue
+                }
+                state.withLock { $0.partitions[index].held = nil }
+                emit(held.record)
+            }
+            let end = ends["\(current.topic.id):\(current.partition)"] ?? current.position
+            guard end > current.position else { continue }
+            let fetched: [ConsumedRecord]
+            do {
+                fetched = try database.pool.read { db in
+                    try LogDatabase.records(db, topic: current.topic, partition: current.partition, from: current.position, limit: min(room, Self.fetchLimit))
+                }
+            } catch {
+                logger.warning("embedded log read failed; trying again", metadata: [LogKey.error: "\(error)"])
+                return Self.pollInterval
+            }
+            for record in fetched {
+                let due = options.dueTime?(record)
+                let handedOut = state.withLock { state -> Bool in
+                    guard state.partitions[index].tracker.handOut(record.offset) else { return false }
+                    state.partitions[index].position = record.offset + 1
+                    state.inFlight += 1
+                    if let due, due > now { state.partitions[index].held = (record, due) }
+                    return true
+                }
+                guard handedOut else { continue }
+                consumed.increment()
+                if let due, due > now {
+                    nextDue = min(nextDue ?? due, due)
+                    break
+                }
+                emit(record)
+            }
+            // Records after a gap (retention, compaction) start where the next kept one is.
+            if fetched.isEmpty {
+                state.withLock { $0.partitions[index].position = max($0.partitions[index].position, end) }
+            }
+        }
+        guard let nextDue else { return Self.pollInterval }
+        return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
+    }
+
+    private func emit(_ record: ConsumedRecord) {
+        let sink = state.withLock { state -> Sink? in
+            guard !state.intakeStopped, !state.closing else { return nil }
+            state.handling += 1
+            return state.sink
+        }
+        guard let sink else { return }
+        switch sink {
+        case .stream(let continuation): continuation.yield(record)
+        case .handler(let handler): handler(record)
+        }
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.handling -= 1
+            guard state.intakeStopped, state.handling == 0 else { return [] }
+            defer { state.idleWaiters = [] }
+            return state.idleWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Writes the group's new offsets in one transaction.
+    private func storeOffsets() {
+        let pending = state.withLock { state -> [(topic: Int64, partition: Int32, offset: Int64)] in
+            var pending: [(Int64, Int32, Int64)] = []
+            for index in state.partitions.indices {
+                if let offset = state.partitions[index].toStore {
+                    pending.append((state.partitions[index].topic.id, state.partitions[index].partition, offset))
+                    state.partitions[index].toStore = nil
+                }
+            }
+            return pending
+        }
+        guard !pending.isEmpty else { return }
+        do {
+            try database.pool.write { db in
+                for item in pending {
+                    try db.execute(
+                        sql: """
+                            INSERT INTO group_offset (group_id, topic_id, partition, next_offset) VALUES (?, ?, ?, ?)
+                            ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)
+                            """, arguments: [options.groupID, item.topic, item.partition, item.offset])
+                }
+            }
+        } catch {
+            // Kept for the next attempt: the offsets only move forward.
+            logger.warning("storing consumer offsets failed; trying again", metadata: [LogKey.error: "\(error)"])
+            state.withLock { state in
+                for item in pending {
+                    guard let index = state.partitions.firstIndex(where: { $0.topic.id == item.topic && $0.partition == item.partition }) else { continue }
+                    state.partitions[index].toStore = max(state.partitions[index].toStore ?? item.offset, item.offset)
+                }
+            }
+        }
+    }
+}

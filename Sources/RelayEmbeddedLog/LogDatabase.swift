@@ -1,0 +1,215 @@
+import Foundation
+import GRDB
+import RelayCore
+
+/// The embedded log's SQLite database: topics and their partitions, records, and each consumer group's
+/// next offset per partition. WAL with `synchronous = FULL`: a commit is on disk (the WAL fsynced) before
+/// it returns, so an acknowledged append survives `kill -9` and power loss.
+final class LogDatabase: Sendable {
+    let pool: DatabasePool
+    let path: String
+
+    /// A topic as stored: its id in `record`, partition count, and how retention treats it.
+    struct Topic: Sendable, Hashable {
+        var id: Int64
+        var name: String
+        var partitions: Int32
+        /// Keep only the newest record per key (Kafka's cleanup.policy=compact).
+        var compacted: Bool
+        /// Exempt from age retention (dead letters, the replay ledger): only the size bound removes them.
+        var keptByAge: Bool
+    }
+
+    init(path: String) throws {
+        self.path = path
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.prepareDatabase { db in
+            // WAL (DatabasePool's own) with a synced commit: durable on power loss, not only on a crash.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: topics, records, group offsets") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE topic (
+                        id INTEGER PRIMARY KEY,
+                        name TEXT NOT NULL UNIQUE,
+                        partitions INTEGER NOT NULL,
+                        compacted INTEGER NOT NULL,
+                        kept_by_age INTEGER NOT NULL
+                    );
+                    CREATE TABLE partition_state (
+                        topic_id INTEGER NOT NULL,
+                        partition INTEGER NOT NULL,
+                        next_offset INTEGER NOT NULL,
+                        bytes INTEGER NOT NULL,
+                        PRIMARY KEY (topic_id, partition)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE record (
+                        id INTEGER PRIMARY KEY,
+                        topic_id INTEGER NOT NULL,
+                        partition INTEGER NOT NULL,
+                        offset INTEGER NOT NULL,
+                        timestamp INTEGER NOT NULL,
+                        key BLOB,
+                        value BLOB NOT NULL,
+                        headers BLOB NOT NULL,
+                        size INTEGER NOT NULL
+                    );
+                    CREATE UNIQUE INDEX record_position ON record (topic_id, partition, offset);
+                    CREATE TABLE group_offset (
+                        group_id TEXT NOT NULL,
+                        topic_id INTEGER NOT NULL,
+                        partition INTEGER NOT NULL,
+                        next_offset INTEGER NOT NULL,
+                        PRIMARY KEY (group_id, topic_id, partition)
+                    ) WITHOUT ROWID;
+                    """)
+        }
+        return migrator
+    }
+
+    /// Creates the topics that do not exist yet, with `partitions` partitions each. An existing topic keeps
+    /// its partition count (records are placed by key hash over it; changing it would reorder a key).
+    func ensureTopics(_ names: [String], partitions: Int32, compacted: Set<String>, keptByAge: Set<String>) throws -> [String: Topic] {
+        try pool.write { db in
+            for name in names {
+                guard try Int64.fetchOne(db, sql: "SELECT id FROM topic WHERE name = ?", arguments: [name]) == nil else { continue }
+                try db.execute(
+                    sql: "INSERT INTO topic (name, partitions, compacted, kept_by_age) VALUES (?, ?, ?, ?)",
+                    arguments: [name, partitions, compacted.contains(name), keptByAge.contains(name)])
+                let id = db.lastInsertedRowID
+                for partition in 0..<partitions {
+                    try db.execute(
+                        sql: "INSERT INTO partition_state (topic_id, partition, next_offset, bytes) VALUES (?, ?, 0, 0)", arguments: [id, partition])
+                }
+            }
+            return try Self.topics(db)
+        }
+    }
+
+    func topics() throws -> [String: Topic] {
+        try pool.read { db in try Self.topics(db) }
+    }
+
+    static func topics(_ db: Database) throws -> [String: Topic] {
+        var result: [String: Topic] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT id, name, partitions, compacted, kept_by_age FROM topic") {
+            let topic = Topic(id: row["id"], name: row["name"], partitions: row["partitions"], compacted: row["compacted"], keptByAge: row["kept_by_age"])
+            result[topic.name] = topic
+        }
+        return result
+    }
+
+    /// Each partition's start (oldest offset kept) and end (next offset) of a topic.
+    func ends(of topic: Topic) throws -> [PartitionEnd] {
+        try pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT p.partition, p.next_offset, (SELECT MIN(offset) FROM record r WHERE r.topic_id = p.topic_id AND r.partition = p.partition) AS start
+                    FROM partition_state p WHERE p.topic_id = ? ORDER BY p.partition
+                    """, arguments: [topic.id]
+            ).map { row in
+                let end: Int64 = row["next_offset"]
+                return PartitionEnd(topic: topic.name, partition: row["partition"], endOffset: end, startOffset: row["start"] ?? end)
+            }
+        }
+    }
+
+    /// Where group `group` goes on in each partition of `topic` (absent: it has stored nothing there).
+    func groupOffsets(_ group: String, topic: Topic) throws -> [Int32: Int64] {
+        try pool.read { db in
+            var result: [Int32: Int64] = [:]
+            for row in try Row.fetchAll(
+                db, sql: "SELECT partition, next_offset FROM group_offset WHERE group_id = ? AND topic_id = ?", arguments: [group, topic.id])
+            {
+                result[row["partition"]] = row["next_offset"]
+            }
+            return result
+        }
+    }
+
+    /// Every consumer group with stored offsets, and the topics it read.
+    func groups() throws -> [(group: String, topic: String, partition: Int32, next: Int64)] {
+        try pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT g.group_id, t.name, g.partition, g.next_offset FROM group_offset g JOIN topic t ON t.id = g.topic_id
+                    ORDER BY g.group_id, t.name, g.partition
+                    """
+            ).map { ($0["group_id"], $0["name"], $0["partition"], $0["next_offset"]) }
+        }
+    }
+
+    /// Up to `limit` records of one partition from `offset` on, in offset order.
+    static func records(_ db: Database, topic: Topic, partition: Int32, from offset: Int64, below end: Int64 = .max, limit: Int) throws
+        -> [ConsumedRecord]
+    {
+        try Row.fetchAll(
+            db,
+            sql: """
+                SELECT offset, timestamp, key, value, headers FROM record
+                WHERE topic_id = ? AND partition = ? AND offset >= ? AND offset < ? ORDER BY offset LIMIT ?
+                """, arguments: [topic.id, partition, offset, end, limit]
+        ).map { row in
+            let headers: Data = row["headers"]
+            return ConsumedRecord(
+                topic: topic.name, partition: partition, offset: row["offset"], key: (row["key"] as Data?).map { Array($0) },
+                value: Array(row["value"] as Data), headers: HeaderCoding.decode(Array(headers)), timestampMilliseconds: row["timestamp"],
+                assignmentGeneration: 1)
+        }
+    }
+}
+
+/// Record headers as one blob: a count, then each name and value with its length (big-endian UInt32).
+enum HeaderCoding {
+    static func encode(_ headers: [RecordHeader]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(4 + headers.reduce(0) { $0 + 8 + $1.name.utf8.count + $1.value.count })
+        append(UInt32(headers.count), to: &bytes)
+        for header in headers {
+            append(UInt32(header.name.utf8.count), to: &bytes)
+            bytes.append(contentsOf: header.name.utf8)
+            append(UInt32(header.value.count), to: &bytes)
+            bytes.append(contentsOf: header.value)
+        }
+        return bytes
+    }
+
+    /// The headers, or as many as the blob holds intact (it is only ever written by `encode`).
+    static func decode(_ bytes: [UInt8]) -> [RecordHeader] {
+        var index = 0
+        func next() -> UInt32? {
+            guard index + 4 <= bytes.count else { return nil }
+            defer { index += 4 }
+            return bytes[index..<index + 4].reduce(0) { $0 << 8 | UInt32($1) }
+        }
+        func take(_ count: Int) -> ArraySlice<UInt8>? {
+            guard count >= 0, index + count <= bytes.count else { return nil }
+            defer { index += count }
+            return bytes[index..<index + count]
+        }
+        guard let count = next() else { return [] }
+        var headers: [RecordHeader] = []
+        for _ in 0..<count {
+            guard let nameLength = next(), let name = take(Int(nameLength)), let valueLength = next(), let value = take(Int(valueLength)) else { break }
+            headers.append(RecordHeader(name: String(decoding: name, as: UTF8.self), value: Array(value)))
+        }
+        return headers
+    }
+
+    private static func append(_ value: UInt32, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(value >> 24))
+        bytes.append(UInt8(value >> 16 & 0xff))
+        bytes.append(UInt8(value >> 8 & 0xff))
+        bytes.append(UInt8(value & 0xff))
+    }
+}
