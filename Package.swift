@@ -201,7 +201,7 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay-bench",
             dependencies: [
-                "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient",
+                "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient", "RelayEmbeddedLog",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -223,6 +223,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/RelayTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayEmbeddedLogTests",
+            dependencies: ["RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
