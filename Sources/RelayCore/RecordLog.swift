@@ -167,6 +167,13 @@ public protocol RecordLog: Sendable {
     func consumer(_ options: ConsumerOptions) throws(RecordLogError) -> any RecordConsumer
     /// `topic` from its start to its end now.
     func snapshot(of topic: String) throws(RecordLogError) -> any TopicSnapshot
+    /// `topic` from `offsets` (per partition; a partition not named from its start) to its end now, or with
+    /// `follow` on without end, yielding appends as they come (`tail`).
+    func read(_ topic: String, from offsets: [Int32: Int64], follow: Bool) throws(RecordLogError) -> any TopicSnapshot
+    /// Each partition of `topic` with its oldest kept and next offsets (`topics`, `tail`).
+    func partitionEnds(of topic: String) throws(RecordLogError) -> [PartitionEnd]
+    /// Where consumer group `group` goes on in each partition of `topic`; a partition it stored nothing for is absent.
+    func committedOffsets(group: String, topic: String) throws(RecordLogError) -> [Int32: Int64]
     /// Whether appends can be acknowledged now (Kafka: a broker is reachable); readiness follows it.
     var isAvailable: Bool { get }
     /// Acknowledges what is in flight and closes the producer; after every stage has stopped.

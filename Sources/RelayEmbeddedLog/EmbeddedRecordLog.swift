@@ -101,14 +101,46 @@ public final class EmbeddedRecordLog: RecordLog {
     }
 
     public func snapshot(of topic: String) throws(RecordLogError) -> any TopicSnapshot {
-        guard let stored = topics[topic] ?? (try? database.topics())?[topic] else {
-            throw RecordLogError(code: .configuration, reason: "the embedded log in \(directory) has no topic \(topic)", isRetriable: false)
-        }
+        try read(topic, from: [:], follow: false)
+    }
+
+    public func read(_ topic: String, from offsets: [Int32: Int64], follow: Bool) throws(RecordLogError) -> any TopicSnapshot {
+        let stored = try self.topic(topic)
         do {
-            return EmbeddedSnapshot(database: database, topic: stored, ends: try database.ends(of: stored))
+            let ends = try database.ends(of: stored).map { end in
+                var end = end
+                end.startOffset = max(end.startOffset, offsets[end.partition] ?? end.startOffset)
+                return end
+            }
+            return EmbeddedSnapshot(database: database, topic: stored, ends: ends, follow: follow)
         } catch {
             throw RecordLogError(code: .other, reason: "cannot read \(topic): \(error)", isRetriable: true)
         }
+    }
+
+    public func partitionEnds(of topic: String) throws(RecordLogError) -> [PartitionEnd] {
+        let stored = try self.topic(topic)
+        do {
+            return try database.ends(of: stored)
+        } catch {
+            throw RecordLogError(code: .other, reason: "cannot read \(topic): \(error)", isRetriable: true)
+        }
+    }
+
+    public func committedOffsets(group: String, topic: String) throws(RecordLogError) -> [Int32: Int64] {
+        let stored = try self.topic(topic)
+        do {
+            return try database.groupOffsets(group, topic: stored)
+        } catch {
+            throw RecordLogError(code: .other, reason: "cannot read group \(group)'s offsets: \(error)", isRetriable: true)
+        }
+    }
+
+    private func topic(_ name: String) throws(RecordLogError) -> LogDatabase.Topic {
+        guard let stored = topics[name] ?? (try? database.topics())?[name] else {
+            throw RecordLogError(code: .configuration, reason: "the embedded log in \(directory) has no topic \(name)", isRetriable: false)
+        }
+        return stored
     }
 
     /// Always: the log is on this machine's disk.
@@ -209,11 +241,13 @@ final class OwnerLock: Sendable {
     }
 }
 
-/// A topic from each partition's start to the end it had when the snapshot was taken, read in batches.
+/// A topic from each partition's start (`ends[].startOffset`) to the end it had when the snapshot was
+/// taken, read in batches; with `follow`, on past those ends without end, checking for appends every 200 ms.
 struct EmbeddedSnapshot: TopicSnapshot {
     let database: LogDatabase
     let topic: LogDatabase.Topic
     let ends: [PartitionEnd]
+    var follow = false
 
     var expectedCount: Int64 { ends.reduce(0) { $0 + max(0, $1.endOffset - $1.startOffset) } }
 
@@ -225,6 +259,7 @@ struct EmbeddedSnapshot: TopicSnapshot {
         }
         let database = database
         let topic = topic
+        if follow { return followed() }
         let cursor = Mutex(Cursor(remaining: ends[...], position: ends.first?.startOffset ?? 0))
         return AsyncThrowingStream {
             while true {
@@ -241,6 +276,34 @@ struct EmbeddedSnapshot: TopicSnapshot {
                         cursor.remaining = cursor.remaining.dropFirst()
                         cursor.position = cursor.remaining.first?.startOffset ?? 0
                     }
+                }
+            }
+        }
+    }
+
+    /// Every partition in turn from its start position, sleeping when none has anything new.
+    private func followed() -> AsyncThrowingStream<ConsumedRecord, any Error> {
+        let database = database
+        let topic = topic
+        let positions = Mutex((positions: Dictionary(uniqueKeysWithValues: ends.map { ($0.partition, $0.startOffset) }), buffer: [ConsumedRecord]()))
+        return AsyncThrowingStream {
+            while true {
+                if let next = positions.withLock({ $0.buffer.popLast() }) { return next }
+                let from = positions.withLock { $0.positions }
+                let batch = try await database.pool.read { db in
+                    var batch: [ConsumedRecord] = []
+                    for (partition, position) in from.sorted(by: { $0.key < $1.key }) {
+                        batch += try LogDatabase.records(db, topic: topic, partition: partition, from: position, limit: 256)
+                    }
+                    return batch
+                }
+                if batch.isEmpty {
+                    try await Task.sleep(for: .milliseconds(200))
+                    continue
+                }
+                positions.withLock { state in
+                    for record in batch { state.positions[record.partition] = max(state.positions[record.partition] ?? 0, record.offset + 1) }
+                    state.buffer = batch.reversed()
                 }
             }
         }

@@ -64,6 +64,30 @@ public final class KafkaRecordLog: RecordLog {
         }
     }
 
+    public func read(_ topic: String, from offsets: [Int32: Int64], follow: Bool) throws(RecordLogError) -> any TopicSnapshot {
+        do {
+            return KafkaSnapshot(reader: try KafkaTopicReader(configuration: configuration, topic: topic, startOffsets: offsets, follow: follow, logger: logger))
+        } catch {
+            throw error.recordLogError
+        }
+    }
+
+    public func partitionEnds(of topic: String) throws(RecordLogError) -> [PartitionEnd] {
+        do {
+            return try KafkaTopicReader.partitionEnds(configuration: configuration, topic: topic, logger: logger)
+        } catch {
+            throw error.recordLogError
+        }
+    }
+
+    public func committedOffsets(group: String, topic: String) throws(RecordLogError) -> [Int32: Int64] {
+        do {
+            return try KafkaTopicReader.committedOffsets(configuration: configuration, group: group, topic: topic, logger: logger)
+        } catch {
+            throw error.recordLogError
+        }
+    }
+
     /// A broker connection is up: the producer's when there is one, else a consumer's.
     public var isAvailable: Bool {
         shared.withLock { state in
