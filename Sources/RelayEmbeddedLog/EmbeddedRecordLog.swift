@@ -146,8 +146,10 @@ public final class EmbeddedRecordLog: RecordLog {
     /// Always: the log is on this machine's disk.
     public var isAvailable: Bool { true }
 
+    /// Answers the appends in flight, stops the writer and, for the owner, releases the data directory.
     public func close() async {
         await appender.close()
+        lock?.release()
     }
 
     /// Each topic's partitions with their start and end offsets, by topic name.
@@ -221,7 +223,7 @@ final class ConsumerRegistry: Sendable {
 /// `owner.lock`, held with an exclusive `flock` for as long as the process lives (the kernel drops it when
 /// the process ends, also on `kill -9`).
 final class OwnerLock: Sendable {
-    private let descriptor: Int32
+    private let descriptor = Mutex<Int32>(-1)
 
     init(path: String, directory: String) throws {
         let descriptor = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
@@ -232,12 +234,21 @@ final class OwnerLock: Sendable {
             close(descriptor)
             throw EmbeddedRecordLog.AlreadyOwned(directory: directory)
         }
-        self.descriptor = descriptor
+        self.descriptor.withLock { $0 = descriptor }
+    }
+
+    /// Unlocks and closes the lock file; once.
+    func release() {
+        descriptor.withLock { descriptor in
+            guard descriptor >= 0 else { return }
+            flock(descriptor, LOCK_UN)
+            close(descriptor)
+            descriptor = -1
+        }
     }
 
     deinit {
-        flock(descriptor, LOCK_UN)
-        close(descriptor)
+        release()
     }
 }
 

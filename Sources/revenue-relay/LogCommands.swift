@@ -175,3 +175,50 @@ struct Topics: AsyncParsableCommand {
         }
     }
 }
+
+/// `revenue-relay copy`: moving up from the embedded log to Kafka (see the README's "Moving up to Kafka").
+struct Copy: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Copy what the embedded log has not finished (and its dead letters) to Kafka, to move a stopped relay up to a cluster.",
+        discussion: """
+            Stop the relay first (it owns the data directory; the copy refuses to run beside it). Copies the \
+            notifications after relay-worker's offsets, the deliveries and retry topics after \
+            relay-deliverer's, and the dead-letter topic and replay ledger whole; --history also copies the \
+            events and rejected topics whole. The Kafka topics must exist. Then set log.kind: kafka and run. \
+            Exit 0: done; 69: the log in use, or Kafka unreachable; 78: bad configuration.
+            """
+    )
+
+    @Option(help: "Configuration file.")
+    var config: String
+
+    @Option(help: "The embedded log's data directory (default: log.path).")
+    var data: String?
+
+    @Option(name: .customLong("bootstrap-servers"), help: "Kafka brokers to copy to (default: kafka.bootstrapServers).")
+    var bootstrapServers: String?
+
+    @Flag(help: "Also copy the events and rejected topics whole.")
+    var history = false
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .error)
+        let configuration = try loadConfiguration(config)
+        var logger = Logger(label: "revenue-relay")
+        logger.logLevel = .error
+        let destination = try ToolLog.open(
+            configuration: configuration, bootstrapServers: bootstrapServers ?? configuration.kafka.bootstrapServers, dataDirectory: nil,
+            clientID: "revenue-relay-copy", logger: logger)
+        do {
+            let summaries = try await CopyCommand.run(
+                configuration: configuration, from: data ?? configuration.log.path, to: destination, history: history, logger: logger,
+                progress: { topic, copied in FileHandle.standardError.write(Data("\(topic): \(copied)\n".utf8)) })
+            for summary in summaries {
+                printLine("\(summary.topic): copied \(summary.copied)" + (summary.skipped > 0 ? ", \(summary.skipped) already finished" : ""))
+            }
+        } catch {
+            FileHandle.standardError.write(Data("revenue-relay: copy stopped: \(error); what was copied is in Kafka, run it again only after emptying those topics\n".utf8))
+            throw Exit.unavailable
+        }
+    }
+}
