@@ -286,7 +286,7 @@ let package = Package(
             name: "RelayDeliveryTests",
             dependencies: [
                 "RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayKafka", "RelayHTTPClient",
-                "RelayVerification",
+                "RelayVerification", "RelayEmbeddedLog",
             ],
             swiftSettings: swiftSettings
         ),

@@ -26,6 +26,8 @@ public final class EmbeddedRecordLog: RecordLog {
     private let appender: EmbeddedAppender
     private let consumers: ConsumerRegistry
     private let lock: OwnerLock?
+    /// Consumes (holds the directory's lock, or is in memory).
+    private let isOwner: Bool
     private let logger: Logger
     private let metrics: any MetricsFactory
 
@@ -51,14 +53,34 @@ public final class EmbeddedRecordLog: RecordLog {
             retention: configuration.log.retention, retentionBytes: configuration.log.retentionBytes, owner: owner, logger: logger, metrics: metrics)
     }
 
-    public init(
+    public convenience init(
         directory: String, topics names: [String], partitions: Int, compacted: Set<String> = [], keptByAge: Set<String> = [],
         retention: Duration = .seconds(7 * 86_400), retentionBytes: Int64 = 1 << 30, owner: Bool = true, logger: Logger,
         metrics: any MetricsFactory = MetricsSystem.factory
     ) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let lock = owner ? try OwnerLock(path: directory + "/owner.lock", directory: directory) : nil
-        let database = try LogDatabase(path: directory + "/log.sqlite")
+        try self.init(
+            directory: directory, database: try LogDatabase(path: directory + "/log.sqlite"), lock: lock, owner: owner, topics: names,
+            partitions: partitions, compacted: compacted, keptByAge: keptByAge, retention: retention, retentionBytes: retentionBytes,
+            logger: logger, metrics: metrics)
+    }
+
+    /// The log in memory: the embedded log's code and semantics with nothing on disk, for tests of the stages
+    /// (no broker, no directory). It lives as long as the instance.
+    public static func inMemory(
+        topics names: [String], partitions: Int, compacted: Set<String> = [], logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
+    ) throws -> EmbeddedRecordLog {
+        let name = "relay-log-\(UInt64.random(in: 0...UInt64.max))"
+        return try EmbeddedRecordLog(
+            directory: ":memory:", database: try LogDatabase(inMemory: name), lock: nil, owner: true, topics: names, partitions: partitions,
+            compacted: compacted, keptByAge: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30, logger: logger, metrics: metrics)
+    }
+
+    private init(
+        directory: String, database: LogDatabase, lock: OwnerLock?, owner: Bool, topics names: [String], partitions: Int, compacted: Set<String>,
+        keptByAge: Set<String>, retention: Duration, retentionBytes: Int64, logger: Logger, metrics: any MetricsFactory
+    ) throws {
         let topics = try database.ensureTopics(names, partitions: Int32(partitions), compacted: compacted, keptByAge: keptByAge)
         let consumers = ConsumerRegistry()
         let housekeep: @Sendable () -> Void = {
@@ -69,6 +91,7 @@ public final class EmbeddedRecordLog: RecordLog {
         self.database = database
         self.topics = topics
         self.lock = lock
+        self.isOwner = owner
         self.consumers = consumers
         self.logger = logger
         self.metrics = metrics
@@ -84,7 +107,7 @@ public final class EmbeddedRecordLog: RecordLog {
     }
 
     public func consumer(_ options: ConsumerOptions) throws(RecordLogError) -> any RecordConsumer {
-        guard lock != nil else {
+        guard isOwner else {
             throw RecordLogError(
                 code: .configuration, reason: "only the process that owns \(directory) consumes from it (tools read and append)", isRetriable: false)
         }

@@ -6,7 +6,8 @@ import RelayCore
 /// next offset per partition. WAL with `synchronous = FULL`: a commit is on disk (the WAL fsynced) before
 /// it returns, so an acknowledged append survives `kill -9` and power loss.
 final class LogDatabase: Sendable {
-    let pool: DatabasePool
+    /// A WAL database pool on disk, or one in-memory connection (`inMemory`).
+    let pool: any DatabaseWriter
     let path: String
 
     /// A topic as stored: its id in `record`, partition count, and how retention treats it.
@@ -29,6 +30,13 @@ final class LogDatabase: Sendable {
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+    }
+
+    /// A database in memory only: the same schema and code, nothing kept (tests of the stages).
+    init(inMemory name: String) throws {
+        path = ":memory:\(name)"
+        pool = try DatabaseQueue(named: name)
         try Self.migrator.migrate(pool)
     }
 

@@ -3,7 +3,7 @@ import Foundation
 import RelayApp
 import RelayBackend
 import RelayCore
-import RelayKafka
+import RelayEmbeddedLog
 import RelayTestSupport
 import RelayWorker
 import ServiceLifecycle
@@ -23,13 +23,12 @@ import Testing
 
         // From another producer: one with the relay headers (any producer may write raw notifications),
         // one without them at all.
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: try #require(relay.environment.cluster).bootstrapServers), logger: testLogger())
+        let producer = try relay.environment.process.log.producer
         let paddle = RawNotification(
             store: .paddle, app: "demo", receivedAtMilliseconds: now * 1000, body: Array(#"{"event_id":"evt_p"}"#.utf8),
             requestHeaders: ["paddle-signature": "ts=\(now);h1=00"])
-        _ = try await producer.send(paddle.record(topic: "relay.notifications"))
-        _ = try await producer.send(OutgoingRecord(topic: "relay.notifications", key: Array("foreign".utf8), value: Array("{}".utf8), headers: []))
-        await producer.close()
+        _ = try await producer.produce(paddle.record(topic: "relay.notifications"))
+        _ = try await producer.produce(OutgoingRecord(topic: "relay.notifications", key: Array("foreign".utf8), value: Array("{}".utf8), headers: []))
 
         try await waitUntil("the worker judged all four") {
             let metrics = try await relay.get("/metrics").bodyText
@@ -78,16 +77,14 @@ import Testing
     }
 
     @Test func failingRecordsAreRetriedInPartitionOrderAndOnlyThenMarkedDone() async throws {
-        let cluster = try EmbeddedKafkaCluster(brokers: 1, logger: testLogger())
+        // On the in-memory record log: no broker needed for the worker's own semantics.
         let topic = uniqueName("notifications")
-        try cluster.createTopic(topic, partitions: 1)
-        let connection = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
-        let producer = try KafkaProducer(configuration: connection, logger: testLogger())
-        for index in 0..<5 { _ = try await producer.send(OutgoingRecord(topic: topic, key: nil, value: Array("n\(index)".utf8))) }
-        await producer.close()
+        let log = try EmbeddedRecordLog.inMemory(topics: [topic], partitions: 1, logger: testLogger())
+        let producer = try log.producer
+        for index in 0..<5 { _ = try await producer.produce(OutgoingRecord(topic: topic, key: nil, value: Array("n\(index)".utf8))) }
 
         let group = uniqueName("worker")
-        let consumer = try KafkaConsumer(configuration: connection, consumer: testConsumerConfiguration(group: group, topics: [topic]), logger: testLogger())
+        let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: [topic]))
         let processor = FlakyProcessor()
         let worker = WorkerService(consumer: consumer, processor: processor, logger: testLogger(), metrics: NOOPMetricsHandler.instance,
                                    retryBackoff: (.milliseconds(10), .milliseconds(50)))
@@ -99,16 +96,14 @@ import Testing
         await serviceGroup.triggerGracefulShutdown()
         try await running.value
 
-        // Everything was marked done and committed: the same group sees nothing new.
-        let after = try KafkaConsumer(configuration: connection, consumer: testConsumerConfiguration(group: group, topics: [topic]), logger: testLogger())
+        // Everything was marked done and stored: the same group sees nothing but what comes after.
+        let after = try log.consumer(ConsumerOptions(groupID: group, topics: [topic]))
         let collector = RecordCollector(after.records)
-        try await waitUntil("the group rejoined") { !after.assignment.isEmpty }
-        let extra = try KafkaProducer(configuration: connection, logger: testLogger())
-        _ = try await extra.send(OutgoingRecord(topic: topic, key: nil, value: Array("n5".utf8)))
-        await extra.close()
+        _ = try await producer.produce(OutgoingRecord(topic: topic, key: nil, value: Array("n5".utf8)))
         let records = try await collector.waitFor(count: 1)
         #expect(records.map { text($0.value) } == ["n5"])
         await after.close()
+        await log.close()
     }
 }
 

@@ -2,7 +2,6 @@ import Foundation
 import RelayConfig
 import RelayCore
 import RelayDelivery
-import RelayKafka
 import RelayTestSupport
 import Synchronization
 import Testing

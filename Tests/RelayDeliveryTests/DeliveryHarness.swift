@@ -3,19 +3,20 @@ import Logging
 import RelayConfig
 import RelayCore
 import RelayDelivery
-import RelayKafka
+import RelayEmbeddedLog
 import RelayTestSupport
 import RelayVerification
 import Synchronization
 
-/// A deliverer against the embedded Kafka-protocol broker and real receivers on 127.0.0.1, with a
-/// compressed retry schedule.
+/// A deliverer on the in-memory record log (no broker; the same semantics as the embedded log, which
+/// the end-to-end flow tests run on, next to Kafka) and real receivers on 127.0.0.1, with a compressed
+/// retry schedule.
 final class DeliveryHarness: Sendable {
     static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-    let cluster: EmbeddedKafkaCluster
+    let log: EmbeddedRecordLog
     let configuration: RelayConfiguration
-    let producer: KafkaProducer
+    let producer: any RecordProducer
     let group = uniqueName("relay-deliverer")
     let options: DelivererOptions
     private let running = LockedBox<[(deliverer: Deliverer, task: Task<Void, any Error>)]>([])
@@ -25,7 +26,6 @@ final class DeliveryHarness: Sendable {
         endpoints: [(String, String)], schedule: String = "[100ms, 100ms]", timeout: String = "2s", perEndpoint: Int = 64,
         allowPrivateNetworks: Bool = true, options: DelivererOptions? = nil
     ) throws {
-        cluster = try EmbeddedKafkaCluster(brokers: 1, logger: testLogger("cluster"))
         let endpointLines = endpoints.map { id, url in
             "  - { id: \(id), app: demo, url: \"\(url)\", secrets: [\"\(Self.secret)\"], events: [\"*\"] }"
         }.joined(separator: "\n")
@@ -37,22 +37,18 @@ final class DeliveryHarness: Sendable {
             delivery: { timeout: \(timeout), retrySchedule: \(schedule), maxInFlight: 256, maxInFlightPerEndpoint: \(perEndpoint), allowPrivateNetworks: \(allowPrivateNetworks), allowHttp: true }
             """
         configuration = try RelayConfiguration.parse(yaml: yaml, baseDirectory: FileManager.default.temporaryDirectory.path, environment: [:])
-        for topic in configuration.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
-            try cluster.createTopic(topic, partitions: 2)
-        }
-        producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger())
+        log = try EmbeddedRecordLog.inMemory(
+            topics: configuration.topics.all(retrySteps: configuration.delivery.retrySchedule.count), partitions: 2, logger: testLogger("log"))
+        producer = try log.producer
         var options = options ?? DelivererOptions()
         if options.throttledMinimumWait == .seconds(60) { options.throttledMinimumWait = .milliseconds(300) }
         self.options = options
     }
 
-    var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: cluster.bootstrapServers) }
-
-    func consumer() throws -> KafkaConsumer {
-        let options = Deliverer.consumerOptions(for: configuration)
-        var consumerConfiguration = testConsumerConfiguration(group: group, topics: options.topics, maxInFlight: options.maxInFlight)
-        consumerConfiguration.dueTime = options.dueTime
-        return try KafkaConsumer(configuration: kafka, consumer: consumerConfiguration, logger: testLogger("deliverer"))
+    func consumer() throws -> any RecordConsumer {
+        var options = Deliverer.consumerOptions(for: configuration)
+        options.groupID = group
+        return try log.consumer(options)
     }
 
     /// Starts a deliverer in the harness's group; `consumer` defaults to a real one.
@@ -82,7 +78,7 @@ final class DeliveryHarness: Sendable {
     @discardableResult
     func send(endpoint: String, eventID: String, type: String = "renewal", subject: String = "stripe:sub_1", body: String? = nil) async throws -> String {
         let payload = body ?? #"{"object":"event","type":"\#(type)","data":{"id":"\#(eventID)","name":"\#(type)"}}"#
-        _ = try await producer.send(
+        _ = try await producer.produce(
             DeliveryRecord.fresh(
                 topic: configuration.topics.deliveries, endpoint: endpoint, subject: subject, body: Array(payload.utf8), eventID: eventID,
                 eventType: type, app: "demo"))
@@ -90,27 +86,26 @@ final class DeliveryHarness: Sendable {
     }
 
     /// Reads a topic from its start, in a group of its own.
-    func reader(_ topic: String) throws -> (KafkaConsumer, RecordCollector) {
+    func reader(_ topic: String) throws -> (any RecordConsumer, RecordCollector) {
         try reader([topic])
     }
 
-    func reader(_ topics: [String]) throws -> (KafkaConsumer, RecordCollector) {
-        let consumer = try KafkaConsumer(
-            configuration: kafka, consumer: testConsumerConfiguration(group: uniqueName("reader"), topics: topics), logger: testLogger())
+    func reader(_ topics: [String]) throws -> (any RecordConsumer, RecordCollector) {
+        let consumer = try log.consumer(ConsumerOptions(groupID: uniqueName("reader"), topics: topics))
         return (consumer, RecordCollector(consumer.records))
     }
 
     func close() async {
         await stopDeliverers()
-        await producer.close()
+        await log.close()
     }
 }
 
 /// A consumer that never stores an offset: a deliverer on it behaves like one that crashes after each
 /// delivery and before the offset store.
 final class ForgetfulConsumer: RecordConsumer {
-    let inner: KafkaConsumer
-    init(_ inner: KafkaConsumer) { self.inner = inner }
+    let inner: any RecordConsumer
+    init(_ inner: any RecordConsumer) { self.inner = inner }
     var records: AsyncStream<ConsumedRecord> { inner.records }
     func markDone(_ record: ConsumedRecord) {}
     func close() async { await inner.close() }

@@ -7,14 +7,15 @@ import Synchronization
 import Testing
 
 /// The record log's contract, the same test on every log the stages run on: the embedded log (a SQLite
-/// data directory) and Kafka (librdkafka's mock cluster over loopback TCP).
+/// data directory), Kafka (librdkafka's mock cluster over loopback TCP), and the in-memory log of tests.
 enum LogUnderTest: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case embedded, kafka
+    case embedded, kafka, memory
     var testDescription: String { rawValue }
 }
 
 /// One log with one topic of three partitions, made for one test; `restart` is a new process's view of
-/// the same data (the embedded log closed and opened again; for Kafka, new clients).
+/// the same data (the embedded log closed and opened again; for Kafka, new clients; the in-memory log,
+/// whose data lives only in its instance, is kept).
 final class LogFixture: Sendable {
     let kind: LogUnderTest
     let topic = uniqueName("topic")
@@ -45,11 +46,13 @@ final class LogFixture: Sendable {
                 properties: ["session.timeout.ms": "6000", "auto.commit.interval.ms": "200", "fetch.wait.max.ms": "10"])
             return KafkaRecordLog(configuration: configuration, logger: testLogger())
         }
+        if kind == .memory { return try EmbeddedRecordLog.inMemory(topics: [topic], partitions: 3, logger: testLogger()) }
         return try EmbeddedRecordLog(directory: directory, topics: [topic], partitions: 3, logger: testLogger())
     }
 
     /// Closes the log and opens the same data again, as a restarted process would.
     func restart() async throws {
+        guard kind != .memory else { return }
         await log.close()
         current.withLock { $0 = nil }
         let log = try open()
