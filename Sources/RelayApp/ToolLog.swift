@@ -1,3 +1,4 @@
+import Foundation
 public import Logging
 public import RelayConfig
 public import RelayCore
@@ -13,6 +14,12 @@ public enum ToolLog {
     {
         if dataDirectory != nil || (bootstrapServers == nil && configuration.log.kind == .embedded) {
             let directory = dataDirectory ?? configuration.log.path
+            // A tool never creates a log: a mistyped directory says so instead of showing an empty one.
+            guard FileManager.default.fileExists(atPath: directory + "/log.sqlite") else {
+                throw .log(RecordLogError(
+                    code: .configuration, reason: "there is no embedded log in \(directory) (no log.sqlite): check --data or log.path",
+                    isRetriable: false))
+            }
             do {
                 return try EmbeddedRecordLog.open(configuration: configuration, directory: directory, owner: false, logger: logger)
             } catch {

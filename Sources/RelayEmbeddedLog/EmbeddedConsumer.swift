@@ -163,9 +163,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                     continuation.resume()
                 }
             }
-        } else {
-            storeOffsets()
         }
+        // Never started: nothing was handed out, so there is nothing to store.
         streamContinuation.finish()
     }
 

@@ -45,6 +45,10 @@ import Testing
             return notifications?["records"] == 1 && notifications?["groups"]?.arrayValue?.first?["lag"] == 0
         }
         #expect(try await run(["tail", "relay.nonexistent", "--config", file.path, "--data", data]).status == 69)
+        let typo = try await run(["topics", "--config", file.path, "--data", data + "-typo"])
+        #expect(typo.status == 69)
+        #expect(typo.stderr.contains("there is no embedded log in \(data)-typo"), "\(typo.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: data + "-typo"), "a tool creates no log")
         #expect(try await run(["topics", "--config", file.path, "--data", data, "--bootstrap-servers", "x:1"]).status == 64)
         try await relay.stop()
     }
