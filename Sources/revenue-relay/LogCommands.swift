@@ -23,10 +23,15 @@ struct LogLocation: ParsableArguments {
 
     func open(clientID: String) throws -> (RelayConfiguration, any RecordLog) {
         let configuration = try loadConfiguration(config)
+        return (configuration, try openLog(configuration, clientID: clientID))
+    }
+
+    /// The log, or exit 69 saying why it cannot be opened.
+    func openLog(_ configuration: RelayConfiguration, clientID: String) throws -> any RecordLog {
         var logger = Logger(label: "revenue-relay")
         logger.logLevel = .error
         do {
-            return (configuration, try ToolLog.open(configuration: configuration, bootstrapServers: bootstrapServers, dataDirectory: data, clientID: clientID, logger: logger))
+            return try ToolLog.open(configuration: configuration, bootstrapServers: bootstrapServers, dataDirectory: data, clientID: clientID, logger: logger)
         } catch {
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
             throw Exit.unavailable

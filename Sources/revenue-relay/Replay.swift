@@ -22,14 +22,7 @@ struct Replay: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "Configuration file.")
-    var config: String
-
-    @Option(name: .customLong("bootstrap-servers"), help: "Kafka brokers (overrides kafka.bootstrapServers).")
-    var bootstrapServers: String?
-
-    @Option(help: "The embedded log's data directory (overrides log.path).")
-    var data: String?
+    @OptionGroup var location: LogLocation
 
     @Option(help: "Only this endpoint id.")
     var endpoint: String?
@@ -67,19 +60,17 @@ struct Replay: AsyncParsableCommand {
         let until = try Self.time(until, option: "until")
         guard rate > 0, rate.isFinite else { throw ValidationError("--rate must be a positive number of re-drives per second") }
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
-        if bootstrapServers != nil, data != nil { throw ValidationError("give --bootstrap-servers (Kafka) or --data (the embedded log), not both") }
-        let configuration = try loadConfiguration(config)
+        let configuration = try loadConfiguration(location.config)
         if let endpoint, !configuration.endpoints.contains(where: { $0.id == endpoint }) {
-            throw ValidationError("no endpoint with id \(endpoint) in \(config); endpoints are \(configuration.endpoints.map(\.id).joined(separator: ", "))")
+            throw ValidationError(
+                "no endpoint with id \(endpoint) in \(location.config); endpoints are \(configuration.endpoints.map(\.id).joined(separator: ", "))")
         }
+        let log = try location.openLog(configuration, clientID: "revenue-relay-replay")
         let filter = ReplayFilter(endpoint: endpoint, type: type, since: since, until: until, limit: limit)
         let bar = ProgressBar(enabled: isatty(STDERR_FILENO) == 1)
         let dryRun = dryRun
         let summary: ReplaySummary
         do {
-            let log = try ToolLog.open(
-                configuration: configuration, bootstrapServers: bootstrapServers, dataDirectory: data, clientID: "revenue-relay-replay",
-                logger: Logger(label: "revenue-relay"))
             summary = try await ReplayCommand.run(
                 configuration: configuration, log: log, filter: filter, rate: rate, dryRun: dryRun,
                 progress: { summary, expected in bar.update(summary, expected: expected) },
