@@ -29,10 +29,8 @@ public enum CopyCommand {
     ) async throws -> [TopicSummary] {
         let source = try EmbeddedRecordLog.open(configuration: configuration, directory: directory, owner: true, logger: logger)
         let topics = configuration.topics
-        let consumedBy: [String: String] = Dictionary(
-            uniqueKeysWithValues: [(topics.notifications, "relay-worker"), (topics.deliveries, "relay-deliverer")]
-                + configuration.delivery.retrySchedule.indices.map { (topics.retry(step: $0 + 1), "relay-deliverer") })
-        var order = [topics.notifications, topics.deliveries] + configuration.delivery.retrySchedule.indices.map { topics.retry(step: $0 + 1) }
+        let consumedBy = Dictionary(uniqueKeysWithValues: configuration.consumerGroups.flatMap { group in group.topics.map { ($0, group.group) } })
+        var order = configuration.consumerGroups.flatMap(\.topics)
         order += [topics.deadLetter, topics.replayed]
         if history { order += [topics.events, topics.rejected] }
         let producer = try destination.producer

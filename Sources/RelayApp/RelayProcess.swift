@@ -67,7 +67,12 @@ public final class RelayProcess: Sendable {
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
         let listening = Eventual<Int>()
-        let log = try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
+        // Only the roles that append or consume open the log (an embedded log takes its owner lock).
+        let usesLog = roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer)
+        let log: any RecordLog =
+            usesLog
+            ? try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
+            : NoRecordLog()
 
         // Start order; shutdown runs backwards through this list.
         var services: [any Service] = []
@@ -91,7 +96,7 @@ public final class RelayProcess: Sendable {
         }
         // The log's one producer serves the ingest, the worker and the deliverer; the log starts before them
         // and so closes after them.
-        if roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer) {
+        if usesLog {
             services.append(RecordLogService(log: log))
             health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
         }
@@ -100,7 +105,8 @@ public final class RelayProcess: Sendable {
             ingestProducer = try log.producer
         }
         if roles.contains(.worker) {
-            let consumer = try log.consumer(ConsumerOptions(groupID: "relay-worker", topics: [configuration.topics.notifications]))
+            let (group, topics) = configuration.consumerGroups[0]
+            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics))
             // Verification reads the roots and key files now, so a bad one stops startup with its key.
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
             // The exchange rates and Play API keys are read now too.
@@ -171,6 +177,19 @@ public final class RelayProcess: Sendable {
     public func triggerGracefulShutdown() async {
         await group.triggerGracefulShutdown()
     }
+}
+
+/// The log of a process whose roles use none (`--role backend`): asking it for anything is a bug.
+struct NoRecordLog: RecordLog {
+    private var error: RecordLogError { RecordLogError(code: .configuration, reason: "this process's roles use no record log", isRetriable: false) }
+    var producer: any RecordProducer { get throws(RecordLogError) { throw error } }
+    func consumer(_ options: ConsumerOptions) throws(RecordLogError) -> any RecordConsumer { throw error }
+    func snapshot(of topic: String) throws(RecordLogError) -> any TopicSnapshot { throw error }
+    func read(_ topic: String, from offsets: [Int32: Int64], follow: Bool) throws(RecordLogError) -> any TopicSnapshot { throw error }
+    func partitionEnds(of topic: String) throws(RecordLogError) -> [PartitionEnd] { throw error }
+    func committedOffsets(group: String, topic: String) throws(RecordLogError) -> [Int32: Int64] { throw error }
+    var isAvailable: Bool { false }
+    func close() async {}
 }
 
 /// Why a process could not be set up: the configuration (exit 78), Kafka, or the record log.

@@ -18,6 +18,15 @@ public struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
 public struct RelayConfiguration: Sendable {
     /// Which record log the stages run on.
     public var log: Log
+
+    /// The relay's consumer groups and the topics each reads: `relay-worker` the notifications,
+    /// `relay-deliverer` the deliveries and retry topics.
+    public var consumerGroups: [(group: String, topics: [String])] {
+        [
+            ("relay-worker", [topics.notifications]),
+            ("relay-deliverer", topics.delivererTopics(retrySteps: delivery.retrySchedule.count)),
+        ]
+    }
     /// The topic names, the same on either log (`topics`, or as before `kafka.topics`).
     public var topics: Topics
     public var kafka: Kafka
@@ -71,6 +80,11 @@ public struct RelayConfiguration: Sendable {
         /// The retry topic of step `step` of the retry schedule, counted from 1: `relay.deliveries.retry.1`
         /// holds the deliveries waiting for their second attempt.
         public func retry(step: Int) -> String { "\(retryPrefix).\(step)" }
+
+        /// The topics the deliverer consumes: the deliveries topic and one retry topic per step.
+        public func delivererTopics(retrySteps: Int) -> [String] {
+            [deliveries] + (0..<retrySteps).map { retry(step: $0 + 1) }
+        }
 
         /// Every topic the pipeline uses, given the retry schedule's length.
         public func all(retrySteps: Int) -> [String] {

@@ -117,10 +117,9 @@ public final class Deliverer: Service {
     /// What the deliverer consumes: `relay.deliveries` and every retry topic in group `relay-deliverer`,
     /// each record held until its due time.
     public static func consumerOptions(for configuration: RelayConfiguration) -> ConsumerOptions {
-        let topics = configuration.topics
+        let (group, topics) = configuration.consumerGroups[1]
         return ConsumerOptions(
-            groupID: "relay-deliverer",
-            topics: [topics.deliveries] + configuration.delivery.retrySchedule.indices.map { topics.retry(step: $0 + 1) },
+            groupID: group, topics: topics,
             maxInFlight: configuration.delivery.maxInFlight, dueTime: { DeliveryRecord.dueTime(of: $0) })
     }
 

@@ -24,7 +24,20 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     private struct Pending {
         var record: OutgoingRecord
         var size: Int
-        var continuation: CheckedContinuation<RecordPosition, any Error>
+        var waiter: AckWaiter
+        var deadline: ContinuousClock.Instant?
+    }
+
+    /// A caller waiting for its acknowledgement, answered once: by the writer, or by its time bound.
+    final class AckWaiter: Sendable {
+        private let continuation = Mutex<CheckedContinuation<RecordPosition, any Error>?>(nil)
+        init(_ continuation: CheckedContinuation<RecordPosition, any Error>) { self.continuation.withLock { $0 = continuation } }
+        func resume(with result: Result<RecordPosition, any Error>) {
+            continuation.withLock { continuation in
+                defer { continuation = nil }
+                return continuation
+            }?.resume(with: result)
+        }
     }
 
     private struct State {
@@ -44,11 +57,15 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     private let housekeeping: (interval: Duration, run: @Sendable () -> Void)?
     private let logger: Logger
     private let appended: Counter
+    /// How long a caller waits for its acknowledgement before it is told `timedOut` (the record may still be
+    /// committed: a retry is then a duplicate, which the stages recognize by its ids). Nil: no bound.
+    private let ackTimeout: Duration?
 
     init(
-        database: LogDatabase, topics: [String: LogDatabase.Topic], logger: Logger, metrics: any MetricsFactory,
+        database: LogDatabase, topics: [String: LogDatabase.Topic], ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory,
         housekeeping: (interval: Duration, run: @Sendable () -> Void)?, onAppend: @escaping @Sendable (Set<String>) -> Void
     ) {
+        self.ackTimeout = ackTimeout
         self.database = database
         self.topics = Mutex(topics)
         self.logger = logger
@@ -56,6 +73,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         self.onAppend = onAppend
         self.appended = Counter(label: "relay_log_appended_total", dimensions: [], factory: metrics)
         startDedicatedThread(named: "log-writer") { [self] in runWriter() }
+        if ackTimeout != nil { startDedicatedThread(named: "log-ack-timer") { [self] in runExpiry() } }
     }
 
     func produce(_ record: OutgoingRecord) async throws(RecordLogError) -> RecordPosition {
@@ -67,16 +85,18 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         }
         do {
             return try await withCheckedThrowingContinuation { continuation in
+                let waiter = AckWaiter(continuation)
+                let deadline = ackTimeout.map { ContinuousClock.now + $0 }
                 let accepted = state.withLock { state -> Bool in
                     guard !state.closed else { return false }
-                    state.pending.append(Pending(record: record, size: size, continuation: continuation))
+                    state.pending.append(Pending(record: record, size: size, waiter: waiter, deadline: deadline))
                     return true
                 }
-                if accepted {
-                    wake.signal()
-                } else {
-                    continuation.resume(throwing: RecordLogError(code: .closed, reason: "the embedded log is closed", isRetriable: false))
+                guard accepted else {
+                    waiter.resume(with: .failure(RecordLogError(code: .closed, reason: "the embedded log is closed", isRetriable: false)))
+                    return
                 }
+                wake.signal()
             }
         } catch let error as RecordLogError {
             throw error
@@ -99,6 +119,25 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 finished.signal()
                 continuation.resume()
             }
+        }
+    }
+
+    /// Tells callers still waiting in the queue past their deadline `timedOut`, every 100 ms (a record being
+    /// written when its deadline passes is answered by the write).
+    private func runExpiry() {
+        while true {
+            Thread.sleep(forTimeInterval: 0.1)
+            let now = ContinuousClock.now
+            let (expired, closed) = state.withLock { state -> ([Pending], Bool) in
+                let expired = state.pending.filter { ($0.deadline ?? now) < now }
+                if !expired.isEmpty { state.pending.removeAll { ($0.deadline ?? now) < now } }
+                return (expired, state.closed && state.pending.isEmpty)
+            }
+            for item in expired {
+                item.waiter.resume(
+                    with: .failure(RecordLogError(code: .timedOut, reason: "the embedded log did not commit the record in time", isRetriable: true)))
+            }
+            if closed { return }
         }
     }
 
@@ -185,10 +224,10 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         } catch {
             logger.error("embedded log append failed", metadata: [LogKey.error: "\(error)"])
             let failure = RecordLogError(code: .other, reason: "the embedded log could not write: \(error)", isRetriable: true)
-            for item in batch { item.continuation.resume(throwing: failure) }
+            for item in batch { item.waiter.resume(with: .failure(failure)) }
             return
         }
-        for (item, result) in zip(batch, results) { item.continuation.resume(with: result.mapError { $0 as any Error }) }
+        for (item, result) in zip(batch, results) { item.waiter.resume(with: result.mapError { $0 as any Error }) }
         appended.increment(by: results.count)
         if !touched.isEmpty { onAppend(touched) }
     }

@@ -45,6 +45,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         var inFlight = 0
         var sink: Sink?
         var started = false
+        /// The reading thread runs (it must be waited for at close).
+        var threadStarted = false
         /// `consume` was cancelled: hand out nothing more.
         var intakeStopped = false
         var closing = false
@@ -124,6 +126,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         let first = state.withLock { state -> Bool in
             guard !state.started, !state.closing else { return false }
             state.started = true
+            state.threadStarted = true
             state.sink = sink
             return true
         }
@@ -147,7 +150,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
     /// Stops reading, stores what was done, and ends `records`.
     func close() async {
         let (wasStarted, waiters) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
-            let started = state.started
+            let started = state.threadStarted
             state.started = true
             state.closing = true
             defer { state.idleWaiters = [] }
@@ -167,9 +170,6 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         // Never started: nothing was handed out, so there is nothing to store.
         streamContinuation.finish()
     }
-
-    /// Records handed out and not yet done.
-    var inFlightCount: Int { state.withLock { $0.inFlight } }
 
     // MARK: The reading thread
 
@@ -195,10 +195,30 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
     private func pass() -> Duration {
         let now = options.now()
         var nextDue: Int64?
+        // Held records are already counted in flight: release the due ones before any room check, or
+        // held records filling maxInFlight would never come out.
+        let due = state.withLock { state -> [ConsumedRecord] in
+            guard !state.intakeStopped, !state.closing else { return [] }
+            var due: [ConsumedRecord] = []
+            for index in state.partitions.indices {
+                guard let held = state.partitions[index].held else { continue }
+                if held.due <= now {
+                    due.append(held.record)
+                    state.partitions[index].held = nil
+                } else {
+                    nextDue = min(nextDue ?? held.due, held.due)
+                }
+            }
+            return due
+        }
+        for record in due { emit(record) }
         let snapshot = state.withLock { state -> [Partition]? in
             state.intakeStopped || state.inFlight >= options.maxInFlight ? nil : state.partitions
         }
-        guard let partitions = snapshot else { return Self.pollInterval }
+        guard let partitions = snapshot else {
+            guard let nextDue else { return Self.pollInterval }
+            return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
+        }
         // One query for every partition's end: only partitions with new records are read.
         let ends = (try? database.pool.read { db in
             try Row.fetchAll(db, sql: "SELECT topic_id, partition, next_offset FROM partition_state").reduce(into: [String: Int64]()) {
@@ -213,14 +233,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             }
             guard room > 0 else { break }
             let current = state.withLock { $0.partitions[index] }
-            if let held = current.held {
-                guard held.due <= now else {
-                    nextDue = min(nextDue ?? held.due, held.due)
-                    continue
-                }
-                state.withLock { $0.partitions[index].held = nil }
-                emit(held.record)
-            }
+            // Still held (not due): nothing behind it is read.
+            if current.held != nil { continue }
             let end = ends["\(current.topic.id):\(current.partition)"] ?? current.position
             guard end > current.position else { continue }
             let fetched: [ConsumedRecord]

@@ -50,20 +50,22 @@ public final class EmbeddedRecordLog: RecordLog {
         return try EmbeddedRecordLog(
             directory: directory ?? configuration.log.path, topics: topics.all(retrySteps: configuration.delivery.retrySchedule.count),
             partitions: configuration.log.partitions, compacted: [topics.replayed], keptByAge: [topics.deadLetter, topics.replayed],
-            retention: configuration.log.retention, retentionBytes: configuration.log.retentionBytes, owner: owner, logger: logger, metrics: metrics)
+            retention: configuration.log.retention, retentionBytes: configuration.log.retentionBytes, ackTimeout: configuration.ingest.ackTimeout,
+            owner: owner, logger: logger, metrics: metrics)
     }
 
+    /// - Parameter ackTimeout: how long an append waits for its commit before `timedOut` (`ingest.ackTimeout`); nil: no bound.
     public convenience init(
         directory: String, topics names: [String], partitions: Int, compacted: Set<String> = [], keptByAge: Set<String> = [],
-        retention: Duration = .seconds(7 * 86_400), retentionBytes: Int64 = 1 << 30, owner: Bool = true, logger: Logger,
-        metrics: any MetricsFactory = MetricsSystem.factory
+        retention: Duration = .seconds(7 * 86_400), retentionBytes: Int64 = 1 << 30, ackTimeout: Duration? = nil, owner: Bool = true,
+        logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
     ) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let lock = owner ? try OwnerLock(path: directory + "/owner.lock", directory: directory) : nil
         try self.init(
             directory: directory, database: try LogDatabase(path: directory + "/log.sqlite"), lock: lock, owner: owner, topics: names,
             partitions: partitions, compacted: compacted, keptByAge: keptByAge, retention: retention, retentionBytes: retentionBytes,
-            logger: logger, metrics: metrics)
+            ackTimeout: ackTimeout, logger: logger, metrics: metrics)
     }
 
     /// The log in memory: the embedded log's code and semantics with nothing on disk, for tests of the stages
@@ -74,12 +76,13 @@ public final class EmbeddedRecordLog: RecordLog {
         let name = "relay-log-\(UInt64.random(in: 0...UInt64.max))"
         return try EmbeddedRecordLog(
             directory: ":memory:", database: try LogDatabase(inMemory: name), lock: nil, owner: true, topics: names, partitions: partitions,
-            compacted: compacted, keptByAge: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30, logger: logger, metrics: metrics)
+            compacted: compacted, keptByAge: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30, ackTimeout: nil, logger: logger,
+            metrics: metrics)
     }
 
     private init(
         directory: String, database: LogDatabase, lock: OwnerLock?, owner: Bool, topics names: [String], partitions: Int, compacted: Set<String>,
-        keptByAge: Set<String>, retention: Duration, retentionBytes: Int64, logger: Logger, metrics: any MetricsFactory
+        keptByAge: Set<String>, retention: Duration, retentionBytes: Int64, ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory
     ) throws {
         let topics = try database.ensureTopics(names, partitions: Int32(partitions), compacted: compacted, keptByAge: keptByAge)
         let consumers = ConsumerRegistry()
@@ -96,7 +99,7 @@ public final class EmbeddedRecordLog: RecordLog {
         self.logger = logger
         self.metrics = metrics
         self.appender = EmbeddedAppender(
-            database: database, topics: topics, logger: logger, metrics: metrics, housekeeping: housekeeping,
+            database: database, topics: topics, ackTimeout: ackTimeout, logger: logger, metrics: metrics, housekeeping: housekeeping,
             onAppend: { appended in
                 for consumer in consumers.all where !consumer.subscribedTopics.isDisjoint(with: appended) { consumer.notify() }
             })
@@ -169,22 +172,17 @@ public final class EmbeddedRecordLog: RecordLog {
     /// Always: the log is on this machine's disk.
     public var isAvailable: Bool { true }
 
-    /// Answers the appends in flight, stops the writer and, for the owner, releases the data directory.
+    /// Whether a commit is synced to disk before it returns (`synchronous = FULL` on the writer connection).
+    public func commitsAreSynced() throws -> Bool {
+        try database.synchronousLevel() == 2
+    }
+
+    /// Closes its consumers (the stages closed theirs already), answers the appends in flight, stops the
+    /// writer and, for the owner, releases the data directory.
     public func close() async {
+        for consumer in consumers.removeAll() { await consumer.close() }
         await appender.close()
         lock?.release()
-    }
-
-    /// Each topic's partitions with their start and end offsets, by topic name.
-    public func partitionEnds() throws -> [String: [PartitionEnd]] {
-        var result: [String: [PartitionEnd]] = [:]
-        for (name, topic) in try database.topics() { result[name] = try database.ends(of: topic) }
-        return result
-    }
-
-    /// Every consumer group's next offset per partition.
-    public func groupOffsets() throws -> [(group: String, topic: String, partition: Int32, next: Int64)] {
-        try database.groups()
     }
 
     /// Runs the owner's retention and compaction now (tests; the owner runs them once a minute).
@@ -192,47 +190,70 @@ public final class EmbeddedRecordLog: RecordLog {
         Self.housekeep(database, retention: retention, retentionBytes: retentionBytes, now: now, logger: logger)
     }
 
+    /// Records per deleting transaction: appends wait for one chunk at most, not for a whole sweep.
+    static let housekeepingChunk = 2_000
+
     static func housekeep(_ database: LogDatabase, retention: Duration, retentionBytes: Int64, now: Int64 = wallClockMilliseconds(), logger: Logger) {
         do {
-            try database.pool.write { db in
-                let cutoff = now - retention.wholeMilliseconds
-                for topic in try LogDatabase.topics(db).values {
-                    if topic.compacted {
+            let cutoff = now - retention.wholeMilliseconds
+            for topic in try database.topics().values {
+                if topic.compacted {
+                    // The replay ledger: small, one record per dead letter replayed.
+                    try database.pool.write { db in
                         try db.execute(
                             sql: """
                                 DELETE FROM record WHERE topic_id = ? AND key IS NOT NULL AND id NOT IN (
                                     SELECT MAX(id) FROM record WHERE topic_id = ? AND key IS NOT NULL GROUP BY partition, key)
                                 """, arguments: [topic.id, topic.id])
+                        try recount(db, topic: topic)
                     }
-                    if !topic.keptByAge {
-                        try db.execute(sql: "DELETE FROM record WHERE topic_id = ? AND timestamp < ?", arguments: [topic.id, cutoff])
-                    }
-                    for partition in 0..<topic.partitions {
-                        var bytes = try Int64.fetchOne(
-                            db, sql: "SELECT COALESCE(SUM(size), 0) FROM record WHERE topic_id = ? AND partition = ?", arguments: [topic.id, partition]) ?? 0
-                        if bytes > retentionBytes {
-                            // Oldest first until under the bound.
-                            let rows = try Row.fetchAll(
-                                db, sql: "SELECT offset, size FROM record WHERE topic_id = ? AND partition = ? ORDER BY offset",
-                                arguments: [topic.id, partition])
-                            var below: Int64?
-                            for row in rows where bytes > retentionBytes {
-                                bytes -= row["size"] as Int64
-                                below = (row["offset"] as Int64) + 1
-                            }
-                            if let below {
-                                try db.execute(
-                                    sql: "DELETE FROM record WHERE topic_id = ? AND partition = ? AND offset < ?", arguments: [topic.id, partition, below])
-                            }
-                        }
-                        try db.execute(
-                            sql: "UPDATE partition_state SET bytes = ? WHERE topic_id = ? AND partition = ?", arguments: [bytes, topic.id, partition])
-                    }
+                }
+                for partition in 0..<topic.partitions {
+                    // Oldest first, a chunk per transaction, while the oldest record is past its age or the
+                    // partition over its size (appends keep partition_state.bytes current).
+                    while try database.pool.write({ db in
+                        try removeOldestChunk(db, topic: topic, partition: partition, cutoff: topic.keptByAge ? nil : cutoff, maximumBytes: retentionBytes)
+                    }) {}
                 }
             }
         } catch {
             logger.warning("embedded log retention failed; trying again later", metadata: [LogKey.error: "\(error)"])
         }
+    }
+
+    /// Deletes the oldest records of one partition that are older than `cutoff` or over `maximumBytes`, at most a
+    /// chunk; returns whether more may remain.
+    private static func removeOldestChunk(_ db: Database, topic: LogDatabase.Topic, partition: Int32, cutoff: Int64?, maximumBytes: Int64) throws -> Bool {
+        var bytes = try Int64.fetchOne(
+            db, sql: "SELECT bytes FROM partition_state WHERE topic_id = ? AND partition = ?", arguments: [topic.id, partition]) ?? 0
+        let oldest = try Row.fetchAll(
+            db, sql: "SELECT offset, timestamp, size FROM record WHERE topic_id = ? AND partition = ? ORDER BY offset LIMIT ?",
+            arguments: [topic.id, partition, housekeepingChunk])
+        var below: Int64?
+        var removed: Int64 = 0
+        for row in oldest {
+            let expired = cutoff.map { (row["timestamp"] as Int64) < $0 } ?? false
+            guard expired || bytes > maximumBytes else { break }
+            let size: Int64 = row["size"]
+            bytes -= size
+            removed += size
+            below = (row["offset"] as Int64) + 1
+        }
+        guard let below else { return false }
+        try db.execute(sql: "DELETE FROM record WHERE topic_id = ? AND partition = ? AND offset < ?", arguments: [topic.id, partition, below])
+        try db.execute(
+            sql: "UPDATE partition_state SET bytes = MAX(0, bytes - ?) WHERE topic_id = ? AND partition = ?", arguments: [removed, topic.id, partition])
+        return oldest.count == housekeepingChunk
+    }
+
+    /// Sets each partition's byte count from its records (after compaction removed records anywhere).
+    private static func recount(_ db: Database, topic: LogDatabase.Topic) throws {
+        try db.execute(
+            sql: """
+                UPDATE partition_state SET bytes = (SELECT COALESCE(SUM(size), 0) FROM record r
+                    WHERE r.topic_id = partition_state.topic_id AND r.partition = partition_state.partition)
+                WHERE topic_id = ?
+                """, arguments: [topic.id])
     }
 }
 
@@ -241,6 +262,12 @@ final class ConsumerRegistry: Sendable {
     private let list = Mutex<[EmbeddedConsumer]>([])
     func add(_ consumer: EmbeddedConsumer) { list.withLock { $0.append(consumer) } }
     var all: [EmbeddedConsumer] { list.withLock { $0 } }
+    func removeAll() -> [EmbeddedConsumer] {
+        list.withLock { list in
+            defer { list = [] }
+            return list
+        }
+    }
 }
 
 /// `owner.lock`, held with an exclusive `flock` for as long as the process lives (the kernel drops it when

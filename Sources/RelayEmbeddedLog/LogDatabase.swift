@@ -25,12 +25,17 @@ final class LogDatabase: Sendable {
         self.path = path
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
-        configuration.prepareDatabase { db in
-            // WAL (DatabasePool's own) with a synced commit: durable on power loss, not only on a crash.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
-        pool = try DatabasePool(path: path, configuration: configuration)
+        let pool = try DatabasePool(path: path, configuration: configuration)
+        // WAL (DatabasePool's own) with a synced commit: durable on power loss, not only on a crash. Set on
+        // the pool's one writer connection after GRDB's WAL setup, which sets NORMAL.
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        self.pool = pool
         try Self.migrator.migrate(pool)
+    }
+
+    /// The writer connection's `synchronous` level (2: FULL).
+    func synchronousLevel() throws -> Int {
+        try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     /// A database in memory only: the same schema and code, nothing kept (tests of the stages).
@@ -141,19 +146,6 @@ final class LogDatabase: Sendable {
                 result[row["partition"]] = row["next_offset"]
             }
             return result
-        }
-    }
-
-    /// Every consumer group with stored offsets, and the topics it read.
-    func groups() throws -> [(group: String, topic: String, partition: Int32, next: Int64)] {
-        try pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT g.group_id, t.name, g.partition, g.next_offset FROM group_offset g JOIN topic t ON t.id = g.topic_id
-                    ORDER BY g.group_id, t.name, g.partition
-                    """
-            ).map { ($0["group_id"], $0["name"], $0["partition"], $0["next_offset"]) }
         }
     }
 

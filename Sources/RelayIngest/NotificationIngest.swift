@@ -71,7 +71,7 @@ struct NotificationIngest: Sendable {
         do {
             _ = try await producer.produce(record)
         } catch {
-            logger.warning("notification not acknowledged by Kafka", metadata: [LogKey.error: "\(error)"])
+            logger.warning("notification not acknowledged by the log", metadata: [LogKey.error: "\(error)"])
             return jsonResponse(.serviceUnavailable, ["error": "not_stored", "detail": "the notification could not be stored; retry"])
         }
         metrics.acknowledged(store: store, after: ContinuousClock.now - started)

@@ -137,10 +137,7 @@ struct Topics: AsyncParsableCommand {
         bootstrapLogging(defaultLevel: .error)
         let (configuration, log) = try location.open(clientID: "revenue-relay-topics")
         let topics = configuration.topics
-        let groups: [String: [String]] = [
-            "relay-worker": [topics.notifications],
-            "relay-deliverer": [topics.deliveries] + configuration.delivery.retrySchedule.indices.map { topics.retry(step: $0 + 1) },
-        ]
+        let groups = Dictionary(uniqueKeysWithValues: configuration.consumerGroups.map { ($0.group, $0.topics) })
         var report: [JSON] = []
         do {
             for topic in topics.all(retrySteps: configuration.delivery.retrySchedule.count) {

@@ -157,6 +157,27 @@ final class LogFixture: Sendable {
     }
 
     @Test(arguments: LogUnderTest.allCases)
+    func aHeldRecordComesOutWhenDueEvenIfHeldRecordsFillTheInFlightBound(_ kind: LogUnderTest) async throws {
+        let fixture = try LogFixture(kind)
+        let start: Int64 = 1_900_000_000_000
+        let clock = LockedBox<Int64>(start)
+        _ = try await fixture.append("later", key: "k", headers: [RecordHeader(name: "due", value: "\(start + 1_000)")])
+        var options = ConsumerOptions(
+            groupID: uniqueName("bound"), topics: [fixture.topic], maxInFlight: 1,
+            dueTime: { record in record.headers.first(named: "due")?.stringValue.flatMap { Int64($0) } })
+        options.now = { clock.value }
+        let consumer = try fixture.log.consumer(options)
+        let collector = RecordCollector(consumer.records)
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(collector.count == 0)
+        clock.withLock { $0 = start + 1_000 }
+        try await collector.waitFor(count: 1)
+        #expect(text(collector.records[0].value) == "later")
+        await consumer.close()
+        await fixture.close()
+    }
+
+    @Test(arguments: LogUnderTest.allCases)
     func aSnapshotReadsFromTheStartToTheEndItHadWhenItBegan(_ kind: LogUnderTest) async throws {
         let fixture = try LogFixture(kind)
         for index in 0..<50 { _ = try await fixture.append("\(index)", key: "key-\(index % 7)") }
