@@ -1,4 +1,4 @@
-public import Logging
+import Logging
 public import RelayConfig
 public import RelayDelivery
 public import RelayCore

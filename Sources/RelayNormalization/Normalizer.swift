@@ -1,9 +1,9 @@
 public import CoreMetrics
 import Foundation
 public import Logging
-public import RelayBackend
+import RelayBackend
 public import RelayConfig
-public import RelayCore
+import RelayCore
 public import RelayGooglePlay
 import RelayStripe
 public import RelayVerification

@@ -1,4 +1,4 @@
-public import RelayBackend
+import RelayBackend
 public import RelayCore
 
 /// The standardized event types (DESIGN section 5).
