@@ -226,7 +226,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             }
         }) ?? [:]
         for index in partitions.indices {
-            // Release a held record that is due; skip a partition still held.
+            // Stop when the bound is reached; a partition still held (not due) is skipped below.
             let room = state.withLock { state -> Int in
                 guard !state.intakeStopped, !state.closing else { return 0 }
                 return options.maxInFlight - state.inFlight
