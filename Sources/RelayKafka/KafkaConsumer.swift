@@ -148,6 +148,11 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
 
     private let streamSink: RecordSink
 
+    deinit {
+        // librdkafka 2.0.2 aborts destroying a cooperative-sticky member that never received an assignment.
+        if !shared.everAssigned.load(ordering: .relaxed) { client.keepHandleAtDeinit() }
+    }
+
     /// The records, in log order per partition; reading it starts the consumer. Ends when the consumer closes.
     public var records: AsyncStream<ConsumedRecord> {
         _ = start(streamSink)
@@ -313,6 +318,8 @@ final class ConsumerShared: Sendable {
     }
 
     private let state = Mutex(State())
+    /// The group has assigned this member partitions (or an empty set) at least once.
+    let everAssigned = Atomic<Bool>(false)
     private let maxInFlight: Int
     private let room = DispatchSemaphore(value: 0)
     /// Polling resumes below this many records out.
@@ -503,6 +510,7 @@ final class ConsumerShared: Sendable {
         let description = keys.map(\.description).sorted().joined(separator: ",")
         switch error {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            everAssigned.store(true, ordering: .relaxed)
             let paused = state.withLock { state -> Bool in
                 for key in keys {
                     state.inFlight -= state.partitions[key]?.tracker.undoneCount ?? 0

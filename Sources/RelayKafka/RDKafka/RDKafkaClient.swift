@@ -66,6 +66,15 @@ final class RDKafkaClient: @unchecked Sendable {
     let pointer: OpaquePointer
     let events: RDKafkaEvents
     private let eventsOpaque: Unmanaged<RDKafkaEvents>
+    private let destroyAtDeinit = Atomic<Bool>(true)
+
+    /// Leaves the handle to the process's end instead of destroying it: librdkafka 2.0.2 aborts destroying a
+    /// cooperative-sticky consumer that joined its group but never received an assignment
+    /// (`rd_kafka_sticky_assignor_state_destroy: Assertion 'assignor_state' failed`). Such a consumer is
+    /// closed by then; a relay process makes one per role, so at most a handle or two is left at exit.
+    func keepHandleAtDeinit() {
+        destroyAtDeinit.store(false, ordering: .relaxed)
+    }
 
     private init(pointer: OpaquePointer, events: RDKafkaEvents, eventsOpaque: Unmanaged<RDKafkaEvents>) {
         self.pointer = pointer
@@ -74,6 +83,8 @@ final class RDKafkaClient: @unchecked Sendable {
     }
 
     deinit {
+        // A kept handle's threads may still call back: its events object stays retained with it.
+        guard destroyAtDeinit.load(ordering: .relaxed) else { return }
         rd_kafka_destroy(pointer)
         // Only now can no librdkafka thread call back into the events object.
         eventsOpaque.release()
