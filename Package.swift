@@ -168,6 +168,7 @@ let package = Package(
             name: "RelayWorker",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayBackend", "RelayDelivery",
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -202,6 +203,7 @@ let package = Package(
             name: "revenue-relay-bench",
             dependencies: [
                 "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient", "RelayEmbeddedLog",
+                "RelayApp",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -336,12 +336,26 @@ struct Receiver: AsyncParsableCommand {
 
     func run() async throws {
         let received = Atomic<Int>(0)
+        // Each POST's `webhook-id` and wall-clock arrival (ns), for `e2e`'s latencies: GET /arrivals?from=N.
+        let arrivals = Mutex<[(id: String, nanoseconds: Int64)]>([])
         let delay = delayMilliseconds
         let responder = CallbackResponder<BasicRequestContext> { request, _ in
             if request.method == .get {
+                if request.uri.path == "/arrivals" {
+                    let from = request.uri.queryParameters.get("from", as: Int.self) ?? 0
+                    var text = ""
+                    arrivals.withLock { list in
+                        for arrival in list.dropFirst(from) { text += "\(arrival.id) \(arrival.nanoseconds)\n" }
+                    }
+                    return Response(status: .ok, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+                }
                 return Response(status: .ok, body: ResponseBody(byteBuffer: ByteBuffer(string: String(received.load(ordering: .relaxed)))))
             }
             _ = try await request.body.collect(upTo: 1 << 20)
+            if let id = request.headers.first(where: { $0.name.canonicalName == "webhook-id" })?.value {
+                let now = wallClockNanoseconds()
+                arrivals.withLock { $0.append((id, now)) }
+            }
             received.add(1, ordering: .relaxed)
             if delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
             return Response(status: .noContent)

@@ -1,0 +1,565 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import Logging
+import RelayApp
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+import RelayVerification
+import Synchronization
+
+/// The wall clock in Unix nanoseconds; the receiver (another process) stamps arrivals with the same clock.
+func wallClockNanoseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+}
+
+/// The whole pipeline from outside, as an operator would measure it: `revenue-relay dev` (ingest, record
+/// log, worker, local backend, deliverer in one process, here the bench's `e2e-relay` child running the
+/// same code) on the embedded log or the Kafka-protocol broker, a webhook receiver in another child, and
+/// this process posting signed notifications to the ingest.
+///
+/// Per round, with a fresh relay: a warm-up that also learns how many webhooks each kind of notification
+/// causes; the throughput run (`--count` distinct notifications, `--connections` at once, first POST to
+/// last webhook); the latency run (`--rate` notifications/s offered for `--latency-seconds`, POST to the
+/// notification's first webhook). The relay's CPU time per notification and peak RSS come from /proc.
+struct E2EBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "e2e", abstract: "End-to-end notifications/s, POST→webhook latency, CPU and memory of the whole pipeline.")
+
+    enum LogKind: String, ExpressibleByArgument, CaseIterable {
+        case embedded, kafka, both
+    }
+
+    @Option(help: "The record log: embedded, kafka (the in-memory Kafka-protocol broker of `dev --kafka`) or both.")
+    var log: LogKind = .both
+
+    @Option(help: "Notifications in the throughput run.")
+    var count = 5000
+
+    @Option(help: "Concurrent POSTs in the throughput run.")
+    var connections = 64
+
+    @Option(help: "Notifications per second offered in the latency run.")
+    var rate = 500
+
+    @Option(help: "Seconds of the latency run.")
+    var latencySeconds = 10
+
+    @Option(help: "Rounds per log, each with a fresh relay; the median is reported with the range.")
+    var rounds = 5
+
+    @Flag(help: "Apple, Stripe and Paddle notifications in turn, instead of Apple only.")
+    var mixed = false
+
+    @Option(help: "The fixtures directory (Tests/Fixtures).")
+    var fixtures = "Tests/Fixtures"
+
+    @Option(help: "Where the relay's data directories go (a fresh folder per round).")
+    var directory = FileManager.default.temporaryDirectory.path
+
+    func run() async throws {
+        let fixtures = URL(fileURLWithPath: self.fixtures).standardizedFileURL.path
+        let factory = try NotificationFactory(fixtures: fixtures, mixed: mixed)
+        let logs: [LogKind] = log == .both ? [.embedded, .kafka] : [log]
+        let receiver = try ReceiverProcess(delayMilliseconds: 0)
+        defer { receiver.stop() }
+        let arrivals = ArrivalTracker(port: receiver.port)
+        let engine = try HTTPTransferEngine(configuration: { var c = HTTPTransferEngine.Configuration(); c.maxConnectionsPerHost = connections; return c }())
+        let sample = factory.make(index: 0, kind: 0)
+        note(
+            "e2e: \(mixed ? "Apple, Stripe and Paddle" : "Apple") notifications (Apple: \(sample.body.count) bytes, three JWS), \(count) per throughput run, \(connections) connections; latency at \(rate)/s for \(latencySeconds) s; \(rounds) rounds; cores: \(ProcessInfo.processInfo.activeProcessorCount)"
+        )
+        var summaries: [(LogKind, [RoundResult])] = []
+        var nextIndex = 1
+        for kind in logs {
+            var results: [RoundResult] = []
+            for round in 1...max(1, rounds) {
+                let relay = try RelayChild(kind: kind, configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures), directory: directory)
+                defer { relay.stop() }
+                var measurement = Round(
+                    ingest: relay.ingest, engine: engine, arrivals: arrivals, factory: factory, connections: connections)
+                // Warm-up: connections open, the product table cached, and webhooks per kind learned.
+                let perKind = try await measurement.warmUp(startIndex: nextIndex, relay: relay)
+                nextIndex += 1000
+                let throughput = try await measurement.throughput(startIndex: nextIndex, count: count, perKind: perKind, relay: relay)
+                nextIndex += count
+                let latency = try await measurement.latency(startIndex: nextIndex, rate: rate, seconds: latencySeconds, relay: relay)
+                nextIndex += rate * latencySeconds
+                let result = RoundResult(
+                    perSecond: throughput.perSecond, cpuMicroseconds: throughput.cpuMicroseconds, peakRSS: throughput.peakRSS,
+                    p50: latency.p50, p99: latency.p99, max: latency.max)
+                results.append(result)
+                print(
+                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end, \(Int(result.cpuMicroseconds)) µs relay CPU per notification, peak RSS \(result.peakRSS / 1_048_576) MiB; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms"
+                )
+                relay.stop()
+            }
+            summaries.append((kind, results))
+        }
+        await engine.close()
+
+        print("")
+        print("| log | notifications/s end to end | p50 / p99 / max at \(rate)/s (ms) | relay CPU per notification | relay peak RSS |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for (kind, results) in summaries {
+            func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+            func range(_ values: [Double], _ format: (Double) -> String) -> String {
+                values.count > 1 ? " (\(format(values.min()!))–\(format(values.max()!)))" : ""
+            }
+            let rates = results.map(\.perSecond)
+            let p50 = results.map(\.p50)
+            let p99 = results.map(\.p99)
+            let max = results.map(\.max)
+            let cpu = results.map(\.cpuMicroseconds)
+            let rss = results.map { Double($0.peakRSS) / 1_048_576 }
+            let name = kind == .embedded ? "embedded (SQLite)" : "Kafka protocol (mock cluster)"
+            print(
+                "| \(name) | \(Int(median(rates)))\(range(rates) { "\(Int($0))" }) | \(fmt(median(p50))) / \(fmt(median(p99))) / \(fmt(median(max)))\(range(p99) { fmt($0) }) | \(Int(median(cpu))) µs\(range(cpu) { "\(Int($0))" }) | \(Int(median(rss))) MiB\(range(rss) { "\(Int($0))" }) |"
+            )
+        }
+    }
+
+    func fmt(_ milliseconds: Double) -> String { String(format: milliseconds < 10 ? "%.1f" : "%.0f", milliseconds) }
+
+    struct RoundResult {
+        var perSecond: Double
+        var cpuMicroseconds: Double
+        var peakRSS: Int
+        var p50: Double
+        var p99: Double
+        var max: Double
+    }
+}
+
+/// One relay's measurements.
+struct Round {
+    let ingest: String
+    let engine: HTTPTransferEngine
+    let arrivals: ArrivalTracker
+    let factory: NotificationFactory
+    let connections: Int
+
+    /// Posts a few notifications of each kind, waits for their webhooks, and returns webhooks per notification of each kind.
+    mutating func warmUp(startIndex: Int, relay: RelayChild) async throws -> [Int] {
+        var expected: [String: Int] = [:]  // notification key → kind
+        var notifications: [NotificationFactory.Notification] = []
+        for offset in 0..<(20 * factory.kinds) {
+            let notification = factory.make(index: startIndex + offset, kind: offset % factory.kinds)
+            notifications.append(notification)
+            expected[notification.key] = notification.kind
+        }
+        try await post(notifications, concurrency: 8)
+        // Every notification has its webhooks once no more arrive for a second after each had its first.
+        var counts: [String: Int] = [:]
+        var quietSince = ContinuousClock.now
+        let deadline = ContinuousClock.now + .seconds(60)
+        while true {
+            let new = try await arrivals.poll()
+            for arrival in new where expected[arrival.key] != nil { counts[arrival.key, default: 0] += 1 }
+            if !new.isEmpty { quietSince = .now }
+            if counts.count == expected.count, ContinuousClock.now - quietSince > .seconds(1) { break }
+            guard ContinuousClock.now < deadline else {
+                let missing = expected.keys.filter { counts[$0] == nil }.prefix(3)
+                throw ValidationError("warm-up: no webhook for \(expected.count - counts.count) notifications (e.g. \(Array(missing))); the relay's log: \(relay.logPath)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        var perKind = [Int](repeating: 0, count: factory.kinds)
+        for (key, count) in counts {
+            let kind = expected[key]!
+            if perKind[kind] == 0 { perKind[kind] = count }
+            guard perKind[kind] == count else { throw ValidationError("warm-up: notifications of one kind caused \(perKind[kind]) and \(count) webhooks") }
+        }
+        return perKind
+    }
+
+    /// `count` notifications, `connections` at once: first POST to last webhook.
+    mutating func throughput(
+        startIndex: Int, count: Int, perKind: [Int], relay: RelayChild
+    ) async throws -> (perSecond: Double, cpuMicroseconds: Double, peakRSS: Int) {
+        let notifications = (0..<count).map { factory.make(index: startIndex + $0, kind: $0 % factory.kinds) }
+        let keys = Set(notifications.map(\.key))
+        let expectedWebhooks = notifications.reduce(0) { $0 + perKind[$1.kind] }
+        let cpuBefore = relay.cpuSeconds()
+        let start = wallClockNanoseconds()
+        let posting = Task { [self] in try await post(notifications, concurrency: connections) }
+        var received = 0
+        var last: Int64 = 0
+        var lastProgress = ContinuousClock.now
+        while received < expectedWebhooks {
+            let new = try await arrivals.poll()
+            for arrival in new where keys.contains(arrival.key) {
+                received += 1
+                last = max(last, arrival.nanoseconds)
+            }
+            if !new.isEmpty { lastProgress = .now }
+            guard ContinuousClock.now - lastProgress < .seconds(60) else {
+                throw ValidationError("throughput: \(received) of \(expectedWebhooks) webhooks, none for 60 s; the relay's log: \(relay.logPath)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await posting.value
+        let cpu = relay.cpuSeconds() - cpuBefore
+        let seconds = Double(last - start) / 1e9
+        return (Double(count) / seconds, cpu / Double(count) * 1e6, relay.peakRSS())
+    }
+
+    /// `rate` notifications per second for `seconds`, each POST at its time (open loop): POST → first webhook, in ms.
+    mutating func latency(startIndex: Int, rate: Int, seconds: Int, relay: RelayChild) async throws -> (p50: Double, p99: Double, max: Double) {
+        let total = rate * seconds
+        let notifications = (0..<total).map { factory.make(index: startIndex + $0, kind: $0 % factory.kinds) }
+        let posted = PostTimes()
+        let clock = ContinuousClock()
+        let begin = clock.now
+        let (engine, ingest) = (self.engine, self.ingest)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, notification) in notifications.enumerated() {
+                try await clock.sleep(until: begin + .nanoseconds(Int64(index) * 1_000_000_000 / Int64(rate)))
+                group.addTask {
+                    posted.times.withLock { $0[notification.key] = wallClockNanoseconds() }
+                    try await Self.post(notification, to: ingest, engine: engine)
+                }
+            }
+            try await group.waitForAll()
+        }
+        var first: [String: Int64] = [:]
+        var lastProgress = ContinuousClock.now
+        let sent = posted.times.withLock { $0 }
+        while first.count < total {
+            let new = try await arrivals.poll()
+            for arrival in new where sent[arrival.key] != nil && first[arrival.key] == nil { first[arrival.key] = arrival.nanoseconds }
+            if !new.isEmpty { lastProgress = .now }
+            guard ContinuousClock.now - lastProgress < .seconds(60) else {
+                throw ValidationError("latency: \(first.count) of \(total) notifications had a webhook, none for 60 s; the relay's log: \(relay.logPath)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let latencies = first.map { Double($0.value - sent[$0.key]!) / 1e6 }.sorted()
+        return (latencies[latencies.count / 2], latencies[min(latencies.count - 1, latencies.count * 99 / 100)], latencies.last!)
+    }
+
+    func post(_ notifications: [NotificationFactory.Notification], concurrency: Int) async throws {
+        let (engine, ingest) = (self.engine, self.ingest)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, notification) in notifications.enumerated() {
+                if index >= concurrency { try await group.next() }
+                group.addTask { try await Self.post(notification, to: ingest, engine: engine) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    static func post(_ notification: NotificationFactory.Notification, to ingest: String, engine: HTTPTransferEngine) async throws {
+        let result = await engine.send(
+            HTTPTransferRequest(
+                url: "\(ingest)/v1/notifications/\(notification.store)/bench", headers: notification.headers, body: notification.body,
+                timeout: .seconds(30)))
+        guard let response = result.response, response.status == 200 else {
+            throw ValidationError("the ingest answered \(result.response.map { "HTTP \($0.status): \($0.bodyText)" } ?? "\(String(describing: result.error))")")
+        }
+    }
+}
+
+final class PostTimes: Sendable {
+    let times = Mutex<[String: Int64]>([:])
+}
+
+/// Reads the receiver's arrivals incrementally (GET /arrivals?from=N).
+final class ArrivalTracker: Sendable {
+    struct Arrival {
+        /// `store:notificationId`: the webhook id without its event type.
+        var key: String
+        var nanoseconds: Int64
+    }
+
+    private let client = HTTPClient(maxConcurrentTransfers: 1)
+    private let port: Int
+    private let seen = Mutex(0)
+
+    init(port: Int) { self.port = port }
+
+    func poll() async throws -> [Arrival] {
+        let from = seen.withLock { $0 }
+        let response = try await client.send("GET", "http://127.0.0.1:\(port)/arrivals?from=\(from)")
+        let arrivals = response.bodyText.split(separator: "\n").compactMap { line -> Arrival? in
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let nanoseconds = Int64(parts[1]), let cut = parts[0].lastIndex(of: ":") else { return nil }
+            return Arrival(key: String(parts[0][..<cut]), nanoseconds: nanoseconds)
+        }
+        seen.withLock { $0 += arrivals.count }
+        return arrivals
+    }
+}
+
+/// Distinct, correctly signed notifications: Apple DID_RENEW (three JWS on the fixtures' chain), and in
+/// mixed mode also Stripe `customer.subscription.created` and Paddle `subscription.created`, each of its own
+/// subscription.
+struct NotificationFactory: Sendable {
+    struct Notification: Sendable {
+        var store: String
+        var kind: Int
+        /// `store:notificationId`, as the event ids (and so the webhook ids) begin.
+        var key: String
+        var body: [UInt8]
+        var headers: [(name: String, value: String)]
+    }
+
+    static let stripeSecret = "whsec_bench_stripe_secret"
+    static let paddleSecret = "pdl_ntfset_bench_paddle_secret"
+
+    let kinds: Int
+    private let key: PrivateKey
+    private let header: String
+
+    init(fixtures: String, mixed: Bool) throws {
+        kinds = mixed ? 3 : 1
+        key = try PrivateKey(pem: String(contentsOfFile: "\(fixtures)/apple/leaf.key", encoding: .utf8))
+        let chain = try ["leaf", "intermediate", "root"].map { name in
+            Base64.encode(try Certificate.pem(Array(String(contentsOfFile: "\(fixtures)/apple/\(name).pem", encoding: .utf8).utf8))[0].der)
+        }
+        let header: JSON = ["alg": "ES256", "x5c": .array(chain.map(JSON.string))]
+        self.header = Base64.encodeURL(header.serialized())
+    }
+
+    func configuration(receiverPort: Int, fixtures: String) -> String {
+        """
+        ingest: { listen: "127.0.0.1:0", maxBodyBytes: 262144 }
+        backend: { url: "http://127.0.0.1:1", apiKey: "bench-backend-key", listen: "127.0.0.1:0", database: backend.sqlite, entitlementsTTL: 60s }
+        apps:
+          - key: bench
+            projectId: 1
+            applicationId: 1
+            apple: { bundleId: com.example.app, appAppleId: 1234, environments: [Sandbox, Production], rootCertificates: ["\(fixtures)/apple/root.pem"] }
+            stripe: { signingSecrets: ["\(Self.stripeSecret)"], tolerance: 300s }
+            paddle: { secretKeys: ["\(Self.paddleSecret)"], tolerance: 300s }
+            products:
+              - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
+              - { productId: price_bench_monthly, store: STRIPE, entitlements: [pro] }
+              - { productId: pri_bench_monthly, store: PADDLE, entitlements: [pro] }
+        endpoints:
+          - { id: bench, app: bench, url: "http://127.0.0.1:\(receiverPort)/webhooks", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+              events: ["*"], environments: [PRODUCTION, SANDBOX] }
+        delivery: { timeout: 15s, allowPrivateNetworks: true }
+        money: { exchangeRates: "\(fixtures)/exchange-rates.json" }
+        shutdownTimeout: 10s
+        """
+    }
+
+    func make(index: Int, kind: Int) -> Notification {
+        switch kind {
+        case 1: stripe(index)
+        case 2: paddle(index)
+        default: apple(index)
+        }
+    }
+
+    private func sign(_ payload: JSON) -> String {
+        let input = header + "." + Base64.encodeURL(payload.serialized())
+        return input + "." + Base64.encodeURL(try! key.signES256(Array(input.utf8)))
+    }
+
+    private func apple(_ index: Int) -> Notification {
+        let signedDate = wallClockMilliseconds()
+        let original = "3000\(String(format: "%011d", index))"
+        let uuid = UUID().uuidString.lowercased()
+        let transaction: JSON = [
+            "transactionId": .string("4000\(String(format: "%011d", index))"), "originalTransactionId": .string(original),
+            "bundleId": "com.example.app", "productId": "com.example.pro.monthly", "purchaseDate": .integer(signedDate),
+            "originalPurchaseDate": .integer(signedDate - 2_592_000_000), "expiresDate": .integer(signedDate + 2_592_000_000),
+            "type": "Auto-Renewable Subscription", "inAppOwnershipType": "PURCHASED", "environment": "Sandbox",
+            "signedDate": .integer(signedDate), "price": 9990, "currency": "USD", "storefront": "USA",
+            "transactionReason": "RENEWAL", "appAccountToken": .string(UUID().uuidString.lowercased()),
+        ]
+        let renewal: JSON = [
+            "originalTransactionId": .string(original), "autoRenewProductId": "com.example.pro.monthly",
+            "productId": "com.example.pro.monthly", "autoRenewStatus": 1, "environment": "Sandbox", "signedDate": .integer(signedDate),
+            "renewalDate": .integer(signedDate + 2_592_000_000), "renewalPrice": 9990, "currency": "USD",
+        ]
+        let payload: JSON = [
+            "notificationType": "DID_RENEW", "notificationUUID": .string(uuid), "version": "2.0", "signedDate": .integer(signedDate),
+            "data": [
+                "appAppleId": 1234, "bundleId": "com.example.app", "bundleVersion": "1.0", "environment": "Sandbox", "status": 1,
+                "signedTransactionInfo": .string(sign(transaction)), "signedRenewalInfo": .string(sign(renewal)),
+            ],
+        ]
+        let body = JSON.object(["signedPayload": .string(sign(payload))]).serialized()
+        return Notification(store: "apple", kind: 0, key: "apple:\(uuid)", body: body, headers: [("Content-Type", "application/json")])
+    }
+
+    private func stripe(_ index: Int) -> Notification {
+        let now = wallClockMilliseconds() / 1000
+        let id = "evt_bench\(String(format: "%015d", index))"
+        let subscription = "sub_bench\(String(format: "%015d", index))"
+        let event: JSON = [
+            "id": .string(id), "object": "event", "api_version": "2024-06-20", "created": .integer(now), "livemode": true,
+            "pending_webhooks": 1, "type": "customer.subscription.created", "request": ["id": nil, "idempotency_key": nil],
+            "data": [
+                "object": [
+                    "id": .string(subscription), "object": "subscription", "billing_cycle_anchor": .integer(now), "cancel_at": nil,
+                    "cancel_at_period_end": false, "canceled_at": nil, "collection_method": "charge_automatically", "created": .integer(now),
+                    "currency": "usd", "current_period_start": .integer(now), "current_period_end": .integer(now + 2_592_000),
+                    "customer": .string("cus_bench\(index)"), "discounts": [], "ended_at": nil,
+                    "latest_invoice": .string("in_bench\(index)"), "livemode": true,
+                    "metadata": ["app_user_id": .string("bench-user-\(index)")], "start_date": .integer(now), "status": "active",
+                    "trial_end": nil,
+                    "items": [
+                        "object": "list", "has_more": false,
+                        "data": [
+                            [
+                                "id": .string("si_bench\(index)"), "object": "subscription_item", "quantity": 1,
+                                "current_period_start": .integer(now), "current_period_end": .integer(now + 2_592_000),
+                                "price": [
+                                    "id": "price_bench_monthly", "object": "price", "currency": "usd", "product": "prod_bench",
+                                    "type": "recurring", "unit_amount": 999, "unit_amount_decimal": "999",
+                                    "recurring": ["interval": "month", "interval_count": 1],
+                                ],
+                            ]
+                        ],
+                    ],
+                ]
+            ],
+        ]
+        let body = event.serialized()
+        let signed = Array("\(now).".utf8) + body
+        let signature = Digest.hex(Digest.hmacSHA256(key: Array(Self.stripeSecret.utf8), message: signed)!)
+        return Notification(
+            store: "stripe", kind: 1, key: "stripe:\(id)", body: body,
+            headers: [("Content-Type", "application/json"), ("Stripe-Signature", "t=\(now),v1=\(signature)")])
+    }
+
+    private func paddle(_ index: Int) -> Notification {
+        let now = wallClockMilliseconds() / 1000
+        let date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(now)))
+        let next = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(now + 2_592_000)))
+        let id = "ntf_bench\(String(format: "%017d", index))"
+        let price: JSON = [
+            "id": "pri_bench_monthly", "product_id": "pro_bench", "name": "Monthly", "description": "Bench, billed monthly",
+            "type": "standard", "billing_cycle": ["interval": "month", "frequency": 1], "trial_period": nil, "tax_mode": "account_setting",
+            "unit_price": ["amount": "999", "currency_code": "USD"], "unit_price_overrides": [], "quantity": ["minimum": 1, "maximum": 1],
+            "status": "active", "custom_data": nil, "import_meta": nil,
+        ]
+        let event: JSON = [
+            "event_id": .string("evt_bench\(String(format: "%017d", index))"), "event_type": "subscription.created",
+            "occurred_at": .string(date), "notification_id": .string(id),
+            "data": [
+                "id": .string("sub_bench\(String(format: "%017d", index))"), "status": "active",
+                "customer_id": .string("ctm_bench\(index)"), "address_id": .string("add_bench\(index)"), "business_id": nil,
+                "currency_code": "USD", "created_at": .string(date), "updated_at": .string(date), "started_at": .string(date),
+                "first_billed_at": .string(date), "next_billed_at": .string(next), "paused_at": nil, "canceled_at": nil, "discount": nil,
+                "collection_mode": "automatic", "billing_details": nil,
+                "current_billing_period": ["starts_at": .string(date), "ends_at": .string(next)],
+                "billing_cycle": ["interval": "month", "frequency": 1], "scheduled_change": nil,
+                "items": [
+                    [
+                        "status": "active", "quantity": 1, "recurring": true, "created_at": .string(date), "updated_at": .string(date),
+                        "previously_billed_at": .string(date), "next_billed_at": .string(next), "trial_dates": nil, "price": price,
+                    ]
+                ],
+                "custom_data": ["app_user_id": .string("bench-user-\(index)")], "import_meta": nil,
+                "transaction_id": .string("txn_bench\(index)"),
+            ],
+        ]
+        let body = event.serialized()
+        let signed = Array("\(now):".utf8) + body
+        let signature = Digest.hex(Digest.hmacSHA256(key: Array(Self.paddleSecret.utf8), message: signed)!)
+        return Notification(
+            store: "paddle", kind: 2, key: "paddle:\(id)", body: body,
+            headers: [("Content-Type", "application/json"), ("Paddle-Signature", "ts=\(now);h1=\(signature)")])
+    }
+}
+
+/// `revenue-relay dev`'s process (the bench's `e2e-relay`, the same code), its stdout read for the addresses.
+final class RelayChild: @unchecked Sendable {
+    let ingest: String
+    let logPath: String
+    private let process: Process
+    private let directory: String
+
+    init(kind: E2EBench.LogKind, configuration: String, directory: String) throws {
+        let folder = directory + "/relay-e2e-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try Data(configuration.utf8).write(to: URL(fileURLWithPath: folder + "/relay.yaml"))
+        logPath = folder + "/relay.log"
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["e2e-relay", "--config", folder + "/relay.yaml"] + (kind == .kafka ? ["--kafka"] : ["--data", folder + "/data"])
+        process.currentDirectoryURL = URL(fileURLWithPath: folder)
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle(forWritingAtPath: logPath)
+        try process.run()
+        var ingest: String?
+        let handle = output.fileHandleForReading
+        var line = ""
+        while ingest == nil {
+            let byte = handle.readData(ofLength: 1)
+            guard !byte.isEmpty else { throw ValidationError("the relay did not start; its log: \(logPath)") }
+            line += String(decoding: byte, as: UTF8.self)
+            if line.hasSuffix("\n") {
+                if line.hasPrefix("ingest: ") { ingest = String(line.dropFirst("ingest: ".count).dropLast()) }
+                line = ""
+            }
+        }
+        self.ingest = ingest!
+        self.process = process
+        self.directory = folder
+    }
+
+    /// The relay's user and system CPU time so far, seconds.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
+    }
+
+    /// The relay's peak resident memory so far (VmHWM), bytes.
+    func peakRSS() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
+        else { return 0 }
+        return (Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) * 1024
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// `revenue-relay dev` for `e2e` (hidden): the same process setup, so the bench needs no second build product.
+struct E2ERelay: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "e2e-relay", abstract: "The relay of `e2e`.", shouldDisplay: false)
+
+    @Option var config: String
+    @Option var data: String?
+    @Flag var kafka = false
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .info
+            return handler
+        }
+        let configuration = try RelayConfiguration.load(path: config)
+        let environment = try DevEnvironment(configuration: configuration, dataDirectory: data, kafka: kafka, logger: Logger(label: "revenue-relay"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await environment.process.run() }
+            group.addTask {
+                let port = await environment.process.waitForHTTPPort()
+                _ = await environment.process.backendAddress.value()
+                FileHandle.standardOutput.write(Data("ingest: http://127.0.0.1:\(port)\n".utf8))
+            }
+            try await group.waitForAll()
+        }
+    }
+}
