@@ -1,3 +1,5 @@
+import Synchronization
+
 /// One header of a log record. Values are bytes; the relay's own headers are UTF-8 text.
 public struct RecordHeader: Sendable, Hashable {
     public var name: String
@@ -84,6 +86,53 @@ public struct ConsumedRecord: Sendable {
 /// (for Kafka: acks=all, idempotent), and throws when it could not within its bound.
 public protocol RecordProducer: Sendable {
     func produce(_ record: OutgoingRecord) async throws(RecordLogError) -> RecordPosition
+    /// Appends `records` in this order (records of one key keep it) and returns once every one is
+    /// acknowledged, their positions in order; throws the first failure after all were answered. Logs
+    /// acknowledge a batch together (one group commit, one broker round trip) where they can.
+    func produce(_ records: [OutgoingRecord]) async throws(RecordLogError) -> [RecordPosition]
+}
+
+extension RecordProducer {
+    /// One at a time: correct for any log, and what a log without batches does.
+    public func produce(_ records: [OutgoingRecord]) async throws(RecordLogError) -> [RecordPosition] {
+        var positions: [RecordPosition] = []
+        positions.reserveCapacity(records.count)
+        for record in records { positions.append(try await produce(record)) }
+        return positions
+    }
+}
+
+/// The acknowledgements of a batch of appends: resumes its continuation once every record was answered,
+/// with the positions in order or the first failure.
+public final class AcknowledgementBatch: Sendable {
+    private struct State {
+        var positions: [RecordPosition?]
+        var remaining: Int
+        var failure: (any Error)?
+        var continuation: CheckedContinuation<[RecordPosition], any Error>?
+    }
+
+    private let state: Mutex<State>
+
+    public init(count: Int, continuation: CheckedContinuation<[RecordPosition], any Error>) {
+        state = Mutex(State(positions: Array(repeating: nil, count: count), remaining: count, continuation: continuation))
+    }
+
+    /// Record `index` was answered (each exactly once).
+    public func complete(_ index: Int, _ result: Result<RecordPosition, any Error>) {
+        let finished = state.withLock { state -> (CheckedContinuation<[RecordPosition], any Error>, Result<[RecordPosition], any Error>)? in
+            switch result {
+            case .success(let position): state.positions[index] = position
+            case .failure(let error): if state.failure == nil { state.failure = error }
+            }
+            state.remaining -= 1
+            guard state.remaining == 0, let continuation = state.continuation else { return nil }
+            state.continuation = nil
+            if let failure = state.failure { return (continuation, .failure(failure)) }
+            return (continuation, .success(state.positions.map { $0! }))
+        }
+        if let (continuation, result) = finished { continuation.resume(with: result) }
+    }
 }
 
 /// Reads records with at-least-once semantics: a record's position is stored only after

@@ -30,13 +30,13 @@ final class EmbeddedAppender: RecordProducer, Sendable {
 
     /// A caller waiting for its acknowledgement, answered once: by the writer, or by its time bound.
     final class AckWaiter: Sendable {
-        private let continuation = Mutex<CheckedContinuation<RecordPosition, any Error>?>(nil)
-        init(_ continuation: CheckedContinuation<RecordPosition, any Error>) { self.continuation.withLock { $0 = continuation } }
+        private let completion = Mutex<(@Sendable (Result<RecordPosition, any Error>) -> Void)?>(nil)
+        init(_ completion: @escaping @Sendable (Result<RecordPosition, any Error>) -> Void) { self.completion.withLock { $0 = completion } }
         func resume(with result: Result<RecordPosition, any Error>) {
-            continuation.withLock { continuation in
-                defer { continuation = nil }
-                return continuation
-            }?.resume(with: result)
+            completion.withLock { completion in
+                defer { completion = nil }
+                return completion
+            }?(result)
         }
     }
 
@@ -77,23 +77,39 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     }
 
     func produce(_ record: OutgoingRecord) async throws(RecordLogError) -> RecordPosition {
-        let size = (record.key?.count ?? 0) + record.value.count + record.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.count }
-        guard size <= Self.maximumRecordBytes else {
-            throw RecordLogError(
-                code: .recordTooLarge, reason: "a record of \(size) bytes is larger than the embedded log's \(Self.maximumRecordBytes)",
-                isRetriable: false)
+        try await produce([record])[0]
+    }
+
+    /// Queues every record in order for the writer's next group commit and waits for all of them.
+    func produce(_ records: [OutgoingRecord]) async throws(RecordLogError) -> [RecordPosition] {
+        guard !records.isEmpty else { return [] }
+        var sizes: [Int] = []
+        sizes.reserveCapacity(records.count)
+        for record in records {
+            let size = (record.key?.count ?? 0) + record.value.count + record.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.count }
+            guard size <= Self.maximumRecordBytes else {
+                throw RecordLogError(
+                    code: .recordTooLarge, reason: "a record of \(size) bytes is larger than the embedded log's \(Self.maximumRecordBytes)",
+                    isRetriable: false)
+            }
+            sizes.append(size)
         }
         do {
             return try await withCheckedThrowingContinuation { continuation in
-                let waiter = AckWaiter(continuation)
+                let batch = AcknowledgementBatch(count: records.count, continuation: continuation)
+                let waiters = records.indices.map { index in AckWaiter { batch.complete(index, $0) } }
                 let deadline = ackTimeout.map { ContinuousClock.now + $0 }
                 let accepted = state.withLock { state -> Bool in
                     guard !state.closed else { return false }
-                    state.pending.append(Pending(record: record, size: size, waiter: waiter, deadline: deadline))
+                    for index in records.indices {
+                        state.pending.append(Pending(record: records[index], size: sizes[index], waiter: waiters[index], deadline: deadline))
+                    }
                     return true
                 }
                 guard accepted else {
-                    waiter.resume(with: .failure(RecordLogError(code: .closed, reason: "the embedded log is closed", isRetriable: false)))
+                    for waiter in waiters {
+                        waiter.resume(with: .failure(RecordLogError(code: .closed, reason: "the embedded log is closed", isRetriable: false)))
+                    }
                     return
                 }
                 wake.signal()

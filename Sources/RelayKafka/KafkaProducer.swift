@@ -79,7 +79,8 @@ public final class KafkaProducer: RecordProducer, Sendable {
         let result: RecordPositionValue
         do {
             result = try await withCheckedThrowingContinuation { continuation in
-                if let error = enqueue(record, continuation: continuation) { continuation.resume(throwing: error) }
+                let error = enqueue(record) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+                if let error { continuation.resume(throwing: error) }
             }
         } catch let error as KafkaError {
             Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code)], factory: metrics)
@@ -88,17 +89,59 @@ public final class KafkaProducer: RecordProducer, Sendable {
         } catch {
             throw KafkaError(code: "UNKNOWN", reason: "\(error)", isRetriable: false)
         }
-        acknowledged.withLock { counters in
-            if let counter = counters[record.topic] { return counter }
-            let counter = Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", "acknowledged")], factory: metrics)
-            counters[record.topic] = counter
-            return counter
-        }.increment()
+        acknowledgedCounter(record.topic).increment()
         return RecordPosition(topic: result.topic, partition: result.partition, offset: result.offset)
     }
 
+    public func produce(_ records: [OutgoingRecord]) async throws(RecordLogError) -> [RecordPosition] {
+        do {
+            return try await send(records)
+        } catch {
+            throw error.recordLogError
+        }
+    }
+
+    /// Queues every record in order, then waits for all acknowledgements at once (one round trip).
+    public func send(_ records: [OutgoingRecord]) async throws(KafkaError) -> [RecordPosition] {
+        guard !records.isEmpty else { return [] }
+        let positions: [RecordPosition]
+        do {
+            positions = try await withCheckedThrowingContinuation { continuation in
+                let batch = AcknowledgementBatch(count: records.count, continuation: continuation)
+                for (index, record) in records.enumerated() {
+                    let error = enqueue(record) { result in
+                        batch.complete(index, result.map { RecordPosition(topic: $0.topic, partition: $0.partition, offset: $0.offset) }.mapError { $0 })
+                    }
+                    guard let error else { continue }
+                    // Nothing after a record that was not queued may be, or a retry would reorder them.
+                    for skipped in index..<records.count { batch.complete(skipped, .failure(error)) }
+                    break
+                }
+            }
+        } catch let error as KafkaError {
+            for record in records {
+                Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code)], factory: metrics)
+                    .increment()
+            }
+            throw error
+        } catch {
+            throw KafkaError(code: "UNKNOWN", reason: "\(error)", isRetriable: false)
+        }
+        for record in records { acknowledgedCounter(record.topic).increment() }
+        return positions
+    }
+
+    private func acknowledgedCounter(_ topic: String) -> Counter {
+        acknowledged.withLock { counters in
+            if let counter = counters[topic] { return counter }
+            let counter = Counter(label: "relay_kafka_produced_total", dimensions: [("topic", topic), ("outcome", "acknowledged")], factory: metrics)
+            counters[topic] = counter
+            return counter
+        }
+    }
+
     /// Hands the record to librdkafka; returns the error when it did not take it.
-    private func enqueue(_ record: OutgoingRecord, continuation: CheckedContinuation<RecordPositionValue, any Error>) -> KafkaError? {
+    private func enqueue(_ record: OutgoingRecord, completion: @escaping @Sendable (Result<RecordPositionValue, KafkaError>) -> Void) -> KafkaError? {
         closing.withLock { isClosing -> KafkaError? in
             if isClosing { return .closed }
             guard let headers = rd_kafka_headers_new(record.headers.count) else {
@@ -109,7 +152,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
                     _ = rd_kafka_header_add(headers, header.name, -1, value.baseAddress, value.count)
                 }
             }
-            let box = Unmanaged.passRetained(DeliveryBox(continuation))
+            let box = Unmanaged.passRetained(DeliveryBox(completion))
             let error: rd_kafka_resp_err_t = record.value.withUnsafeBytes { value in
                 func produce(key: UnsafeRawBufferPointer?) -> rd_kafka_resp_err_t {
                     relay_rd_kafka_produce(

@@ -16,7 +16,7 @@ public import RelayVerification
 /// 3. Normalize into standardized events, updating the subscription's state in the backend
 ///    (`Normalizer`). A Google purchase the Play Developer API does not know is rejected like a forged one.
 /// 4. Produce the events to `relay.events` (key: the subscription's subject), and for each event one
-///    delivery record per matching endpoint to `relay.deliveries`, each acknowledged.
+///    delivery record per matching endpoint to `relay.deliveries`, all at once, each acknowledged.
 ///
 /// `process` returns only when what the record caused is durable (events or the rejected record
 /// acknowledged, state written), so the worker may then store its offset. It throws when that cannot
@@ -75,18 +75,20 @@ public struct NotificationPipeline: NotificationProcessor {
                     throw NormalizationUnavailable(message: message)
                 }
             }
+            // Every event and delivery record queued in order (one key's records keep theirs), the
+            // acknowledgements awaited together: one round trip to the log per notification, not one per record.
+            var outgoing: [OutgoingRecord] = []
             for event in events {
                 let headers = [
                     RecordHeader(name: RelayHeaderName.eventId, value: event.id),
                     RecordHeader(name: RelayHeaderName.eventType, value: event.type.rawValue),
                     RecordHeader(name: RelayHeaderName.app, value: notification.app),
                 ]
-                _ = try await producer.produce(
+                outgoing.append(
                     OutgoingRecord(topic: configuration.topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
-                for delivery in fanOut.records(for: event, app: notification.app) {
-                    _ = try await producer.produce(delivery)
-                }
+                outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app))
             }
+            _ = try await producer.produce(outgoing)
             logger.info(
                 "notification normalized",
                 metadata: [

@@ -180,15 +180,15 @@ struct RecordPositionValue: Sendable {
     var offset: Int64
 }
 
-/// Carries one send's continuation through librdkafka as the message opaque.
+/// Carries one record's completion through librdkafka as the message opaque.
 final class DeliveryBox: Sendable {
-    let continuation: CheckedContinuation<RecordPositionValue, any Error>
+    private let completion: @Sendable (Result<RecordPositionValue, KafkaError>) -> Void
 
-    init(_ continuation: CheckedContinuation<RecordPositionValue, any Error>) {
-        self.continuation = continuation
+    init(_ completion: @escaping @Sendable (Result<RecordPositionValue, KafkaError>) -> Void) {
+        self.completion = completion
     }
 
     func complete(_ result: Result<RecordPositionValue, KafkaError>) {
-        continuation.resume(with: result.mapError { $0 as any Error })
+        completion(result)
     }
 }
