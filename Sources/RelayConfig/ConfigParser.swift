@@ -5,7 +5,7 @@ import RelayCore
 enum ConfigParser {
     static func configuration(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration {
         let root = try node.mapping(
-            known: ["log", "topics", "kafka", "ingest", "backend", "apps", "endpoints", "delivery", "money", "shutdownTimeout"])
+            known: ["log", "topics", "kafka", "ingest", "backend", "apps", "endpoints", "worker", "delivery", "money", "shutdownTimeout"])
         let apps = try root.optional("apps") { (node) throws(ConfigurationError) in try list(node, app) } ?? []
         var seen = Set<String>()
         for (index, app) in apps.enumerated() where !seen.insert(app.key).inserted {
@@ -40,6 +40,7 @@ enum ConfigParser {
             backend: try root.optional("backend", backend) ?? .init(),
             apps: apps,
             endpoints: endpoints,
+            worker: try root.optional("worker", worker) ?? .init(),
             delivery: delivery,
             money: try root.optional("money", money) ?? .init(),
             shutdownTimeout: try root.optional("shutdownTimeout") { (node) throws(ConfigurationError) in try node.duration() } ?? .seconds(30)
@@ -270,6 +271,13 @@ enum ConfigParser {
             secrets: secrets,
             events: try map.optional("events") { (node) throws(ConfigurationError) in try node.stringList() } ?? ["*"],
             environments: environments)
+    }
+
+    static func worker(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Worker {
+        let map = try node.mapping(known: ["maxInFlight"])
+        var worker = RelayConfiguration.Worker()
+        if let value = try map.optional("maxInFlight", { (node) throws(ConfigurationError) in try node.int(in: 1...100_000) }) { worker.maxInFlight = value }
+        return worker
     }
 
     static func delivery(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Delivery {

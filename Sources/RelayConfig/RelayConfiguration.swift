@@ -34,6 +34,7 @@ public struct RelayConfiguration: Sendable {
     public var backend: Backend
     public var apps: [App]
     public var endpoints: [Endpoint]
+    public var worker: Worker
     public var delivery: Delivery
     public var money: Money
     /// How long a graceful shutdown (SIGTERM/SIGINT) may take before remaining work is cancelled:
@@ -207,6 +208,13 @@ public struct RelayConfiguration: Sendable {
         public var secrets: [String]
         public var events: [String]
         public var environments: [String]
+    }
+
+    /// `worker`: how much it works on at once.
+    public struct Worker: Sendable {
+        /// Notifications read and not yet done, over all subscriptions (the worker runs different
+        /// subscriptions' notifications concurrently, one subscription's in order). Default: 128.
+        public var maxInFlight = 128
     }
 
     public struct Delivery: Sendable {

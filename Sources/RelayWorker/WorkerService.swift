@@ -2,16 +2,21 @@ public import CoreMetrics
 public import Logging
 public import RelayCore
 public import ServiceLifecycle
+import DequeModule
+import Synchronization
 
 /// Consumes raw notifications (`relay.notifications`, group `relay-worker`) and runs the processor
 /// on each, with at-least-once semantics:
 ///
-/// - Records of one partition are processed one at a time, in order, so one subscription's
-///   notifications never race (the record key keeps a subscription on one partition). Partitions
-///   proceed independently.
-/// - A record is marked done only after the processor returned; a failing processor is retried with
-///   backoff, never skipped.
-/// - Graceful shutdown: stop taking new records, finish the ones already dispatched, then close the
+/// - Records run concurrently by subscription: each record key (`{store}:{subject}`) is a lane whose
+///   records are processed one at a time, in log order, so one subscription's notifications never race;
+///   records of different keys proceed in parallel, within a partition too. Records without a key share
+///   one lane per partition. How many records are handed out and not yet done is bounded by the
+///   consumer (`ConsumerOptions.maxInFlight`), which stops reading when the bound is reached.
+/// - A record is marked done only after the processor returned; the consumer stores offsets in order
+///   as records finish out of order. A failing processor is retried with backoff, never skipped, and
+///   holds back only its own lane.
+/// - Graceful shutdown: stop taking new records, finish the ones already handed out, then close the
 ///   consumer (store, commit, leave the group).
 public final class WorkerService: Service {
     private let consumer: any RecordConsumer
@@ -33,27 +38,67 @@ public final class WorkerService: Service {
     }
 
     public func run() async throws {
-        await withTaskGroup(of: Void.self) { group in
-            var lanes: [PartitionKey: AsyncStream<ConsumedRecord>.Continuation] = [:]
+        let lanes = Lanes()
+        // Discarding: a finished lane's task is freed at once (a plain task group keeps every finished
+        // child until it is awaited, which grew the heap by each record's task under a steady stream).
+        await withDiscardingTaskGroup { group in
             for await record in consumer.records.cancelOnGracefulShutdown() {
-                let key = PartitionKey(topic: record.topic, partition: record.partition)
-                if let lane = lanes[key] {
-                    lane.yield(record)
-                    continue
-                }
-                let (stream, continuation) = AsyncStream.makeStream(of: ConsumedRecord.self)
-                lanes[key] = continuation
-                continuation.yield(record)
+                let key = LaneKey(record)
+                // A busy lane takes the record after the ones it has; an idle one starts a task with it.
+                guard lanes.enqueueOrStart(record, key: key) else { continue }
                 group.addTask { [self] in
-                    for await record in stream { await handle(record) }
+                    var next: ConsumedRecord? = record
+                    while let current = next {
+                        await handle(current)
+                        next = lanes.next(after: key)
+                    }
                 }
             }
-            // Intake stopped (shutdown or the consumer closed): let every lane finish what it has.
-            for lane in lanes.values { lane.finish() }
-            await group.waitForAll()
+            // Intake stopped (shutdown or the consumer closed): the group ends once every lane finished what it has.
         }
         await consumer.close()
         logger.info("worker stopped")
+    }
+
+    /// The records waiting behind the running one, per key. A key is present while its lane runs.
+    private final class Lanes: Sendable {
+        private let waiting = Mutex<[LaneKey: Deque<ConsumedRecord>]>([:])
+
+        /// Queues `record` behind its lane's running record, or (true) opens the lane for it to run now.
+        func enqueueOrStart(_ record: ConsumedRecord, key: LaneKey) -> Bool {
+            waiting.withLock { lanes in
+                if lanes[key] != nil {
+                    lanes[key]!.append(record)
+                    return false
+                }
+                lanes[key] = []
+                return true
+            }
+        }
+
+        /// The lane's next record, or nil after closing the lane (nothing waits).
+        func next(after key: LaneKey) -> ConsumedRecord? {
+            waiting.withLock { lanes in
+                guard let record = lanes[key]?.popFirst() else {
+                    lanes[key] = nil
+                    return nil
+                }
+                return record
+            }
+        }
+    }
+
+    /// One subscription's records: same topic, partition and key (records without a key: one lane per partition).
+    private struct LaneKey: Hashable, Sendable {
+        var topic: String
+        var partition: Int32
+        var key: [UInt8]?
+
+        init(_ record: ConsumedRecord) {
+            topic = record.topic
+            partition = record.partition
+            key = record.key
+        }
     }
 
     private func handle(_ record: ConsumedRecord) async {
@@ -81,10 +126,5 @@ public final class WorkerService: Service {
                 attempt += 1
             }
         }
-    }
-
-    private struct PartitionKey: Hashable {
-        var topic: String
-        var partition: Int32
     }
 }
