@@ -78,6 +78,7 @@ public final class RelayProcess: Sendable {
         var services: [any Service] = []
         let backendAddress = BackendAddress(roles.contains(.backend) ? nil : configuration.backend.url)
         let backendClient = BackendClient(configuration: configuration.backend, address: backendAddress, logger: logger, metrics: metrics)
+        var stateStore: any SubscriptionStateStore = BackendStateStore(client: backendClient)
         if roles.contains(.backend) {
             // First to start, last to stop: the worker uses it until it has stopped.
             let database: SubscriptionDatabase
@@ -87,6 +88,8 @@ public final class RelayProcess: Sendable {
                 throw ConfigurationError(key: "backend.database", message: "cannot open \(configuration.backend.database): \(error)")
             }
             let backend = try LocalBackend(configuration: configuration, database: database)
+            // A worker in this process reads and writes the same database directly.
+            stateStore = LocalStateStore(backend: backend, database: database)
             let host = configuration.backend.listen.host
             let reachableHost = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
             services.append(
@@ -106,12 +109,12 @@ public final class RelayProcess: Sendable {
         }
         if roles.contains(.worker) {
             let (group, topics) = configuration.consumerGroups[0]
-            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics))
+            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: configuration.worker.maxInFlight))
             // Verification reads the roots and key files now, so a bad one stops startup with its key.
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
             // The exchange rates and Play API keys are read now too.
             let normalizer = try Normalizer(
-                configuration: configuration, stateStore: BackendStateStore(client: backendClient), logger: logger, metrics: metrics)
+                configuration: configuration, stateStore: stateStore, logger: logger, metrics: metrics)
             let pipeline = NotificationPipeline(
                 configuration: configuration, verifier: verifier, normalizer: normalizer, producer: try log.producer, logger: logger,
                 metrics: metrics)

@@ -23,6 +23,11 @@ public struct BackendError: Error, Sendable, CustomStringConvertible {
 
     public var kind: Kind
     public var message: String
+
+    public init(kind: Kind, message: String) {
+        self.kind = kind
+        self.message = message
+    }
     public var isRetriable: Bool { kind == .unavailable }
     public var description: String { "backend \(kind.rawValue): \(message)" }
 }

@@ -56,7 +56,7 @@ public struct LocalBackend: Sendable {
         }
         router.get("\(Self.internalPrefix)/:store/:originalTransactionId") { _, context in
             guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
-            guard let state = try backend.database.subscription(store: store, originalTransactionId: id) else {
+            guard let state = try await backend.database.subscription(store: store, originalTransactionId: id) else {
                 return errorResponse(.notFound, "not_found", "no state for \(store.rawValue)/\(id)")
             }
             return json(.ok, state.json, etag: state.version)
@@ -80,7 +80,7 @@ public struct LocalBackend: Sendable {
             guard state.store == store, state.originalTransactionId == id else {
                 return errorResponse(.badRequest, "bad_request", "the body's store and originalTransactionId must match the path")
             }
-            switch try backend.database.write(state, ifMatch: ifMatch) {
+            switch try await backend.database.write(state, ifMatch: ifMatch) {
             case .written(let stored):
                 return json(.ok, stored.json, etag: stored.version)
             case .versionMismatch(let current):
@@ -101,7 +101,7 @@ public struct LocalBackend: Sendable {
             }
             // An id the backend has never seen (an SDK asking for a fresh install's device id before any
             // purchase) is a user without entitlements: 200 with empty lists, not 404.
-            return json(.ok, backend.entitlements(of: try backend.database.subscriptions(ofUser: user)))
+            return json(.ok, backend.entitlements(of: try await backend.database.subscriptions(ofUser: user)))
         }
     }
 
@@ -113,7 +113,8 @@ public struct LocalBackend: Sendable {
         return (store, id)
     }
 
-    func productMapping(applicationId: Int) -> ProductMapping? {
+    /// The application's products from the configuration, or nil when no app has this id.
+    public func productMapping(applicationId: Int) -> ProductMapping? {
         let apps = configuration.apps.filter { $0.applicationId == applicationId }
         guard !apps.isEmpty else { return nil }
         return ProductMapping(

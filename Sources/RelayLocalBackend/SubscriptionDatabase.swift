@@ -1,12 +1,30 @@
 import Foundation
 import GRDB
+import Synchronization
 public import RelayBackend
 public import RelayCore
 
 /// The local backend's SQLite database (GRDB, WAL): one row per subscription holding its state as
 /// JSON with its version, and the users each subscription belongs to. Migrations run at open.
+///
+/// Durability: WAL with `synchronous=FULL`, so a write that returned survives `kill -9` and power loss.
+/// Concurrent writes are group-committed (one transaction, one fsync, for every write waiting when the
+/// writer gets to them), each still checked against its own `If-Match` version in order.
 public final class SubscriptionDatabase: Sendable {
     private let pool: DatabasePool
+    private let writes = Mutex(WriteQueue())
+    private let writer = DispatchQueue(label: "backend-writer")
+
+    private struct PendingWrite {
+        var state: SubscriptionState
+        var ifMatch: Int64
+        var continuation: CheckedContinuation<WriteOutcome, any Error>
+    }
+
+    private struct WriteQueue {
+        var pending: [PendingWrite] = []
+        var draining = false
+    }
 
     /// Opens (creating if needed) the database at `path` and migrates it.
     public init(path: String) throws {
@@ -14,6 +32,8 @@ public final class SubscriptionDatabase: Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
+        // FULL, not WAL's usual NORMAL: a written state survives power loss too (group commit pays for it).
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         pool = try DatabasePool(path: path, configuration: configuration)
         try Self.migrator.migrate(pool)
     }
@@ -44,8 +64,8 @@ public final class SubscriptionDatabase: Sendable {
         return migrator
     }
 
-    public func subscription(store: Store, originalTransactionId: String) throws -> SubscriptionState? {
-        try pool.read { db in try Self.fetch(db, store: store.rawValue, id: originalTransactionId) }
+    public func subscription(store: Store, originalTransactionId: String) async throws -> SubscriptionState? {
+        try await pool.read { db in try Self.fetch(db, store: store.rawValue, id: originalTransactionId) }
     }
 
     public enum WriteOutcome: Sendable, Equatable {
@@ -58,39 +78,70 @@ public final class SubscriptionDatabase: Sendable {
     }
 
     /// Writes `state` if the stored version is `ifMatch` (0: none stored yet) and it does not go back in
-    /// source time. One transaction, so concurrent writers never lose an update.
-    public func write(_ state: SubscriptionState, ifMatch: Int64) throws -> WriteOutcome {
-        try pool.write { db in
-            let current = try Self.fetch(db, store: state.store.rawValue, id: state.originalTransactionId)
-            guard (current?.version ?? 0) == ifMatch else { return .versionMismatch(current: current) }
-            if let current, state.sourceTimestamp < current.sourceTimestamp { return .stale(current: current) }
-            var stored = state
-            stored.version = ifMatch + 1
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            try db.execute(
-                sql: """
-                    INSERT INTO subscription (store, original_transaction_id, version, source_timestamp, state, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (store, original_transaction_id) DO UPDATE SET
-                        version = excluded.version, source_timestamp = excluded.source_timestamp,
-                        state = excluded.state, updated_at = excluded.updated_at
-                    """,
-                arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, stored.json.text, now])
-            try db.execute(
-                sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?",
-                arguments: [stored.store.rawValue, stored.originalTransactionId])
-            for user in stored.entitlementUserIds {
-                try db.execute(
-                    sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)",
-                    arguments: [user, stored.store.rawValue, stored.originalTransactionId])
+    /// source time. Checked and written in one transaction, so concurrent writers never lose an update;
+    /// returns once the transaction is durable.
+    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws -> WriteOutcome {
+        try await withCheckedThrowingContinuation { continuation in
+            let start = writes.withLock { queue -> Bool in
+                queue.pending.append(PendingWrite(state: state, ifMatch: ifMatch, continuation: continuation))
+                defer { queue.draining = true }
+                return !queue.draining
             }
-            return .written(stored)
+            if start { writer.async { [self] in drainWrites() } }
         }
     }
 
+    /// Commits what is waiting, batch after batch, until nothing is (on the writer queue, off Swift's pool).
+    private func drainWrites() {
+        while true {
+            let batch = writes.withLock { queue -> [PendingWrite] in
+                defer { queue.pending = [] }
+                if queue.pending.isEmpty { queue.draining = false }
+                return queue.pending
+            }
+            guard !batch.isEmpty else { return }
+            do {
+                let outcomes = try pool.write { db in
+                    try batch.map { try Self.apply($0.state, ifMatch: $0.ifMatch, in: db) }
+                }
+                for (write, outcome) in zip(batch, outcomes) { write.continuation.resume(returning: outcome) }
+            } catch {
+                // The transaction rolled back: none of them was written.
+                for write in batch { write.continuation.resume(throwing: error) }
+            }
+        }
+    }
+
+    private static func apply(_ state: SubscriptionState, ifMatch: Int64, in db: Database) throws -> WriteOutcome {
+        let current = try fetch(db, store: state.store.rawValue, id: state.originalTransactionId)
+        guard (current?.version ?? 0) == ifMatch else { return .versionMismatch(current: current) }
+        if let current, state.sourceTimestamp < current.sourceTimestamp { return .stale(current: current) }
+        var stored = state
+        stored.version = ifMatch + 1
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try db.execute(
+            sql: """
+                INSERT INTO subscription (store, original_transaction_id, version, source_timestamp, state, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (store, original_transaction_id) DO UPDATE SET
+                    version = excluded.version, source_timestamp = excluded.source_timestamp,
+                    state = excluded.state, updated_at = excluded.updated_at
+                """,
+            arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, stored.json.text, now])
+        try db.execute(
+            sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?",
+            arguments: [stored.store.rawValue, stored.originalTransactionId])
+        for user in stored.entitlementUserIds {
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)",
+                arguments: [user, stored.store.rawValue, stored.originalTransactionId])
+        }
+        return .written(stored)
+    }
+
     /// Every subscription of one user.
-    public func subscriptions(ofUser appUserId: String) throws -> [SubscriptionState] {
-        try pool.read { db in
+    public func subscriptions(ofUser appUserId: String) async throws -> [SubscriptionState] {
+        try await pool.read { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """

@@ -1,0 +1,63 @@
+import Foundation
+import RelayBackend
+import RelayConfig
+import RelayCore
+import RelayLocalBackend
+import RelayNormalization
+
+/// The worker's state store when the local backend runs in the same process (`dev`, `run` with every
+/// role): the same database and rules the backend's HTTP routes serve, without the loopback HTTP round
+/// trips (two per notification, each a JSON encode and decode on both sides). A worker in another process
+/// uses the routes (`BackendStateStore`), whose contract is unchanged.
+struct LocalStateStore: SubscriptionStateStore {
+    let backend: LocalBackend
+    let database: SubscriptionDatabase
+
+    func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping {
+        // As over HTTP: an application without products unlocks nothing.
+        backend.productMapping(applicationId: applicationId) ?? ProductMapping(products: [])
+    }
+
+    func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? {
+        do {
+            return try await database.subscription(store: store, originalTransactionId: originalTransactionId)
+        } catch {
+            throw Self.unavailable("reading subscription \(store.rawValue)/\(originalTransactionId)", error)
+        }
+    }
+
+    func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult {
+        let outcome: SubscriptionDatabase.WriteOutcome
+        do {
+            outcome = try await database.write(state, ifMatch: ifMatch)
+        } catch {
+            throw Self.unavailable("writing subscription \(state.store.rawValue)/\(state.originalTransactionId)", error)
+        }
+        switch outcome {
+        case .written(let stored): return .written(stored)
+        case .versionMismatch: return .versionMismatch
+        case .stale(let current): return .stale(current: current)
+        }
+    }
+
+    /// As the entitlements route's `customerInfo.subscriptions` entries that are active now.
+    func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
+        -> [SubscriptionState]
+    {
+        let all: [SubscriptionState]
+        do {
+            all = try await database.subscriptions(ofUser: appUserId)
+        } catch {
+            throw Self.unavailable("reading the subscriptions of a user", error)
+        }
+        let now = wallClockMilliseconds()
+        return all.filter { state in
+            state.isActive(at: now) && !(state.store == store && state.originalTransactionId == originalTransactionId)
+        }
+    }
+
+    /// A database failure (disk full, I/O error): retriable, as an unreachable backend is.
+    private static func unavailable(_ what: String, _ error: any Error) -> BackendError {
+        BackendError(kind: .unavailable, message: "the local backend's database failed \(what): \(error)")
+    }
+}
