@@ -219,36 +219,47 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             guard let nextDue else { return Self.pollInterval }
             return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
         }
-        // One query for every partition's end: only partitions with new records are read.
-        let ends = (try? database.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT topic_id, partition, next_offset FROM partition_state").reduce(into: [String: Int64]()) {
-                $0["\($1["topic_id"] as Int64):\($1["partition"] as Int32)"] = $1["next_offset"]
-            }
-        }) ?? [:]
-        for index in partitions.indices {
-            // Stop when the bound is reached; a partition still held (not due) is skipped below.
-            let room = state.withLock { state -> Int in
-                guard !state.intakeStopped, !state.closing else { return 0 }
-                return options.maxInFlight - state.inFlight
-            }
-            guard room > 0 else { break }
-            let current = state.withLock { $0.partitions[index] }
-            // Still held (not due): nothing behind it is read.
-            if current.held != nil { continue }
-            let end = ends["\(current.topic.id):\(current.partition)"] ?? current.position
-            guard end > current.position else { continue }
-            let fetched: [ConsumedRecord]
-            do {
-                fetched = try database.pool.read { db in
-                    try LogDatabase.records(db, topic: current.topic, partition: current.partition, from: current.position, limit: min(room, Self.fetchLimit))
+        // One read transaction per pass: every partition's end, then the new records of those that have
+        // some, as many as there is room for.
+        let room = state.withLock { state -> Int in
+            guard !state.intakeStopped, !state.closing else { return 0 }
+            return options.maxInFlight - state.inFlight
+        }
+        guard room > 0 else {
+            guard let nextDue else { return Self.pollInterval }
+            return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
+        }
+        let reads: [(index: Int, end: Int64, records: [ConsumedRecord])]
+        do {
+            reads = try database.pool.read { db in
+                var ends: [Int64: [Int32: Int64]] = [:]
+                for row in try Row.fetchAll(db, sql: "SELECT topic_id, partition, next_offset FROM partition_state") {
+                    ends[row[0], default: [:]][row[1]] = row[2]
                 }
-            } catch {
-                logger.warning("embedded log read failed; trying again", metadata: [LogKey.error: "\(error)"])
-                return Self.pollInterval
+                var budget = room
+                var reads: [(index: Int, end: Int64, records: [ConsumedRecord])] = []
+                for index in partitions.indices where budget > 0 {
+                    let partition = partitions[index]
+                    // Still held (not due): nothing behind it is read.
+                    if partition.held != nil { continue }
+                    let end = ends[partition.topic.id]?[partition.partition] ?? partition.position
+                    guard end > partition.position else { continue }
+                    let records = try LogDatabase.records(
+                        db, topic: partition.topic, partition: partition.partition, from: partition.position, limit: min(budget, Self.fetchLimit))
+                    budget -= records.count
+                    reads.append((index, end, records))
+                }
+                return reads
             }
+        } catch {
+            logger.warning("embedded log read failed; trying again", metadata: [LogKey.error: "\(error)"])
+            return Self.pollInterval
+        }
+        for (index, end, fetched) in reads {
             for record in fetched {
                 let due = options.dueTime?(record)
                 let handedOut = state.withLock { state -> Bool in
+                    guard !state.intakeStopped, !state.closing else { return false }
                     guard state.partitions[index].tracker.handOut(record.offset) else { return false }
                     state.partitions[index].position = record.offset + 1
                     state.inFlight += 1
