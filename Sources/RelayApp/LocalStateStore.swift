@@ -46,14 +46,12 @@ struct LocalStateStore: SubscriptionStateStore {
     {
         let all: [SubscriptionState]
         do {
-            all = try await database.subscriptions(ofUser: appUserId)
+            all = try await database.subscriptions(ofUser: appUserId, excluding: (store, originalTransactionId))
         } catch {
             throw Self.unavailable("reading the subscriptions of a user", error)
         }
         let now = wallClockMilliseconds()
-        return all.filter { state in
-            state.isActive(at: now) && !(state.store == store && state.originalTransactionId == originalTransactionId)
-        }
+        return all.filter { $0.isActive(at: now) }
     }
 
     /// A database failure (disk full, I/O error): retriable, as an unreachable backend is.

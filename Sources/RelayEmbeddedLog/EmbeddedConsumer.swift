@@ -233,7 +233,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         do {
             reads = try database.pool.read { db in
                 var ends: [Int64: [Int32: Int64]] = [:]
-                for row in try Row.fetchAll(db, sql: "SELECT topic_id, partition, next_offset FROM partition_state") {
+                for row in try Row.fetchAll(db.cachedStatement(sql: "SELECT topic_id, partition, next_offset FROM partition_state")) {
                     ends[row[0], default: [:]][row[1]] = row[2]
                 }
                 var budget = room
@@ -319,11 +319,12 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         do {
             try database.pool.write { db in
                 for item in pending {
-                    try db.execute(
+                    try db.cachedStatement(
                         sql: """
                             INSERT INTO group_offset (group_id, topic_id, partition, next_offset) VALUES (?, ?, ?, ?)
                             ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)
-                            """, arguments: [options.groupID, item.topic, item.partition, item.offset])
+                            """
+                    ).execute(arguments: [options.groupID, item.topic, item.partition, item.offset])
                 }
             }
         } catch {

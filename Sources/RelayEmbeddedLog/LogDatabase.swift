@@ -154,16 +154,17 @@ final class LogDatabase: Sendable {
         -> [ConsumedRecord]
     {
         try Row.fetchAll(
-            db,
-            sql: """
-                SELECT offset, timestamp, key, value, headers FROM record
-                WHERE topic_id = ? AND partition = ? AND offset >= ? AND offset < ? ORDER BY offset LIMIT ?
-                """, arguments: [topic.id, partition, offset, end, limit]
+            db.cachedStatement(
+                sql: """
+                    SELECT offset, timestamp, key, value, headers FROM record
+                    WHERE topic_id = ? AND partition = ? AND offset >= ? AND offset < ? ORDER BY offset LIMIT ?
+                    """), arguments: [topic.id, partition, offset, end, limit]
         ).map { row in
-            let headers: Data = row["headers"]
+            // By column index, in the SELECT's order.
+            let headers: Data = row[4]
             return ConsumedRecord(
-                topic: topic.name, partition: partition, offset: row["offset"], key: (row["key"] as Data?).map { Array($0) },
-                value: Array(row["value"] as Data), headers: HeaderCoding.decode(Array(headers)), timestampMilliseconds: row["timestamp"],
+                topic: topic.name, partition: partition, offset: row[0], key: (row[2] as Data?).map { Array($0) },
+                value: Array(row[3] as Data), headers: HeaderCoding.decode(Array(headers)), timestampMilliseconds: row[1],
                 assignmentGeneration: 1)
         }
     }

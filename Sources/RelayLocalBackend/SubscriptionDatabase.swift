@@ -119,44 +119,47 @@ public final class SubscriptionDatabase: Sendable {
         var stored = state
         stored.version = ifMatch + 1
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        try db.execute(
+        // Cached statements: this runs for every notification, and preparing SQL costs more than running it.
+        try db.cachedStatement(
             sql: """
                 INSERT INTO subscription (store, original_transaction_id, version, source_timestamp, state, updated_at)
                 VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT (store, original_transaction_id) DO UPDATE SET
                     version = excluded.version, source_timestamp = excluded.source_timestamp,
                     state = excluded.state, updated_at = excluded.updated_at
-                """,
+                """
+        ).execute(
             arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, stored.json.text, now])
-        try db.execute(
-            sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?",
-            arguments: [stored.store.rawValue, stored.originalTransactionId])
+        try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?")
+            .execute(arguments: [stored.store.rawValue, stored.originalTransactionId])
         for user in stored.entitlementUserIds {
-            try db.execute(
-                sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)",
-                arguments: [user, stored.store.rawValue, stored.originalTransactionId])
+            try db.cachedStatement(sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)")
+                .execute(arguments: [user, stored.store.rawValue, stored.originalTransactionId])
         }
         return .written(stored)
     }
 
-    /// Every subscription of one user.
-    public func subscriptions(ofUser appUserId: String) async throws -> [SubscriptionState] {
+    /// Every subscription of one user, but the one `excluding` names (not even decoded).
+    public func subscriptions(ofUser appUserId: String, excluding: (store: Store, originalTransactionId: String)? = nil) async throws
+        -> [SubscriptionState]
+    {
         try await pool.read { db in
             let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT s.state FROM subscription_user u
-                    JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
-                    WHERE u.app_user_id = ? ORDER BY s.store, s.original_transaction_id
-                    """,
-                arguments: [appUserId])
-            return try rows.map { row in try Self.decode(row["state"]) }
+                db.cachedStatement(
+                    sql: """
+                        SELECT s.state FROM subscription_user u
+                        JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
+                        WHERE u.app_user_id = ? AND NOT (s.store = ? AND s.original_transaction_id = ?)
+                        ORDER BY s.store, s.original_transaction_id
+                        """),
+                arguments: [appUserId, excluding?.store.rawValue ?? "", excluding?.originalTransactionId ?? ""])
+            return try rows.map { row in try Self.decode(row[0]) }
         }
     }
 
     private static func fetch(_ db: Database, store: String, id: String) throws -> SubscriptionState? {
         guard let row = try Row.fetchOne(
-            db, sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?", arguments: [store, id])
+            db.cachedStatement(sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?"), arguments: [store, id])
         else { return nil }
         return try decode(row["state"])
     }

@@ -96,6 +96,7 @@ struct E2EBench: AsyncParsableCommand {
                     "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end, \(Int(result.cpuMicroseconds)) µs relay CPU per notification, peak RSS \(result.peakRSS / 1_048_576) MiB; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms"
                 )
                 relay.stop()
+                relay.removeFiles()
             }
             summaries.append((kind, results))
         }
@@ -434,7 +435,8 @@ struct NotificationFactory: Sendable {
         let now = wallClockMilliseconds() / 1000
         let date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(now)))
         let next = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(now + 2_592_000)))
-        let id = "ntf_bench\(String(format: "%017d", index))"
+        // The relay keys Paddle's events by event_id (a resent notification_id names the same event).
+        let id = "evt_bench\(String(format: "%017d", index))"
         let price: JSON = [
             "id": "pri_bench_monthly", "product_id": "pro_bench", "name": "Monthly", "description": "Bench, billed monthly",
             "type": "standard", "billing_cycle": ["interval": "month", "frequency": 1], "trial_period": nil, "tax_mode": "account_setting",
@@ -442,8 +444,8 @@ struct NotificationFactory: Sendable {
             "status": "active", "custom_data": nil, "import_meta": nil,
         ]
         let event: JSON = [
-            "event_id": .string("evt_bench\(String(format: "%017d", index))"), "event_type": "subscription.created",
-            "occurred_at": .string(date), "notification_id": .string(id),
+            "event_id": .string(id), "event_type": "subscription.created",
+            "occurred_at": .string(date), "notification_id": .string("ntf_bench\(String(format: "%017d", index))"),
             "data": [
                 "id": .string("sub_bench\(String(format: "%017d", index))"), "status": "active",
                 "customer_id": .string("ctm_bench\(index)"), "address_id": .string("add_bench\(index)"), "business_id": nil,
@@ -532,6 +534,10 @@ final class RelayChild: @unchecked Sendable {
         guard process.isRunning else { return }
         process.terminate()
         process.waitUntilExit()
+    }
+
+    /// Its data and log; kept when a round failed, for the log.
+    func removeFiles() {
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
