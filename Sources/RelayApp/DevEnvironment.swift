@@ -37,9 +37,9 @@ public final class DevEnvironment: Sendable {
             }
             configuration.log.kind = .kafka
             // librdkafka's mock broker holds every fetch for fetch.wait.max.ms (500 ms by default) even when
-            // records are waiting, once at the worker and once at the deliverer: 10 ms keeps dev's latency
+            // records are waiting, once at the worker and once at the deliverer: 5 ms keeps dev's latency
             // low. A real broker answers a fetch as soon as records are there (fetch.min.bytes: 1).
-            if configuration.kafka.properties["fetch.wait.max.ms"] == nil { configuration.kafka.properties["fetch.wait.max.ms"] = "10" }
+            if configuration.kafka.properties["fetch.wait.max.ms"] == nil { configuration.kafka.properties["fetch.wait.max.ms"] = "5" }
             self.cluster = cluster
             self.dataDirectory = nil
             self.process = try RelayProcess(
