@@ -85,11 +85,21 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // How the relay's SQLite databases are opened (durable commits) and checkpointed (beside the commits).
+        .target(
+            name: "RelaySQLite",
+            dependencies: [
+                "RelayCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The local backend: the four routes of DESIGN section 7 over SQLite (GRDB), for dev and small deployments.
         .target(
             name: "RelayLocalBackend",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayBackend",
+                "RelayCore", "RelayConfig", "RelayBackend", "RelaySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -125,7 +135,7 @@ let package = Package(
         .target(
             name: "RelayEmbeddedLog",
             dependencies: [
-                "RelayCore", "RelayConfig",
+                "RelayCore", "RelayConfig", "RelaySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

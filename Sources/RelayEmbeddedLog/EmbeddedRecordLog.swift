@@ -1,6 +1,7 @@
 public import CoreMetrics
 import Foundation
 import GRDB
+import RelaySQLite
 import Glibc
 public import Logging
 public import RelayConfig
@@ -24,6 +25,7 @@ public final class EmbeddedRecordLog: RecordLog {
     private let database: LogDatabase
     private let topics: [String: LogDatabase.Topic]
     private let appender: EmbeddedAppender
+    private let checkpointer: WALCheckpointer?
     private let consumers: ConsumerRegistry
     private let lock: OwnerLock?
     /// Consumes (holds the directory's lock, or is in memory).
@@ -90,6 +92,8 @@ public final class EmbeddedRecordLog: RecordLog {
             EmbeddedRecordLog.housekeep(database, retention: retention, retentionBytes: retentionBytes, logger: logger)
         }
         let housekeeping: (interval: Duration, run: @Sendable () -> Void)? = owner ? (.seconds(60), housekeep) : nil
+        // The owner checkpoints the WAL beside the appends (tools appending beside it do not need to).
+        self.checkpointer = owner && directory != ":memory:" ? try WALCheckpointer(path: database.path, logger: logger) : nil
         self.directory = directory
         self.database = database
         self.topics = topics
@@ -182,6 +186,7 @@ public final class EmbeddedRecordLog: RecordLog {
     public func close() async {
         for consumer in consumers.removeAll() { await consumer.close() }
         await appender.close()
+        checkpointer?.stop()
         lock?.release()
     }
 

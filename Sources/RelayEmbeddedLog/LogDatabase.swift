@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import RelaySQLite
 import RelayCore
 
 /// The embedded log's SQLite database: topics and their partitions, records, and each consumer group's
@@ -23,19 +24,17 @@ final class LogDatabase: Sendable {
 
     init(path: String) throws {
         self.path = path
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(30)
-        let pool = try DatabasePool(path: path, configuration: configuration)
-        // WAL (DatabasePool's own) with a synced commit: durable on power loss, not only on a crash. Set on
-        // the pool's one writer connection after GRDB's WAL setup, which sets NORMAL.
-        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        // WAL with a synced commit: durable on power loss, not only on a crash; checkpointed beside the commits
+        // by the owner (`EmbeddedRecordLog`).
+        let pool = try DurableSQLite.openPool(path: path, busyTimeout: 30)
         self.pool = pool
         try Self.migrator.migrate(pool)
     }
 
     /// The writer connection's `synchronous` level (2: FULL).
     func synchronousLevel() throws -> Int {
-        try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+        guard let pool = pool as? DatabasePool else { return -1 }
+        return try DurableSQLite.synchronousLevel(pool)
     }
 
     /// A database in memory only: the same schema and code, nothing kept (tests of the stages).

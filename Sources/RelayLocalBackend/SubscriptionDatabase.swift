@@ -1,5 +1,7 @@
 import Foundation
 import GRDB
+import Logging
+import RelaySQLite
 import Synchronization
 public import RelayBackend
 public import RelayCore
@@ -12,6 +14,7 @@ public import RelayCore
 /// writer gets to them), each still checked against its own `If-Match` version in order.
 public final class SubscriptionDatabase: Sendable {
     private let pool: DatabasePool
+    private let checkpointer: WALCheckpointer
     private let writes = Mutex(WriteQueue())
     private let writer = DispatchQueue(label: "backend-writer")
 
@@ -30,12 +33,14 @@ public final class SubscriptionDatabase: Sendable {
     public init(path: String) throws {
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(10)
-        // FULL, not WAL's usual NORMAL: a written state survives power loss too (group commit pays for it).
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        pool = try DatabasePool(path: path, configuration: configuration)
+        // WAL with synced commits, checkpointed beside them (a write never waits for a checkpoint).
+        pool = try DurableSQLite.openPool(path: path, busyTimeout: 10)
+        checkpointer = try WALCheckpointer(path: path, logger: Logger(label: "revenue-relay"))
         try Self.migrator.migrate(pool)
+    }
+
+    deinit {
+        checkpointer.stop()
     }
 
     private static var migrator: DatabaseMigrator {
@@ -66,6 +71,11 @@ public final class SubscriptionDatabase: Sendable {
 
     public func subscription(store: Store, originalTransactionId: String) async throws -> SubscriptionState? {
         try await pool.read { db in try Self.fetch(db, store: store.rawValue, id: originalTransactionId) }
+    }
+
+    /// Whether the writer's commits are fsynced (`synchronous` is FULL).
+    public func commitsAreSynced() throws -> Bool {
+        try DurableSQLite.synchronousLevel(pool) == 2
     }
 
     public enum WriteOutcome: Sendable, Equatable {

@@ -311,3 +311,42 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         await backend.stop()
     }
 }
+
+/// The local backend's database: group-committed writes, each still checked against its own version.
+@Suite struct SubscriptionDatabaseTests {
+    @Test func concurrentWritesAreCommittedTogetherAndEachIsCheckedAgainstItsVersion() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
+        let database = try SubscriptionDatabase(path: path)
+        // Durable on power loss, not only on a crash: the writer's commits are fsynced.
+        #expect(try database.commitsAreSynced())
+
+        // 40 writers at once: 20 create distinct subscriptions, 20 race to create the same one.
+        let outcomes = try await withThrowingTaskGroup(of: (String, SubscriptionDatabase.WriteOutcome).self) { group in
+            for index in 0..<20 {
+                group.addTask { ("own", try await database.write(state("own-\(index)", user: "owner-\(index)", at: 1_000), ifMatch: 0)) }
+                group.addTask { ("shared", try await database.write(state("shared", user: "user-\(index)", at: 1_000), ifMatch: 0)) }
+            }
+            return try await group.reduce(into: [(String, SubscriptionDatabase.WriteOutcome)]()) { $0.append($1) }
+        }
+        let own = outcomes.filter { $0.0 == "own" }.map(\.1)
+        #expect(own.allSatisfy { if case .written(let stored) = $0 { stored.version == 1 } else { false } })
+        let shared = outcomes.filter { $0.0 == "shared" }.map(\.1)
+        let written = shared.compactMap { outcome -> SubscriptionState? in if case .written(let stored) = outcome { stored } else { nil } }
+        #expect(written.count == 1)
+        // The others were told who won, and nothing of theirs was stored.
+        #expect(shared.filter { if case .versionMismatch(let current) = $0 { current?.version == 1 } else { false } }.count == 19)
+        let stored = try await database.subscription(store: .apple, originalTransactionId: "shared")
+        #expect(stored == written.first)
+        #expect(try await database.subscriptions(ofUser: written.first!.originalAppUserId!).map(\.originalTransactionId) == ["shared"])
+
+        // A write that waits for a batch in progress still lands: the version moves on, once per write.
+        guard case .written(let second) = try await database.write(state("shared", at: 2_000), ifMatch: 1) else {
+            Issue.record("not written")
+            return
+        }
+        #expect(second.version == 2)
+        // A user's other subscriptions leave out the one named.
+        #expect(try await database.subscriptions(ofUser: "owner-1").map(\.originalTransactionId) == ["own-1"])
+        #expect(try await database.subscriptions(ofUser: "owner-1", excluding: (.apple, "own-1")).isEmpty)
+    }
+}
