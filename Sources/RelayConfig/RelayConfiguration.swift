@@ -213,8 +213,8 @@ public struct RelayConfiguration: Sendable {
     /// `worker`: how much it works on at once.
     public struct Worker: Sendable {
         /// Notifications read and not yet done, over all subscriptions (the worker runs different
-        /// subscriptions' notifications concurrently, one subscription's in order). Default: 128.
-        public var maxInFlight = 128
+        /// subscriptions' notifications concurrently, one subscription's in order). Default: 256.
+        public var maxInFlight = 256
     }
 
     public struct Delivery: Sendable {

@@ -57,6 +57,9 @@ struct E2EBench: AsyncParsableCommand {
     @Option(help: "The fixtures directory (Tests/Fixtures).")
     var fixtures = "Tests/Fixtures"
 
+    @Option(help: "The relay's worker.maxInFlight (default: the relay's own).")
+    var workerInFlight: Int?
+
     @Option(help: "Where the relay's data directories go (a fresh folder per round).")
     var directory = FileManager.default.temporaryDirectory.path
 
@@ -77,7 +80,7 @@ struct E2EBench: AsyncParsableCommand {
         for kind in logs {
             var results: [RoundResult] = []
             for round in 1...max(1, rounds) {
-                let relay = try RelayChild(kind: kind, configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures), directory: directory)
+                let relay = try RelayChild(kind: kind, configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures, workerInFlight: workerInFlight), directory: directory)
                 defer { relay.stop() }
                 var measurement = Round(
                     ingest: relay.ingest, engine: engine, arrivals: arrivals, factory: factory, connections: connections)
@@ -90,10 +93,10 @@ struct E2EBench: AsyncParsableCommand {
                 nextIndex += rate * latencySeconds
                 let result = RoundResult(
                     perSecond: throughput.perSecond, cpuMicroseconds: throughput.cpuMicroseconds, peakRSS: throughput.peakRSS,
-                    p50: latency.p50, p99: latency.p99, max: latency.max)
+                    machineBusy: throughput.machineBusy, p50: latency.p50, p99: latency.p99, max: latency.max)
                 results.append(result)
                 print(
-                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end, \(Int(result.cpuMicroseconds)) µs relay CPU per notification, peak RSS \(result.peakRSS / 1_048_576) MiB; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms"
+                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end, \(Int(result.cpuMicroseconds)) µs relay CPU per notification, peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms"
                 )
                 relay.stop()
                 relay.removeFiles()
@@ -103,8 +106,8 @@ struct E2EBench: AsyncParsableCommand {
         await engine.close()
 
         print("")
-        print("| log | notifications/s end to end | p50 / p99 / max at \(rate)/s (ms) | relay CPU per notification | relay peak RSS |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print("| log | notifications/s end to end | p50 / p99 / max at \(rate)/s (ms) | relay CPU per notification | relay peak RSS | machine CPU busy |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for (kind, results) in summaries {
             func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
             func range(_ values: [Double], _ format: (Double) -> String) -> String {
@@ -116,9 +119,10 @@ struct E2EBench: AsyncParsableCommand {
             let max = results.map(\.max)
             let cpu = results.map(\.cpuMicroseconds)
             let rss = results.map { Double($0.peakRSS) / 1_048_576 }
+            let busy = results.map { $0.machineBusy * 100 }
             let name = kind == .embedded ? "embedded (SQLite)" : "Kafka protocol (mock cluster)"
             print(
-                "| \(name) | \(Int(median(rates)))\(range(rates) { "\(Int($0))" }) | \(fmt(median(p50))) / \(fmt(median(p99))) / \(fmt(median(max)))\(range(p99) { fmt($0) }) | \(Int(median(cpu))) µs\(range(cpu) { "\(Int($0))" }) | \(Int(median(rss))) MiB\(range(rss) { "\(Int($0))" }) |"
+                "| \(name) | \(Int(median(rates)))\(range(rates) { "\(Int($0))" }) | \(fmt(median(p50))) / \(fmt(median(p99))) / \(fmt(median(max)))\(range(p99) { fmt($0) }) | \(Int(median(cpu))) µs\(range(cpu) { "\(Int($0))" }) | \(Int(median(rss))) MiB\(range(rss) { "\(Int($0))" }) | \(Int(median(busy)))%\(range(busy) { "\(Int($0))" }) |"
             )
         }
     }
@@ -129,10 +133,22 @@ struct E2EBench: AsyncParsableCommand {
         var perSecond: Double
         var cpuMicroseconds: Double
         var peakRSS: Int
+        /// The machine's CPU busy during the throughput run (all processes, all cores), 0–1.
+        var machineBusy: Double
         var p50: Double
         var p99: Double
         var max: Double
     }
+}
+
+/// The machine's CPU time so far from /proc/stat: (busy, all) in clock ticks, over every core.
+func machineCPUTicks() -> (busy: Double, total: Double) {
+    guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8), let line = stat.split(separator: "\n").first else { return (0, 0) }
+    // cpu user nice system idle iowait irq softirq steal ...
+    let values = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+    guard values.count >= 5 else { return (0, 0) }
+    let total = values.prefix(8).reduce(0, +)
+    return (total - values[3] - values[4], total)
 }
 
 /// One relay's measurements.
@@ -180,11 +196,12 @@ struct Round {
     /// `count` notifications, `connections` at once: first POST to last webhook.
     mutating func throughput(
         startIndex: Int, count: Int, perKind: [Int], relay: RelayChild
-    ) async throws -> (perSecond: Double, cpuMicroseconds: Double, peakRSS: Int) {
+    ) async throws -> (perSecond: Double, cpuMicroseconds: Double, peakRSS: Int, machineBusy: Double) {
         let notifications = (0..<count).map { factory.make(index: startIndex + $0, kind: $0 % factory.kinds) }
         let keys = Set(notifications.map(\.key))
         let expectedWebhooks = notifications.reduce(0) { $0 + perKind[$1.kind] }
         let cpuBefore = relay.cpuSeconds()
+        let machineBefore = machineCPUTicks()
         let start = wallClockNanoseconds()
         let posting = Task { [self] in try await post(notifications, concurrency: connections) }
         var received = 0
@@ -204,8 +221,10 @@ struct Round {
         }
         try await posting.value
         let cpu = relay.cpuSeconds() - cpuBefore
+        let machineAfter = machineCPUTicks()
         let seconds = Double(last - start) / 1e9
-        return (Double(count) / seconds, cpu / Double(count) * 1e6, relay.peakRSS())
+        let busy = (machineAfter.busy - machineBefore.busy) / max(1, machineAfter.total - machineBefore.total)
+        return (Double(count) / seconds, cpu / Double(count) * 1e6, relay.peakRSS(), busy)
     }
 
     /// `rate` notifications per second for `seconds`, each POST at its time (open loop): POST → first webhook, in ms.
@@ -325,7 +344,7 @@ struct NotificationFactory: Sendable {
         self.header = Base64.encodeURL(header.serialized())
     }
 
-    func configuration(receiverPort: Int, fixtures: String) -> String {
+    func configuration(receiverPort: Int, fixtures: String, workerInFlight: Int?) -> String {
         """
         ingest: { listen: "127.0.0.1:0", maxBodyBytes: 262144 }
         backend: { url: "http://127.0.0.1:1", apiKey: "bench-backend-key", listen: "127.0.0.1:0", database: backend.sqlite, entitlementsTTL: 60s }
@@ -346,7 +365,7 @@ struct NotificationFactory: Sendable {
         delivery: { timeout: 15s, allowPrivateNetworks: true }
         money: { exchangeRates: "\(fixtures)/exchange-rates.json" }
         shutdownTimeout: 10s
-        """
+        """ + (workerInFlight.map { "\nworker: { maxInFlight: \($0) }\n" } ?? "")
     }
 
     func make(index: Int, kind: Int) -> Notification {
@@ -360,6 +379,11 @@ struct NotificationFactory: Sendable {
     private func sign(_ payload: JSON) -> String {
         let input = header + "." + Base64.encodeURL(payload.serialized())
         return input + "." + Base64.encodeURL(try! key.signES256(Array(input.utf8)))
+    }
+
+    /// Stripe's and Paddle's signature: hex HMAC-SHA256 of the timestamp prefix and the body.
+    private static func hmac(_ secret: String, _ prefix: String, _ body: [UInt8]) -> String {
+        Digest.hex(Digest.hmacSHA256(key: Array(secret.utf8), message: Array(prefix.utf8) + body)!)
     }
 
     private func apple(_ index: Int) -> Notification {
@@ -424,8 +448,7 @@ struct NotificationFactory: Sendable {
             ],
         ]
         let body = event.serialized()
-        let signed = Array("\(now).".utf8) + body
-        let signature = Digest.hex(Digest.hmacSHA256(key: Array(Self.stripeSecret.utf8), message: signed)!)
+        let signature = Self.hmac(Self.stripeSecret, "\(now).", body)
         return Notification(
             store: "stripe", kind: 1, key: "stripe:\(id)", body: body,
             headers: [("Content-Type", "application/json"), ("Stripe-Signature", "t=\(now),v1=\(signature)")])
@@ -465,8 +488,7 @@ struct NotificationFactory: Sendable {
             ],
         ]
         let body = event.serialized()
-        let signed = Array("\(now):".utf8) + body
-        let signature = Digest.hex(Digest.hmacSHA256(key: Array(Self.paddleSecret.utf8), message: signed)!)
+        let signature = Self.hmac(Self.paddleSecret, "\(now):", body)
         return Notification(
             store: "paddle", kind: 2, key: "paddle:\(id)", body: body,
             headers: [("Content-Type", "application/json"), ("Paddle-Signature", "ts=\(now);h1=\(signature)")])

@@ -132,15 +132,6 @@ import Testing
         { [] }
     }
 
-    /// Consumes for a worker that "crashes" after producing: it never gets to store an offset.
-    final class CrashingConsumer: RecordConsumer {
-        let base: any RecordConsumer
-        init(_ base: any RecordConsumer) { self.base = base }
-        var records: AsyncStream<ConsumedRecord> { base.records }
-        func markDone(_ record: ConsumedRecord) {}
-        func close() async { await base.close() }
-    }
-
     /// Stripe notifications for `subscriptions` subscriptions, each created then renewed (two records of
     /// one key, which must stay in order), signed like Stripe's.
     static func notifications(topic: String, subscriptions: Int, now: Int64) -> [OutgoingRecord] {
@@ -209,7 +200,7 @@ import Testing
         }
         // Two events per notification: the purchase or renewal, and the status change of the first.
         let first = try await {
-            try await runWorker(CrashingConsumer(try log.consumer(ConsumerOptions(groupID: group, topics: [configuration.topics.notifications])))) {
+            try await runWorker(ForgetfulConsumer(try log.consumer(ConsumerOptions(groupID: group, topics: [configuration.topics.notifications])))) {
                 collector.count >= subscriptions * 3
             }
             return try await collector.waitFor(count: subscriptions * 3)

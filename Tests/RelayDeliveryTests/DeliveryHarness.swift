@@ -101,17 +101,6 @@ final class DeliveryHarness: Sendable {
     }
 }
 
-/// A consumer that never stores an offset: a deliverer on it behaves like one that crashes after each
-/// delivery and before the offset store.
-final class ForgetfulConsumer: RecordConsumer {
-    let inner: any RecordConsumer
-    init(_ inner: any RecordConsumer) { self.inner = inner }
-    var records: AsyncStream<ConsumedRecord> { inner.records }
-    func markDone(_ record: ConsumedRecord) {}
-    func close() async { await inner.close() }
-    func isAssigned(_ record: ConsumedRecord) -> Bool { inner.isAssigned(record) }
-}
-
 extension ConsumedRecord {
     func header(_ name: String) -> String? { headers.first(named: name)?.stringValue }
 }

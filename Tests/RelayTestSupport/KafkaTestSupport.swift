@@ -78,3 +78,14 @@ public final class LockedBox<Value: Sendable>: Sendable {
     public func withLock<Result: Sendable>(_ body: (inout sending Value) -> sending Result) -> Result { mutex.withLock(body) }
     public var value: Value { mutex.withLock { $0 } }
 }
+
+/// A consumer that never stores an offset: a stage on it behaves like one that crashes after each
+/// record's work and before the offset store.
+public final class ForgetfulConsumer: RecordConsumer {
+    let inner: any RecordConsumer
+    public init(_ inner: any RecordConsumer) { self.inner = inner }
+    public var records: AsyncStream<ConsumedRecord> { inner.records }
+    public func markDone(_ record: ConsumedRecord) {}
+    public func close() async { await inner.close() }
+    public func isAssigned(_ record: ConsumedRecord) -> Bool { inner.isAssigned(record) }
+}
