@@ -19,9 +19,15 @@ enum AppleMapping {
             subject: transaction?.text("originalTransactionId"), environment: environment,
             appUserId: transaction?.text("appAccountToken"), bundleId: data.text("bundleId") ?? transaction?.text("bundleId"),
             eventTime: eventTime)
-        guard let transaction, let subject = mapping.subject, let productId = transaction.text("productId") else {
+        guard let transaction else {
             // TEST, EXTERNAL_PURCHASE_TOKEN, RENEWAL_EXTENSION summaries: no transaction, nothing to apply.
             mapping.recognized = Self.known.contains(type)
+            return mapping
+        }
+        guard let subject = mapping.subject, let productId = transaction.text("productId") else {
+            // Every App Store transaction names both; without them there is no subscription to apply it to.
+            mapping.recognized = Self.known.contains(type)
+            mapping.malformed = "the \(type) notification's signedTransactionInfo has no \(mapping.subject == nil ? "originalTransactionId" : "productId")"
             return mapping
         }
         let facts = TransactionFacts(transaction, renewal: renewal)

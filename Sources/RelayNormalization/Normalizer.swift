@@ -88,6 +88,7 @@ public final class Normalizer: Sendable {
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only
         // after the dedup check below, so a repeat replays what was recorded without calling Google.
         let first = map(input, prior: nil)
+        if let detail = first.malformed { throw .rejected(Rejection(.malformed, detail)) }
         guard first.recognized else {
             Counter(
                 label: "relay_notifications_unmapped_total", dimensions: [("store", notification.store.rawValue)], factory: metrics

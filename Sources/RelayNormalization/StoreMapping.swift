@@ -51,6 +51,9 @@ struct StoreMapping {
     var events: [EventDraft] = []
     /// False for notification types this build does not know: no events, no state change, counted.
     var recognized = true
+    /// Why an authentic notification cannot be applied (it names a transaction without the fields every
+    /// transaction has): it is rejected as `malformed` with this detail, never dropped in silence.
+    var malformed: String?
     /// The recorded payments (`SubscriptionState.transactions`) the mapping looked up, kept with the
     /// notification so that a repeat maps the same.
     var transactionsRead: [String] = []

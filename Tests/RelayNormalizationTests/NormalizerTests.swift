@@ -133,6 +133,35 @@ import Testing
         await harness.stop()
     }
 
+    @Test func anAuthenticAppleTransactionWithoutItsKeysIsRejectedNotDropped() async throws {
+        let configuration = try Fixtures.configuration()
+        let normalizer = try Normalizer(
+            configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: testLogger(),
+            metrics: NOOPMetricsHandler.instance)
+        for (originalTransactionId, productId, missing) in [("", "com.example.pro.monthly", "originalTransactionId"), ("1000", "", "productId")] {
+            let payload: JSON = [
+                "notificationType": "DID_RENEW", "notificationUUID": "u-empty", "signedDate": 1_893_456_000_000,
+                "data": [
+                    "bundleId": "com.example.app", "environment": "Sandbox",
+                    "signedTransactionInfo": [
+                        "originalTransactionId": .string(originalTransactionId), "transactionId": "2000", "productId": .string(productId),
+                        "bundleId": "com.example.app", "purchaseDate": 1_893_456_000_000, "expiresDate": 1_896_134_400_000,
+                        "type": "Auto-Renewable Subscription", "environment": "Sandbox",
+                    ],
+                ],
+            ]
+            let notification = VerifiedNotification(store: .apple, app: "demo", payload: payload, notificationId: "u-empty", type: "DID_RENEW")
+            do {
+                let events = try await normalizer.normalize(notification, receivedAt: 1_893_456_001_000)
+                Issue.record("a transaction without \(missing) yielded \(events.count) events instead of a reject")
+            } catch {
+                guard case .rejected(let rejection) = error else { Issue.record("\(error)"); return }
+                #expect(rejection.reason == .malformed)
+                #expect(rejection.detail.contains(missing))
+            }
+        }
+    }
+
     @Test func aGoogleAppWithoutPlayAPIRejectsWithAReasonThatSaysSo() async throws {
         let configuration = try Fixtures.configuration()  // its Google app has no playApi
         let normalizer = try Normalizer(
