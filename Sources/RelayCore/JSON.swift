@@ -73,9 +73,14 @@ extension JSON {
     public static let maximumDepth = 100
 
     /// Parses exactly one JSON value (surrounded by optional whitespace).
-    public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSON {
+    ///
+    /// - Parameter clampingNumbers: a number beyond a Double's range (`1e999999`, valid JSON) is read as
+    ///   the largest finite Double of its sign instead of refused. For readers that only look at other
+    ///   members (the ingest's key), so a store's valid body is never answered 400.
+    public static func parse(_ bytes: [UInt8], clampingNumbers: Bool = false) throws(JSONParseError) -> JSON {
         try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSON in
             var parser = JSONParser(bytes: buffer)
+            parser.clampsNumbers = clampingNumbers
             let value = try parser.parseDocument()
             return value
         }
@@ -91,6 +96,7 @@ private struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
+    var clampsNumbers = false
 
     init(bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
@@ -318,7 +324,11 @@ private struct JSONParser {
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if isInteger, let value = Int64(text) { return .integer(value) }
-        guard let value = Double(text), value.isFinite else { throw error("number out of range") }
+        guard let value = Double(text) else { throw error("invalid number") }
+        guard value.isFinite else {
+            guard clampsNumbers else { throw error("number out of range") }
+            return .number(value < 0 ? -Double.greatestFiniteMagnitude : .greatestFiniteMagnitude)
+        }
         return .number(value)
     }
 

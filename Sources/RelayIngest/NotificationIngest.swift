@@ -54,7 +54,9 @@ struct NotificationIngest: Sendable {
         } catch {
             return jsonResponse(.badRequest, ["error": "unreadable_body", "detail": "the request body could not be read"])
         }
-        guard let document = try? JSON.parse(body) else {
+        // Any valid JSON is taken (the worker judges the content), huge numbers too: a 400 here makes the
+        // store resend the same body for days.
+        guard let document = try? JSON.parse(body, clampingNumbers: true) else {
             return jsonResponse(.badRequest, ["error": "not_json", "detail": "the body is not JSON"])
         }
         guard !health.isShuttingDown else {

@@ -22,6 +22,16 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSON.parse(text) }
     }
 
+    @Test func clampsNumbersBeyondADoubleOnlyWhenAsked() throws {
+        // Valid JSON (RFC 8259 sets no range): the ingest must take it, the mapping must not compute with it.
+        let value = try JSON.parse(Array(#"{"a":1e999999,"b":-1e999999,"c":1}"#.utf8), clampingNumbers: true)
+        #expect(value["a"]?.doubleValue == .greatestFiniteMagnitude)
+        #expect(value["b"]?.doubleValue == -.greatestFiniteMagnitude)
+        #expect(value["c"] == 1)
+        #expect(throws: JSONParseError.self) { try JSON.parse(#"{"a":1e999999}"#) }
+        #expect(throws: JSONParseError.self) { try JSON.parse(Array("1e".utf8), clampingNumbers: true) }
+    }
+
     @Test func rejectsInvalidUTF8AndDeepNesting() {
         #expect(throws: JSONParseError.self) { try JSON.parse([0x22, 0xFF, 0x22]) }
         let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
