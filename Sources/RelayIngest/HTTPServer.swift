@@ -37,6 +37,7 @@ public struct RelayHTTPServer: Sendable {
     /// The server as a `Service`. `onListening` receives the bound port (useful with port 0).
     public func makeService(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
         let router = Router()
+        router.add(middleware: MethodNotAllowed(ingest: ingest != nil))
         addOperationalRoutes(router)
         if let ingest {
             let handler = NotificationIngest(
@@ -78,4 +79,38 @@ public struct RelayHTTPServer: Sendable {
 /// A JSON response with the given body.
 func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
     Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body.serialized())))
+}
+
+/// A route that exists but not for this method answers 405 with `Allow` (RFC 9110), not 404: a client
+/// that sends GET where POST belongs learns what to fix.
+struct MethodNotAllowed: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let ingest: Bool
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            guard let allowed = allowedMethods(path: request.uri.path), !allowed.contains(request.method) else { throw error }
+            let allow = allowed.map(\.rawValue).joined(separator: ", ")
+            var response = jsonResponse(
+                .methodNotAllowed, ["error": "method_not_allowed", "detail": .string("\(request.uri.path) takes \(allow)")])
+            response.headers[.allow] = allow
+            return response
+        }
+    }
+
+    /// The methods the route at `path` takes, or nil when no route is there.
+    private func allowedMethods(path: String) -> [HTTPRequest.Method]? {
+        switch path {
+        case "/health/live", "/health/ready", "/metrics": return [.get]
+        default:
+            let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+            // "/v1/notifications/{store}/{app}" splits into "", "v1", "notifications", store, app.
+            if ingest, segments.count == 5, segments[1] == "v1", segments[2] == "notifications", !segments[3].isEmpty, !segments[4].isEmpty {
+                return [.post]
+            }
+            return nil
+        }
+    }
 }

@@ -65,6 +65,23 @@ func base64URL(_ text: String) -> String {
         try await relay.stop()
     }
 
+    @Test func aKnownRouteWithTheWrongMethodAnswers405WithAllow() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        for method in ["GET", "PUT", "DELETE"] {
+            let response = try await relay.http.send(method, relay.baseURL + "/v1/notifications/stripe/demo")
+            #expect(response.status == 405, "\(method)")
+            #expect(response.header("allow") == "POST")
+            #expect(response.bodyText.contains("method_not_allowed"))
+        }
+        let post = try await relay.http.send("POST", relay.baseURL + "/health/ready", body: Array("{}".utf8))
+        #expect(post.status == 405)
+        #expect(post.header("allow") == "GET")
+        // No route at all stays 404.
+        #expect(try await relay.http.send("GET", relay.baseURL + "/v2/nothing").status == 404)
+        #expect(try await relay.http.send("POST", relay.baseURL + "/v1/notifications/stripe").status == 404)
+        try await relay.stop()
+    }
+
     @Test func rejectsUnknownAppsOversizeBodiesAndNonJSON() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration(maxBodyBytes: 1024))
         #expect(try await relay.post("/v1/notifications/stripe/nope", body: "{}").status == 404)
