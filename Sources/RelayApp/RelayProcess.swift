@@ -63,6 +63,9 @@ public final class RelayProcess: Sendable {
         uncheckedConfiguration configuration: RelayConfiguration, roles: [Role], bootstrapServers: String?, logger: Logger,
         installSignalHandlers: Bool
     ) throws {
+        // Taken addresses fail here, before anything opens, naming the key to change.
+        try ListenCheck.requireFree(configuration.ingest.listen, key: "ingest.listen")
+        if roles.contains(.backend) { try ListenCheck.requireFree(configuration.backend.listen, key: "backend.listen") }
         let registry = PrometheusCollectorRegistry()
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
@@ -175,6 +178,12 @@ public final class RelayProcess: Sendable {
     /// The HTTP port once the server listens (the configured one, or the one chosen for port 0).
     public func waitForHTTPPort() async -> Int {
         await listening.value()
+    }
+
+    /// The HTTP port once the server listens, or nil when the waiting task is cancelled first (the
+    /// process ended without listening).
+    public func httpPort() async -> Int? {
+        await listening.valueUnlessCancelled()
     }
 
     public func triggerGracefulShutdown() async {

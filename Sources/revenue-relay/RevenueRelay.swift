@@ -94,12 +94,16 @@ struct Dev: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await environment.process.run() }
             group.addTask {
-                let port = await environment.process.waitForHTTPPort()
+                guard let port = await environment.process.httpPort(),
+                    let backend = await environment.process.backendAddress.valueUnlessCancelled()
+                else { return }
                 printLine("ingest: http://127.0.0.1:\(port)")
-                printLine("backend: \(await environment.process.backendAddress.value())")
+                printLine("backend: \(backend)")
                 printLine(environment.logLine)
             }
-            try await group.waitForAll()
+            // next(), not waitForAll(): when the process fails (a service could not start) its error ends
+            // dev at once, cancelling the wait for an address that will never come.
+            while try await group.next() != nil {}
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import RelayCore
 import RelayTestSupport
 import Testing
@@ -28,6 +29,29 @@ import Testing
         #expect(result.status == 78)
         #expect(result.stderr.contains("ingest.maxBodyBytez"))
         #expect(try await run(["run", "--config", "/nonexistent/relay.yaml"]).status == 78)
+    }
+
+    @Test func aTakenAddressFailsAtOnceNamingItAndItsKey() async throws {
+        let holder = try LoopbackListener { Glibc.close($0) }
+        defer { holder.close() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("taken"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("relay.yaml")
+        // The dev configuration, with its ingest address on a port something else listens on.
+        let dev = try String(contentsOfFile: "config/dev.yaml", encoding: .utf8)
+            .replacingOccurrences(of: "listen: \"127.0.0.1:8080\"", with: "listen: \"127.0.0.1:\(holder.port)\"")
+            .replacingOccurrences(of: "listen: \"127.0.0.1:8081\"", with: "listen: \"127.0.0.1:0\"")
+            .replacingOccurrences(of: ": dev/", with: ": \(FileManager.default.currentDirectoryPath)/config/dev/")
+            .replacingOccurrences(of: ", dev/", with: ", \(FileManager.default.currentDirectoryPath)/config/dev/")
+            .replacingOccurrences(of: "[certs/", with: "[\(FileManager.default.currentDirectoryPath)/config/certs/")
+        try Data(dev.utf8).write(to: file)
+        let started = ContinuousClock.now
+        let result = try await run(["dev", "--config", file.path, "--data", directory.appendingPathComponent("data").path])
+        #expect(result.status == 78, "\(result.stderr)")
+        #expect(result.stderr.contains("ingest.listen"))
+        #expect(result.stderr.contains("127.0.0.1:\(holder.port)"))
+        // At once: not after a timeout, and not never (it used to hang, ignoring SIGTERM).
+        #expect(ContinuousClock.now - started < .seconds(20))
     }
 
     @Test func badArgumentsExit64() async throws {

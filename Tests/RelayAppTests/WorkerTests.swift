@@ -1,4 +1,6 @@
 import CoreMetrics
+import Glibc
+import RelayConfig
 import Foundation
 import RelayApp
 import RelayBackend
@@ -180,5 +182,36 @@ import Testing
         #expect(stored.version == 1)
         #expect(try await client.subscription(store: .stripe, originalTransactionId: "sub_1") == stored)
         try await relay.stop()
+    }
+}
+
+/// A second process whose addresses are taken fails before opening anything, naming the key.
+@Suite struct ListenAddressTests {
+    @Test func takenIngestAndBackendAddressesAreConfigurationErrorsNamingTheirKeys() async throws {
+        let holder = try LoopbackListener { Glibc.close($0) }
+        defer { holder.close() }
+        var configuration = try TestRelay.configuration()
+        configuration.ingest.listen = ListenAddress(host: "127.0.0.1", port: holder.port)
+        #expect(throws: RelaySetupError.self) {
+            try RelayProcess(configuration: configuration, roles: [.ingest], logger: testLogger(), installSignalHandlers: false)
+        }
+        do {
+            _ = try RelayProcess(configuration: configuration, roles: [.ingest], logger: testLogger(), installSignalHandlers: false)
+        } catch .configuration(let error) {
+            #expect(error.key == "ingest.listen")
+            #expect(error.message.contains("127.0.0.1:\(holder.port)"))
+        } catch {
+            Issue.record("\(error)")
+        }
+        configuration.ingest.listen = ListenAddress(host: "127.0.0.1", port: 0)
+        configuration.backend.listen = ListenAddress(host: "127.0.0.1", port: holder.port)
+        do {
+            _ = try RelayProcess(configuration: configuration, roles: [.backend], logger: testLogger(), installSignalHandlers: false)
+            Issue.record("a taken backend.listen must fail")
+        } catch .configuration(let error) {
+            #expect(error.key == "backend.listen")
+        } catch {
+            Issue.record("\(error)")
+        }
     }
 }
