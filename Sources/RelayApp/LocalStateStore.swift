@@ -27,6 +27,13 @@ struct LocalStateStore: SubscriptionStateStore {
     }
 
     func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult {
+        // What the PUT route refuses with 400 is refused here too: a state stored without this check
+        // could never be read again.
+        do {
+            _ = try SubscriptionState(json: state.json)
+        } catch {
+            throw BackendError(kind: .badRequest, message: "subscription \(state.store.rawValue)/\(state.originalTransactionId): \(error)")
+        }
         let outcome: SubscriptionDatabase.WriteOutcome
         do {
             outcome = try await database.write(state, ifMatch: ifMatch)

@@ -26,6 +26,8 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         var size: Int
         var waiter: AckWaiter
         var deadline: ContinuousClock.Instant?
+        /// The `produce` call it came with: one call's records are committed in one transaction.
+        var call: UInt64
     }
 
     /// A caller waiting for its acknowledgement, answered once: by the writer, or by its time bound.
@@ -44,6 +46,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         var pending: [Pending] = []
         var closed = false
         var roundRobin: [String: UInt32] = [:]
+        var nextCall: UInt64 = 0
     }
 
     private let database: LogDatabase
@@ -101,8 +104,10 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 let deadline = ackTimeout.map { ContinuousClock.now + $0 }
                 let accepted = state.withLock { state -> Bool in
                     guard !state.closed else { return false }
+                    state.nextCall += 1
                     for index in records.indices {
-                        state.pending.append(Pending(record: records[index], size: sizes[index], waiter: waiters[index], deadline: deadline))
+                        state.pending.append(
+                            Pending(record: records[index], size: sizes[index], waiter: waiters[index], deadline: deadline, call: state.nextCall))
                     }
                     return true
                 }
@@ -166,6 +171,11 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 var bytes = 0
                 while taken < state.pending.count, taken < Self.batchRecords, bytes < Self.batchBytes {
                     bytes += state.pending[taken].size
+                    taken += 1
+                }
+                // Never split one call's records over two transactions: if the first failed and the second
+                // committed, a key's later records would be in the log without its earlier ones.
+                while taken > 0, taken < state.pending.count, state.pending[taken].call == state.pending[taken - 1].call {
                     taken += 1
                 }
                 let batch = Array(state.pending.prefix(taken))

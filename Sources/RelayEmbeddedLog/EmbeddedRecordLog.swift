@@ -186,7 +186,7 @@ public final class EmbeddedRecordLog: RecordLog {
     public func close() async {
         for consumer in consumers.removeAll() { await consumer.close() }
         await appender.close()
-        checkpointer?.stop()
+        await checkpointer?.stop()
         lock?.release()
     }
 

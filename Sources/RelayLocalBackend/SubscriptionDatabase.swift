@@ -112,11 +112,24 @@ public final class SubscriptionDatabase: Sendable {
             guard !batch.isEmpty else { return }
             do {
                 let outcomes = try pool.write { db in
-                    try batch.map { try Self.apply($0.state, ifMatch: $0.ifMatch, in: db) }
+                    // Each write in its own savepoint: one that fails (a stored row that no longer decodes)
+                    // is rolled back and answered alone, and the others still commit.
+                    batch.map { write -> Result<WriteOutcome, any Error> in
+                        var outcome: WriteOutcome?
+                        do {
+                            try db.inSavepoint {
+                                outcome = try Self.apply(write.state, ifMatch: write.ifMatch, in: db)
+                                return .commit
+                            }
+                            return .success(outcome!)
+                        } catch {
+                            return .failure(error)
+                        }
+                    }
                 }
-                for (write, outcome) in zip(batch, outcomes) { write.continuation.resume(returning: outcome) }
+                for (write, outcome) in zip(batch, outcomes) { write.continuation.resume(with: outcome) }
             } catch {
-                // The transaction rolled back: none of them was written.
+                // The transaction itself failed (the disk): none of them was written.
                 for write in batch { write.continuation.resume(throwing: error) }
             }
         }

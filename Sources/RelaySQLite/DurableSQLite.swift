@@ -61,10 +61,20 @@ public final class WALCheckpointer: Sendable {
         }
     }
 
-    /// Stops the thread after the checkpoint in progress, if any.
+    /// Stops the thread after the checkpoint in progress, if any (blocking: for `deinit`).
     public func stop() {
         guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
         wake.signal()
         finished.wait()
+    }
+
+    /// Stops the thread after the checkpoint in progress, waiting off Swift's cooperative pool.
+    public func stop() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            startDedicatedThread(named: "wal-stop") { [self] in
+                stop()
+                continuation.resume()
+            }
+        }
     }
 }

@@ -87,7 +87,9 @@ public struct VerifiedNotification: Sendable {
         self.store = store
         self.app = app
         self.payload = payload
-        self.notificationId = notificationId
+        // An empty id is no id: it would name every such notification's events alike, and a state cannot
+        // record it.
+        self.notificationId = notificationId?.isEmpty == true ? nil : notificationId
         self.type = type
         self.subtype = subtype
         self.environment = environment

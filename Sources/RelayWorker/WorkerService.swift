@@ -50,6 +50,9 @@ public final class WorkerService: Service {
                     var next: ConsumedRecord? = record
                     while let current = next {
                         await handle(current)
+                        // Cancelled (shutdown past its bound): the record may not be done, so nothing behind it
+                        // in its lane may run either; all of them are redelivered in order.
+                        if Task.isCancelled { return }
                         next = lanes.next(after: key)
                     }
                 }

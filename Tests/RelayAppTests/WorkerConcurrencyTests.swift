@@ -84,6 +84,42 @@ import Testing
         await log.close()
     }
 
+    /// Fails `failing` every time; records what started.
+    final class FailingProcessor: NotificationProcessor {
+        let failing: String
+        let started = LockedBox<[String]>([])
+        init(failing: String) { self.failing = failing }
+
+        func process(_ record: ConsumedRecord) async throws {
+            let value = text(record.value)
+            started.withLock { $0.append(value) }
+            if value == failing { throw RecordLogError(code: .timedOut, reason: "test failure", isRetriable: true) }
+        }
+    }
+
+    @Test func aCancelledLaneRunsNothingBehindItsUnfinishedRecord() async throws {
+        let topic = uniqueName("notifications")
+        let log = try EmbeddedRecordLog.inMemory(topics: [topic], partitions: 1, logger: testLogger())
+        let producer = try log.producer
+        for (key, value) in [("apple:A", "a1"), ("apple:A", "a2"), ("apple:B", "b1")] {
+            _ = try await producer.produce(OutgoingRecord(topic: topic, key: Array(key.utf8), value: Array(value.utf8)))
+        }
+        let processor = FailingProcessor(failing: "a1")
+        let worker = WorkerService(
+            consumer: try log.consumer(ConsumerOptions(groupID: uniqueName("worker"), topics: [topic])), processor: processor,
+            logger: testLogger(), metrics: NOOPMetricsHandler.instance, retryBackoff: (.milliseconds(5), .milliseconds(10)))
+        let running = Task { try await worker.run() }
+        try await waitUntil("a1 is being retried and b1 ran") {
+            processor.started.value.filter { $0 == "a1" }.count >= 3 && processor.started.value.contains("b1")
+        }
+        // Shutdown past its bound cancels the work: a1 is not done, so a2 must not run after it (it would
+        // be applied before a1 when both are redelivered).
+        running.cancel()
+        _ = try? await running.value
+        #expect(!processor.started.value.contains("a2"))
+        await log.close()
+    }
+
     /// Subscription state in memory with the backend's rules (If-Match on the version, never back in
     /// source time). `conflictOnFirstWrite`: each subscription's first write meets a concurrent writer
     /// (412), as two workers racing on one subscription would.
@@ -198,7 +234,7 @@ import Testing
             await serviceGroup.triggerGracefulShutdown()
             try await running.value
         }
-        // Two events per notification: the purchase or renewal, and the status change of the first.
+        // Three events per subscription: the purchase and its status change, then the renewal.
         let first = try await {
             try await runWorker(ForgetfulConsumer(try log.consumer(ConsumerOptions(groupID: group, topics: [configuration.topics.notifications])))) {
                 collector.count >= subscriptions * 3

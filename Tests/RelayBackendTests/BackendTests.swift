@@ -1,5 +1,6 @@
 import CoreMetrics
 import Foundation
+import GRDB
 import Logging
 import RelayBackend
 import RelayConfig
@@ -339,12 +340,25 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         #expect(stored == written.first)
         #expect(try await database.subscriptions(ofUser: written.first!.originalAppUserId!).map(\.originalTransactionId) == ["shared"])
 
-        // A write that waits for a batch in progress still lands: the version moves on, once per write.
+        // A later write moves the version on, once per write.
         guard case .written(let second) = try await database.write(state("shared", at: 2_000), ifMatch: 1) else {
             Issue.record("not written")
             return
         }
         #expect(second.version == 2)
+        // One write that fails (its stored row no longer decodes) fails alone; the writes committed with it land.
+        let raw = try DatabaseQueue(path: path)
+        try await raw.write { db in try db.execute(sql: "UPDATE subscription SET state = '{\"broken\": true}' WHERE original_transaction_id = 'own-3'") }
+        let mixed = await withTaskGroup(of: (String, Bool).self) { group in
+            group.addTask { ("own-3", (try? await database.write(state("own-3", user: "owner-3", at: 3_000), ifMatch: 1)) != nil) }
+            for index in 20..<40 {
+                group.addTask { ("own-\(index)", (try? await database.write(state("own-\(index)", user: "owner-\(index)", at: 3_000), ifMatch: 0)) != nil) }
+            }
+            return await group.reduce(into: [String: Bool]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(mixed["own-3"] == false)
+        #expect(mixed.filter { $0.key != "own-3" }.values.allSatisfy { $0 }, "\(mixed.filter { !$0.value })")
+
         // A user's other subscriptions leave out the one named.
         #expect(try await database.subscriptions(ofUser: "owner-1").map(\.originalTransactionId) == ["own-1"])
         #expect(try await database.subscriptions(ofUser: "owner-1", excluding: (.apple, "own-1")).isEmpty)
