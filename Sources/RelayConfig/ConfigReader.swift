@@ -65,7 +65,9 @@ struct ConfigNode {
                 throw error("invalid environment variable name in ${...}")
             }
             guard let value = context.environment[name] else {
-                throw error("environment variable \(name) is not set")
+                // Noted, and the walk goes on (with the text as it is), so one start names every unset variable.
+                context.missing.add(name, key: path, line: node.mark.map(\.line))
+                return text
             }
             result += value
             rest = rest[rest.index(after: end)...]
@@ -136,6 +138,18 @@ struct ConfigNode {
 struct ConfigContext {
     var environment: [String: String]
     var baseDirectory: String
+    /// `${NAME}`s the environment lacks, in the order the walk met them (file order), reported together.
+    let missing = MissingVariables()
+}
+
+/// The unset environment variables one parse met: the name, the key and the line.
+final class MissingVariables: @unchecked Sendable {
+    private(set) var entries: [(name: String, key: String, line: Int?)] = []
+
+    func add(_ name: String, key: String, line: Int?) {
+        guard !entries.contains(where: { $0.name == name && $0.key == key }) else { return }
+        entries.append((name, key, line))
+    }
 }
 
 /// A mapping already checked for unknown keys.

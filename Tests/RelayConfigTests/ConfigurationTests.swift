@@ -48,6 +48,46 @@ import Testing
         #expect(configuration.shutdownTimeout == .seconds(30))
     }
 
+    @Test func yamlErrorsNameTheLineAndNeverEchoTheFile() {
+        let yaml = """
+            backend: { apiKey: "sk_live_do_not_print_me" }
+            ingest: { listen: "127.0.0.1:8080" }
+            ingest: { listen: "127.0.0.1:8081" }
+            """
+        let duplicate = error(yaml)
+        #expect(duplicate?.message.contains("ingest") == true)
+        #expect(duplicate?.message.contains("line") == true, "\(duplicate?.message ?? "")")
+        #expect(duplicate?.description.contains("sk_live_do_not_print_me") == false)
+        let broken = error("backend: { apiKey: \"sk_live_do_not_print_me\"\ningest: [")
+        #expect(broken?.message.contains("line") == true)
+        #expect(broken?.description.contains("sk_live_do_not_print_me") == false)
+    }
+
+    @Test func everyMissingEnvironmentVariableIsReportedAtOnceInFileOrder() throws {
+        let yaml = """
+            # ${NOT_THIS_ONE} is in a comment
+            backend: { apiKey: "${BACKEND_KEY}" }
+            apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["${STRIPE_SECRET}", "${SET_ONE}"] } }]  # ${NOR_THIS}
+            endpoints: [{ id: e, app: a, url: "https://x.test", secrets: ["${HOOK_SECRET}", "${BACKEND_KEY}"] }]
+            """
+        let missing = error(yaml, environment: ["SET_ONE": "x"])
+        // Every one, in file order, each with its line (and its key where the parse reached it).
+        let message = try #require(missing?.message)
+        #expect(message.hasPrefix("environment variables not set: BACKEND_KEY ("), "\(message)")
+        #expect(message.contains("line 2); STRIPE_SECRET (apps[0].stripe.signingSecrets[0], line 3); HOOK_SECRET ("), "\(message)")
+        #expect(message.contains("line 4); BACKEND_KEY ("), "\(message)")
+        #expect(!message.contains("NOT_THIS_ONE") && !message.contains("NOR_THIS") && !message.contains("SET_ONE"))
+        // The file is named when it was loaded from one.
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("relay-env-\(UUID().uuidString).yaml")
+        try Data(yaml.utf8).write(to: file)
+        #expect(throws: ConfigurationError.self) { try RelayConfiguration.load(path: file.path, environment: [:]) }
+        do {
+            _ = try RelayConfiguration.load(path: file.path, environment: [:])
+        } catch {
+            #expect(error.message.hasSuffix("(in \(file.path))"))
+        }
+    }
+
     @Test func unknownKeysAreRejectedByName() {
         #expect(error("kafka: { bootstrapServer: x }")?.key == "kafka.bootstrapServer")
         #expect(error("ingset: {}")?.key == "ingset")
