@@ -29,10 +29,8 @@ struct LocalStateStore: SubscriptionStateStore {
     func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult {
         // What the PUT route refuses with 400 is refused here too: a state stored without this check
         // could never be read again.
-        do {
-            _ = try SubscriptionState(json: state.json)
-        } catch {
-            throw BackendError(kind: .badRequest, message: "subscription \(state.store.rawValue)/\(state.originalTransactionId): \(error)")
+        if let problem = state.storageProblem {
+            throw BackendError(kind: .badRequest, message: "subscription \(state.store.rawValue)/\(state.originalTransactionId): \(problem)")
         }
         let outcome: SubscriptionDatabase.WriteOutcome
         do {

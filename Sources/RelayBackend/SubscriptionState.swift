@@ -189,6 +189,21 @@ public struct SubscriptionState: Sendable, Equatable {
         public var description: String { "\(field): \(message)" }
     }
 
+    /// What `init(json:)` would refuse in this state's own JSON, or nil. A typed state can break only
+    /// these (empty required text, an entry without its id), so checking them here spares a JSON round
+    /// trip on every write (the in-process backend; the HTTP route decodes anyway).
+    public var storageProblem: DecodingError? {
+        if originalTransactionId.isEmpty { return DecodingError(field: "originalTransactionId", message: "expected a non-empty string") }
+        if productId.isEmpty { return DecodingError(field: "productId", message: "expected a non-empty string") }
+        if recentNotifications.contains(where: { $0.id.isEmpty }) {
+            return DecodingError(field: "recentNotifications", message: "every entry needs a non-empty \"id\"")
+        }
+        if transactions.contains(where: { $0.id.isEmpty }) {
+            return DecodingError(field: "transactions", message: "every entry needs a non-empty \"id\" and a \"productId\"")
+        }
+        return nil
+    }
+
     public init(json: JSON) throws(DecodingError) {
         guard case .object(let object) = json else { throw DecodingError(field: "$", message: "expected a JSON object") }
         func string(_ key: String) throws(DecodingError) -> String {

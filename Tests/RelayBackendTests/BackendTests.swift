@@ -364,3 +364,31 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         #expect(try await database.subscriptions(ofUser: "owner-1", excluding: (.apple, "own-1")).isEmpty)
     }
 }
+
+/// The in-process backend checks a state without a JSON round trip: the check must agree with the decoder.
+@Suite struct StorageProblemTests {
+    @Test func aStateHasAStorageProblemExactlyWhenItsJSONWouldNotDecode() {
+        var broken: [SubscriptionState] = []
+        var emptyId = state()
+        emptyId.originalTransactionId = ""
+        broken.append(emptyId)
+        var emptyProduct = state()
+        emptyProduct.productId = ""
+        broken.append(emptyProduct)
+        var emptyNotification = state()
+        emptyNotification.recentNotifications = [.init(id: "", context: .null)]
+        broken.append(emptyNotification)
+        var emptyTransaction = state()
+        emptyTransaction.transactions = [.init(id: "", productId: "p", purchasedAt: nil, periodType: .normal)]
+        broken.append(emptyTransaction)
+        for candidate in broken {
+            #expect(candidate.storageProblem != nil)
+            #expect((try? SubscriptionState(json: candidate.json)) == nil)
+        }
+        var fine = state()
+        fine.recentNotifications = [.init(id: "n-1", context: .null)]
+        fine.transactions = [.init(id: "t-1", productId: "", purchasedAt: nil, periodType: .normal)]
+        #expect(fine.storageProblem == nil)
+        #expect((try? SubscriptionState(json: fine.json)) != nil)
+    }
+}

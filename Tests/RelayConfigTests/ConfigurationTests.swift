@@ -148,3 +148,33 @@ import Testing
         #expect(absolute.backend.database == "/var/lib/relay.sqlite")
     }
 }
+
+/// The deployment files ship what the process needs (these broke silently before: a user without its
+/// data directory, the exchange rates missing from the image, the descriptor limit).
+@Suite struct DeploymentFilesTests {
+    static let root = ConfigurationTests.repositoryRoot
+
+    func read(_ path: String) throws -> String {
+        try String(contentsOfFile: Self.root.appendingPathComponent(path).path, encoding: .utf8)
+    }
+
+    @Test func theImageHasItsUserDataDirectoryRatesAndPorts() throws {
+        let dockerfile = try read("deploy/Dockerfile")
+        #expect(dockerfile.contains("--home-dir /var/lib/revenue-relay --create-home revenue-relay"))
+        // example.yaml's money.exchangeRates is relative to /etc/revenue-relay/relay.yaml.
+        #expect(try read("config/example.yaml").contains("exchangeRates: exchange-rates.json"))
+        #expect(dockerfile.contains("COPY config/exchange-rates.json /etc/revenue-relay/exchange-rates.json"))
+        #expect(dockerfile.contains("EXPOSE 8080 8081"))
+        let ignored = try read(".dockerignore").split(separator: "\n")
+        #expect(ignored.contains(".build/") && ignored.contains(".git/"))
+    }
+
+    @Test func theUnitsUserIsCreatedAndItMayOpenEnoughDescriptors() throws {
+        let unit = try read("deploy/systemd/revenue-relay.service")
+        let user = try #require(unit.split(separator: "\n").first { $0.hasPrefix("User=") }?.dropFirst("User=".count))
+        let sysusers = try read("deploy/systemd/revenue-relay.sysusers")
+        #expect(sysusers.split(separator: "\n").contains { $0.hasPrefix("u \(user) ") })
+        let limit = try #require(unit.split(separator: "\n").first { $0.hasPrefix("LimitNOFILE=") }.flatMap { Int($0.dropFirst("LimitNOFILE=".count)) })
+        #expect(limit >= 4096)
+    }
+}
