@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import RelayApp
 import RelayCore
 import RelayHTTPClient
@@ -61,6 +62,46 @@ func base64URL(_ text: String) -> String {
         }
         // Only the documented headers: nothing else from the request leaks into the record.
         #expect(Set(record.headers.map(\.name)).isSubset(of: ["relay-store", "relay-app", "relay-received-at", "stripe-signature", "paddle-signature", "authorization"]))
+        await reader.close()
+        try await relay.stop()
+    }
+
+    @Test func aBodyTheIngestCannotDecodeIsRefusedNotStoredUndecoded() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration())
+        // Raw HTTP/1.1 over a socket: the client library would not send a gzip transfer coding.
+        func exchange(_ request: String) throws -> String {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = UInt16(Int(relay.baseURL.split(separator: ":").last!)!).bigEndian
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            try #require(connected == 0, "connect: errno \(errno)")
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            _ = Array(request.utf8).withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(fd, &buffer, buffer.count, 0)
+            return String(decoding: buffer.prefix(max(0, count)), as: UTF8.self)
+        }
+        let body = #"{"id":"evt_gz"}"#
+        let chunk = String(body.utf8.count, radix: 16) + "\r\n" + body + "\r\n0\r\n\r\n"
+        let gzip = try exchange(
+            "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n" + chunk)
+        #expect(gzip.hasPrefix("HTTP/1.1 501"), "\(gzip)")
+        #expect(gzip.contains("unsupported_transfer_encoding"))
+        let compressed = try await relay.post("/v1/notifications/stripe/stripe-only", body: body, headers: [("Content-Encoding", "gzip")])
+        #expect(compressed.status == 415)
+        // Plain chunked is fine.
+        let chunked = try exchange(
+            "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunk)
+        #expect(chunked.hasPrefix("HTTP/1.1 200"), "\(chunked)")
+        let (reader, collector) = try relay.notificationsReader()
+        let records = try await collector.waitFor(count: 1)
+        #expect(records.map(\.keyString) == ["stripe:evt_gz"])
         await reader.close()
         try await relay.stop()
     }
