@@ -10,12 +10,9 @@ public enum Fixtures {
     public static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("Fixtures")
 
-    /// `../shared/vectors` next to the repository, when present (public test data).
-    public static let sharedVectors: URL? = {
-        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../shared/vectors")
-            .standardizedFileURL
-        return FileManager.default.fileExists(atPath: url.path) ? url : nil
-    }()
+    /// Public test vectors (Apple's library fixtures, a real Apple-signed notification, Standard Webhooks',
+    /// Stripe's and Paddle's signature cases), carried in `Tests/Fixtures/vectors` with their sources.
+    public static let sharedVectors: URL? = directory.appendingPathComponent("vectors")
 
     public static func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
 

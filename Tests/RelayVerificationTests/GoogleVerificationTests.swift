@@ -118,7 +118,7 @@ import Testing
         #expect(try await reason(push(verifier: verifier)) == .unknownKey)
     }
 
-    @Test(.enabled(if: Fixtures.sharedVectors != nil, "../shared/vectors is not present")) func parsesTheSharedSubscriptionPurchasedEnvelope() async throws {
+    @Test func parsesTheSharedSubscriptionPurchasedEnvelope() async throws {
         let vectors = try #require(Fixtures.sharedVectors)
         let samples = try JSON.parse(Array(Data(contentsOf: vectors.appendingPathComponent("google-play/samples.json"))))
         let envelope = try #require(samples["derived_envelope_SUBSCRIPTION_PURCHASED"]?["envelope"])
