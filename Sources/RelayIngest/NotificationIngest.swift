@@ -42,17 +42,12 @@ struct NotificationIngest: Sendable {
         logger[metadataKey: LogKey.notificationApp] = "\(app.key)"
 
         // A body the server cannot decode (Transfer-Encoding other than chunked, e.g. gzip) would be stored
-        // as compressed bytes and judged malformed: 501 says so, and the store may send it plainly. A
-        // compressed Content-Encoding is refused the same way (415): signatures are over the plain body.
+        // as compressed bytes and judged malformed: 501 says so, and the store may send it plainly.
         let codings = request.headers[values: .transferEncoding].flatMap { $0.split(separator: ",") }
             .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
         if let unsupported = codings.first(where: { $0 != "chunked" && $0 != "identity" }) {
             return jsonResponse(
                 .notImplemented, ["error": "unsupported_transfer_encoding", "detail": .string("Transfer-Encoding \(unsupported) is not supported; send the body plainly or chunked")])
-        }
-        if let encoding = request.headers[.contentEncoding]?.trimmingCharacters(in: .whitespaces).lowercased(), !encoding.isEmpty, encoding != "identity" {
-            return jsonResponse(
-                .unsupportedMediaType, ["error": "unsupported_content_encoding", "detail": .string("Content-Encoding \(encoding) is not supported; send the body uncompressed")])
         }
 
         let limit = configuration.ingest.maxBodyBytes

@@ -17,6 +17,8 @@ public struct LocalBackend: Sendable {
     private let database: SubscriptionDatabase
     private let apiKey: String
     private let clock: @Sendable () -> Int64
+    /// Each application's products, built once from the configuration (read for every notification).
+    private let mappings: [Int: ProductMapping]
 
     /// - Parameter clock: now in Unix milliseconds (which subscriptions are active).
     public init(
@@ -30,6 +32,10 @@ public struct LocalBackend: Sendable {
         self.database = database
         self.apiKey = apiKey
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
+            ProductMapping(
+                products: apps.flatMap(\.products).map { ProductMapping.Product(productId: $0.productId, store: $0.store, entitlements: $0.entitlements) })
+        }
     }
 
     /// The HTTP application serving the routes on `backend.listen` (port 0 picks one; `onListening` gets it).
@@ -115,10 +121,7 @@ public struct LocalBackend: Sendable {
 
     /// The application's products from the configuration, or nil when no app has this id.
     public func productMapping(applicationId: Int) -> ProductMapping? {
-        let apps = configuration.apps.filter { $0.applicationId == applicationId }
-        guard !apps.isEmpty else { return nil }
-        return ProductMapping(
-            products: apps.flatMap(\.products).map { ProductMapping.Product(productId: $0.productId, store: $0.store, entitlements: $0.entitlements) })
+        mappings[applicationId]
     }
 
     /// `{"entitlements": [active ones], "customerInfo": {"subscriptions", "nonSubscriptions", "entitlements"}}`.

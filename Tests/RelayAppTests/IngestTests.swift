@@ -93,8 +93,6 @@ func base64URL(_ text: String) -> String {
             "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n" + chunk)
         #expect(gzip.hasPrefix("HTTP/1.1 501"), "\(gzip)")
         #expect(gzip.contains("unsupported_transfer_encoding"))
-        let compressed = try await relay.post("/v1/notifications/stripe/stripe-only", body: body, headers: [("Content-Encoding", "gzip")])
-        #expect(compressed.status == 415)
         // Plain chunked is fine.
         let chunked = try exchange(
             "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunk)
