@@ -28,6 +28,8 @@ public final class RelayProcess: Sendable {
     public let registry: PrometheusCollectorRegistry
     /// The HTTP server's bound port, published once it listens.
     private let listening: Eventual<Int>
+    /// The metrics server's bound port (`metrics.listen`), published once it listens.
+    private let metricsListening: Eventual<Int>
     /// Where the backend is: the configured URL, or the local backend of this process once it listens.
     public let backendAddress: BackendAddress
     /// The worker's backend client (subscription state, product mappings), aimed at `backendAddress`.
@@ -66,10 +68,15 @@ public final class RelayProcess: Sendable {
         // Taken addresses fail here, before anything opens, naming the key to change.
         try ListenCheck.requireFree(configuration.ingest.listen, key: "ingest.listen")
         if roles.contains(.backend) { try ListenCheck.requireFree(configuration.backend.listen, key: "backend.listen") }
+        if let metricsListen = configuration.metrics.listen { try ListenCheck.requireFree(metricsListen, key: "metrics.listen") }
+        // Deliveries in flight, connections and the log's files all take descriptors; the common soft
+        // limit of 1,024 is below what the defaults can use.
+        FileDescriptorLimit.raiseSoftLimitToHard()
         let registry = PrometheusCollectorRegistry()
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
         let listening = Eventual<Int>()
+        let metricsListening = Eventual<Int>()
         // Only the roles that append or consume open the log (an embedded log takes its owner lock).
         let usesLog = roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer)
         let log: any RecordLog =
@@ -133,9 +140,13 @@ public final class RelayProcess: Sendable {
             }
         }
         let server = RelayHTTPServer(
-            listen: configuration.ingest.listen, health: health, registry: registry,
+            listen: configuration.ingest.listen, metricsListen: configuration.metrics.listen, limits: .init(configuration.ingest),
+            health: health, registry: registry,
             ingest: ingestProducer.map { RelayHTTPServer.IngestRoutes(configuration: configuration, producer: $0) }, logger: logger)
         services.append(server.makeService(onListening: { port in listening.set(port) }))
+        if let metricsServer = server.makeMetricsService(onListening: { port in metricsListening.set(port) }) {
+            services.append(metricsServer)
+        }
         services.append(ReadinessService(health: health))
 
         var groupConfiguration = ServiceGroupConfiguration(services: services, logger: logger)
@@ -148,6 +159,7 @@ public final class RelayProcess: Sendable {
         self.health = health
         self.registry = registry
         self.listening = listening
+        self.metricsListening = metricsListening
         self.backendAddress = backendAddress
         self.backendClient = backendClient
         self.log = log
@@ -184,6 +196,11 @@ public final class RelayProcess: Sendable {
     /// process ended without listening).
     public func httpPort() async -> Int? {
         await listening.valueUnlessCancelled()
+    }
+
+    /// The port of the `metrics.listen` server once it listens (only when `metrics.listen` is set).
+    public func waitForMetricsPort() async -> Int {
+        await metricsListening.value()
     }
 
     public func triggerGracefulShutdown() async {

@@ -5,7 +5,7 @@ import RelayCore
 enum ConfigParser {
     static func configuration(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration {
         let root = try node.mapping(
-            known: ["log", "topics", "kafka", "ingest", "backend", "apps", "endpoints", "worker", "delivery", "money", "shutdownTimeout"])
+            known: ["log", "topics", "kafka", "ingest", "metrics", "backend", "apps", "endpoints", "worker", "delivery", "money", "shutdownTimeout"])
         let apps = try root.optional("apps") { (node) throws(ConfigurationError) in try list(node, app) } ?? []
         var seen = Set<String>()
         for (index, app) in apps.enumerated() where !seen.insert(app.key).inserted {
@@ -37,6 +37,7 @@ enum ConfigParser {
             topics: topics ?? kafka.topics ?? .init(),
             kafka: kafka.kafka,
             ingest: try root.optional("ingest", ingest) ?? .init(),
+            metrics: try root.optional("metrics", metrics) ?? .init(),
             backend: try root.optional("backend", backend) ?? .init(),
             apps: apps,
             endpoints: endpoints,
@@ -98,12 +99,22 @@ enum ConfigParser {
     }
 
     static func ingest(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Ingest {
-        let map = try node.mapping(known: ["listen", "maxBodyBytes", "ackTimeout"])
+        let map = try node.mapping(known: ["listen", "maxBodyBytes", "ackTimeout", "idleTimeout", "requestTimeout", "maxConnections"])
         var ingest = RelayConfiguration.Ingest()
         if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { ingest.listen = value }
         if let value = try map.optional("maxBodyBytes", { (node) throws(ConfigurationError) in try node.int(in: 1...64 * 1024 * 1024) }) { ingest.maxBodyBytes = value }
         if let value = try map.optional("ackTimeout", { (node) throws(ConfigurationError) in try positive(node) }) { ingest.ackTimeout = value }
+        if let value = try map.optional("idleTimeout", positive) { ingest.idleTimeout = value }
+        if let value = try map.optional("requestTimeout", positive) { ingest.requestTimeout = value }
+        if let value = try map.optional("maxConnections", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { ingest.maxConnections = value }
         return ingest
+    }
+
+    static func metrics(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Metrics {
+        let map = try node.mapping(known: ["listen"])
+        var metrics = RelayConfiguration.Metrics()
+        metrics.listen = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() })
+        return metrics
     }
 
     static func positive(_ node: ConfigNode) throws(ConfigurationError) -> Duration {

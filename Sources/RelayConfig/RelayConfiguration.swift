@@ -31,6 +31,7 @@ public struct RelayConfiguration: Sendable {
     public var topics: Topics
     public var kafka: Kafka
     public var ingest: Ingest
+    public var metrics: Metrics
     public var backend: Backend
     public var apps: [App]
     public var endpoints: [Endpoint]
@@ -100,6 +101,24 @@ public struct RelayConfiguration: Sendable {
         public var maxBodyBytes = 262_144
         /// How long a request may wait for the broker's acknowledgement before it gets 503. Default: 10 s.
         public var ackTimeout: Duration = .seconds(10)
+        /// A connection with no request activity for this long is closed: a kept-alive connection between
+        /// requests, and one that has not finished sending its headers. Default: 15 s.
+        public var idleTimeout: Duration = .seconds(15)
+        /// A request whose body has not fully arrived this long after its headers is closed. Default: 30 s.
+        public var requestTimeout: Duration = .seconds(30)
+        /// Open connections at most; beyond it new ones wait in the listen backlog until one closes, so a
+        /// flood of idle clients cannot use up the process's file descriptors. Default: 512.
+        public var maxConnections = 512
+
+        public init() {}
+    }
+
+    public struct Metrics: Sendable {
+        /// Where `/metrics` is served instead of `ingest.listen`, so it stays off the public port.
+        /// Unset (default): on `ingest.listen`.
+        public var listen: ListenAddress?
+
+        public init() {}
     }
 
     public struct Backend: Sendable {

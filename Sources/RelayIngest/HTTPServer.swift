@@ -1,5 +1,6 @@
-public import CoreMetrics
 import HTTPTypes
+import HummingbirdCore
+import NIOHTTPTypes
 public import Hummingbird
 public import Logging
 import NIOCore
@@ -8,7 +9,13 @@ public import RelayConfig
 public import RelayCore
 
 /// The inbound HTTP server of one process. Every role serves `/health/live`, `/health/ready` and
-/// `/metrics`; the ingest role adds the store notification routes (DESIGN section 3).
+/// `/metrics`; the ingest role adds the store notification routes (docs/contracts.md).
+///
+/// Hardened against clients that hold connections: one with no request activity for
+/// `ingest.idleTimeout` is closed (kept alive between requests, or still sending its headers), a
+/// request whose body has not arrived within `ingest.requestTimeout` is closed, and at
+/// `ingest.maxConnections` open connections new ones wait in the listen backlog. Without these, a
+/// thousand idle connections used up the descriptors and the health routes stopped answering.
 public struct RelayHTTPServer: Sendable {
     public struct IngestRoutes: Sendable {
         public var configuration: RelayConfiguration
@@ -20,14 +27,39 @@ public struct RelayHTTPServer: Sendable {
         }
     }
 
+    /// Connection limits (the `ingest` section's `idleTimeout`, `requestTimeout`, `maxConnections`).
+    public struct Limits: Sendable {
+        public var idleTimeout: Duration
+        public var requestTimeout: Duration
+        public var maxConnections: Int
+
+        public init(idleTimeout: Duration, requestTimeout: Duration, maxConnections: Int) {
+            self.idleTimeout = idleTimeout
+            self.requestTimeout = requestTimeout
+            self.maxConnections = maxConnections
+        }
+
+        public init(_ ingest: RelayConfiguration.Ingest) {
+            self.init(idleTimeout: ingest.idleTimeout, requestTimeout: ingest.requestTimeout, maxConnections: ingest.maxConnections)
+        }
+    }
+
     public var listen: ListenAddress
+    /// Where `/metrics` is served instead of `listen` (`metrics.listen`); nil serves it on `listen`.
+    public var metricsListen: ListenAddress?
+    public var limits: Limits
     public var health: HealthState
     public var registry: PrometheusCollectorRegistry
     public var ingest: IngestRoutes?
     public var logger: Logger
 
-    public init(listen: ListenAddress, health: HealthState, registry: PrometheusCollectorRegistry, ingest: IngestRoutes?, logger: Logger) {
+    public init(
+        listen: ListenAddress, metricsListen: ListenAddress? = nil, limits: Limits = Limits(RelayConfiguration.Ingest()), health: HealthState,
+        registry: PrometheusCollectorRegistry, ingest: IngestRoutes?, logger: Logger
+    ) {
         self.listen = listen
+        self.metricsListen = metricsListen
+        self.limits = limits
         self.health = health
         self.registry = registry
         self.ingest = ingest
@@ -37,26 +69,48 @@ public struct RelayHTTPServer: Sendable {
     /// The server as a `Service`. `onListening` receives the bound port (useful with port 0).
     public func makeService(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
         let router = Router()
-        router.add(middleware: MethodNotAllowed(ingest: ingest != nil))
-        addOperationalRoutes(router)
+        router.add(middleware: MethodNotAllowed(ingest: ingest != nil, metrics: metricsListen == nil))
+        addHealthRoutes(router)
+        if metricsListen == nil { addMetricsRoute(router) }
         if let ingest {
             let handler = NotificationIngest(
                 configuration: ingest.configuration, producer: ingest.producer, health: health,
                 metrics: IngestMetrics(factory: PrometheusMetricsFactory(registry: registry)), logger: logger)
             handler.addRoutes(to: router)
         }
-        let listen = self.listen
+        return application(router, at: listen, onListening: onListening)
+    }
+
+    /// The metrics server at `metricsListen` (health and `/metrics`), or nil when `/metrics` is on the main server.
+    public func makeMetricsService(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) -> (some ApplicationProtocol)? {
+        guard let metricsListen else { return nil as Application<RouterResponder<BasicRequestContext>>? }
+        let router = Router()
+        router.add(middleware: MethodNotAllowed(ingest: false, metrics: true))
+        addHealthRoutes(router)
+        addMetricsRoute(router)
+        return application(router, at: metricsListen, onListening: onListening)
+    }
+
+    private func application(
+        _ router: Router<BasicRequestContext>, at address: ListenAddress, onListening: @escaping @Sendable (Int) async -> Void
+    ) -> Application<RouterResponder<BasicRequestContext>> {
+        let limits = self.limits
+        let channel = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [RequestDeadlineHandler(timeout: TimeAmount(limits.requestTimeout))],
+            idleTimeout: TimeAmount(limits.idleTimeout))
         return Application(
             router: router,
-            configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: nil),
-            onServerRunning: { channel in await onListening(channel.localAddress?.port ?? listen.port) },
+            server: .http1(configuration: channel),
+            configuration: .init(
+                address: .hostname(address.host, port: address.port), serverName: nil,
+                availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections, logger: logger)),
+            onServerRunning: { channel in await onListening(channel.localAddress?.port ?? address.port) },
             logger: logger
         )
     }
 
-    private func addOperationalRoutes(_ router: Router<BasicRequestContext>) {
+    private func addHealthRoutes(_ router: Router<BasicRequestContext>) {
         let health = self.health
-        let registry = self.registry
         router.get("/health/live") { _, _ in
             jsonResponse(.ok, ["status": "live"])
         }
@@ -65,6 +119,10 @@ public struct RelayHTTPServer: Sendable {
             if reasons.isEmpty { return jsonResponse(.ok, ["status": "ready"]) }
             return jsonResponse(.serviceUnavailable, ["status": "not_ready", "reasons": .array(reasons.map(JSON.string))])
         }
+    }
+
+    private func addMetricsRoute(_ router: Router<BasicRequestContext>) {
+        let registry = self.registry
         router.get("/metrics") { _, _ in
             var buffer: [UInt8] = []
             buffer.reserveCapacity(16 * 1024)
@@ -73,6 +131,53 @@ public struct RelayHTTPServer: Sendable {
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
         }
+    }
+}
+
+/// Closes a connection whose request body has not fully arrived within `timeout` of its headers: a
+/// client that trickles a byte at a time keeps resetting the idle timer, but not this one.
+final class RequestDeadlineHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+
+    private let timeout: TimeAmount
+    private var deadline: Scheduled<Void>?
+
+    init(timeout: TimeAmount) {
+        self.timeout = timeout
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head:
+            deadline?.cancel()
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            deadline = context.eventLoop.scheduleTask(in: timeout) { loopBound.value.close(promise: nil) }
+        case .end:
+            deadline?.cancel()
+            deadline = nil
+        case .body:
+            break
+        }
+        context.fireChannelRead(data)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+    }
+}
+
+extension TimeAmount {
+    init(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }
 
@@ -86,6 +191,7 @@ func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
 struct MethodNotAllowed: RouterMiddleware {
     typealias Context = BasicRequestContext
     let ingest: Bool
+    let metrics: Bool
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
@@ -103,7 +209,8 @@ struct MethodNotAllowed: RouterMiddleware {
     /// The methods the route at `path` takes, or nil when no route is there.
     private func allowedMethods(path: String) -> [HTTPRequest.Method]? {
         switch path {
-        case "/health/live", "/health/ready", "/metrics": return [.get]
+        case "/health/live", "/health/ready": return [.get]
+        case "/metrics" where metrics: return [.get]
         default:
             let segments = path.split(separator: "/", omittingEmptySubsequences: false)
             // "/v1/notifications/{store}/{app}" splits into "", "v1", "notifications", store, app.

@@ -25,12 +25,15 @@ final class TestRelay: Sendable {
     let runTask: Task<Void, any Error>
     let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30))
 
-    static func configuration(ackTimeout: String = "10s", maxBodyBytes: Int = 262144) throws -> RelayConfiguration {
+    /// - Parameter ingest: more `ingest` keys, as YAML flow-mapping entries (`idleTimeout: 1s, ...`).
+    static func configuration(ackTimeout: String = "10s", maxBodyBytes: Int = 262144, ingest: String = "", extra: String = "") throws
+        -> RelayConfiguration
+    {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-config"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try Data(#"{"keys": []}"#.utf8).write(to: directory.appendingPathComponent("jwks.json"))
         let yaml = """
-            ingest: { listen: "127.0.0.1:0", maxBodyBytes: \(maxBodyBytes), ackTimeout: \(ackTimeout) }
+            ingest: { listen: "127.0.0.1:0", maxBodyBytes: \(maxBodyBytes), ackTimeout: \(ackTimeout)\(ingest.isEmpty ? "" : ", " + ingest) }
             backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
             apps:
               - key: demo
@@ -51,6 +54,7 @@ final class TestRelay: Sendable {
               - { id: renewals, app: demo, url: "http://127.0.0.1:9/renewals", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], events: [renewal] }
             delivery: { allowPrivateNetworks: true }
             shutdownTimeout: 20s
+            \(extra)
             """
         return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
     }
