@@ -1,4 +1,4 @@
-public import RelayCore
+import RelayCore
 import RelayVerification
 
 /// Signs webhook deliveries as Standard Webhooks does (DESIGN section 5): `webhook-id`,

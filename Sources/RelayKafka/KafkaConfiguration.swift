@@ -16,6 +16,34 @@ public struct KafkaConfiguration: Sendable {
         self.properties = properties
         self.clientID = clientID
     }
+
+    /// `properties` without the consumer-only settings, for a producer: `kafka.properties` is one map
+    /// for both, and librdkafka warns at every start about a consumer setting given to a producer.
+    var producerProperties: [String: String] {
+        properties.filter { !Self.consumerOnly.contains($0.key) }
+    }
+
+    /// `properties` without the producer-only settings, for a consumer.
+    var consumerProperties: [String: String] {
+        properties.filter { !Self.producerOnly.contains($0.key) }
+    }
+
+    /// librdkafka's consumer-only ("C") and producer-only ("P") properties that an operator may set for
+    /// one side (CONFIGURATION.md of librdkafka 2.0).
+    static let consumerOnly: Set<String> = [
+        "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
+        "group.protocol.type", "coordinator.query.interval.ms", "max.poll.interval.ms", "enable.auto.commit", "auto.commit.interval.ms",
+        "enable.auto.offset.store", "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.message.max.bytes",
+        "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms", "isolation.level",
+        "enable.partition.eof", "check.crcs", "auto.offset.reset", "allow.auto.create.topics",
+    ]
+    static let producerOnly: Set<String> = [
+        "transactional.id", "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee", "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms", "message.send.max.retries", "retries", "retry.backoff.ms",
+        "queue.buffering.backpressure.threshold", "compression.codec", "compression.type", "batch.num.messages", "batch.size",
+        "delivery.report.only.error", "sticky.partitioning.linger.ms", "request.required.acks", "acks", "request.timeout.ms",
+        "message.timeout.ms", "delivery.timeout.ms", "partitioner", "compression.level",
+    ]
 }
 
 /// Producer settings beyond the connection.

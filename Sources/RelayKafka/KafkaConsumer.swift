@@ -60,7 +60,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         try config.set("auto.commit.interval.ms", String(consumer.commitInterval.wholeMilliseconds))
         try config.set("statistics.interval.ms", String(consumer.statisticsInterval.wholeMilliseconds))
         try config.set("partition.assignment.strategy", "cooperative-sticky")
-        try config.set(configuration.properties)
+        try config.set(configuration.consumerProperties)
         // At-least-once depends on these; operators' properties cannot turn them off.
         try config.set("enable.auto.offset.store", "false")
         try config.set("enable.auto.commit", "true")

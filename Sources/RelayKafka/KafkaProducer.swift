@@ -34,7 +34,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
         // so the ingest stops answering 503 soon after Kafka is back.
         try config.set("reconnect.backoff.max.ms", "1000")
         try config.set("statistics.interval.ms", String(producer.statisticsInterval.wholeMilliseconds))
-        try config.set(configuration.properties)
+        try config.set(configuration.producerProperties)
         // The guarantees below are the point of this type; operators' properties cannot turn them off.
         try config.set("enable.idempotence", "true")
         try config.set("acks", "all")

@@ -34,7 +34,7 @@ public final class KafkaTopicReader: Sendable {
         try config.set("bootstrap.servers", configuration.bootstrapServers)
         try config.set("client.id", configuration.clientID)
         try config.set("group.id", "revenue-relay-reader")
-        try config.set(configuration.properties)
+        try config.set(configuration.consumerProperties)
         try config.set("enable.auto.commit", "false")
         try config.set("enable.auto.offset.store", "false")
         try config.set("enable.partition.eof", "true")
@@ -197,7 +197,7 @@ public final class KafkaTopicReader: Sendable {
         try config.set("bootstrap.servers", configuration.bootstrapServers)
         try config.set("client.id", configuration.clientID)
         try config.set("group.id", group)
-        try config.set(configuration.properties)
+        try config.set(configuration.consumerProperties)
         try config.set("enable.auto.commit", "false")
         return try RDKafkaClient.make(kind: .consumer, config: config, events: RDKafkaEvents(logger: logger))
     }

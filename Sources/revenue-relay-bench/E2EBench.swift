@@ -507,7 +507,7 @@ final class RelayChild: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         try Data(configuration.utf8).write(to: URL(fileURLWithPath: folder + "/relay.yaml"))
         logPath = folder + "/relay.log"
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         process.arguments = ["e2e-relay", "--config", folder + "/relay.yaml"] + (kind == .kafka ? ["--kafka"] : ["--data", folder + "/data"])
