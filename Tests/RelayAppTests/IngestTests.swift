@@ -212,4 +212,20 @@ func base64URL(_ text: String) -> String {
         #expect(metrics.bodyText.contains(#"relay_kafka_produced_total{topic="relay.notifications",outcome="acknowledged"} 2"#))
         try await relay.stop()
     }
+
+    @Test func metricsListenKeepsMetricsOffThePublicPort() async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration(extra: #"metrics: { listen: "127.0.0.1:0" }"#))
+        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_p"}"#).status == 200)
+        // The public port serves the ingest and health, not /metrics.
+        #expect(try await relay.get("/metrics").status == 404)
+        #expect(try await relay.get("/health/live").status == 200)
+        let metricsPort = await relay.environment.process.waitForMetricsPort()
+        let metrics = try await relay.http.send("GET", "http://127.0.0.1:\(metricsPort)/metrics")
+        #expect(metrics.status == 200)
+        #expect(metrics.bodyText.contains(#"relay_ingest_requests_total{store="paddle",status="200"} 1"#))
+        #expect(try await relay.http.send("GET", "http://127.0.0.1:\(metricsPort)/health/ready").status != 404)
+        // The notification routes are not on the metrics port.
+        #expect(try await relay.http.send("POST", "http://127.0.0.1:\(metricsPort)/v1/notifications/paddle/demo", body: Array("{}".utf8)).status == 404)
+        try await relay.stop()
+    }
 }
