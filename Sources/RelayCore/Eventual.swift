@@ -50,6 +50,9 @@ public final class Eventual<Value: Sendable>: Sendable {
         }
     }
 
+    /// Whether `set` has published the value.
+    public var isSet: Bool { state.withLock { $0.value != nil } }
+
     public func value() async -> Value {
         await withCheckedContinuation { continuation in
             let value = state.withLock { state -> Value? in

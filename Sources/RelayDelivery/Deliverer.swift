@@ -60,6 +60,9 @@ public final class Deliverer: Service {
     private let options: DelivererOptions
     private let timeout: Duration
     private let connectTimeout: Duration
+    /// How long a graceful shutdown waits for running transfers before aborting them: half of
+    /// `shutdownTimeout`, leaving the other half to the worker and the log behind it.
+    private let drainTimeout: Duration
     private let maxPerEndpoint: Int
     private let logger: Logger
     private let counters: DeliveryCounters
@@ -106,6 +109,7 @@ public final class Deliverer: Service {
         self.policy = RetryPolicy(schedule: delivery.retrySchedule, throttledMinimumWait: options.throttledMinimumWait)
         self.options = options
         self.timeout = delivery.timeout
+        self.drainTimeout = configuration.shutdownTimeout / 2
         self.connectTimeout = min(options.connectTimeout, delivery.timeout)
         self.maxPerEndpoint = delivery.maxInFlightPerEndpoint
         self.logger = logger
@@ -132,10 +136,25 @@ public final class Deliverer: Service {
         await cancelWhenGracefulShutdown { [self] in
             await consumer.consume { [self] record in dispatch(record) }
         }
-        // Intake stopped: queued deliveries are left for the next owner; running ones finish.
+        // Intake stopped: queued deliveries are left for the next owner; running ones may finish within
+        // the drain bound. A slow endpoint's transfers are then aborted: their records are not done, so
+        // they are delivered again after the restart (a webhook can arrive twice; never lost). Waiting for
+        // them instead outlived the shutdown bound, and the service group killed the process.
         for lane in lanes.values { lane.stop() }
         tracker.abandon(lanes.values.reduce(0) { $0 + $1.dropWaiting() })
-        while tracker.count > 0, !Task.isCancelled {
+        let drainDeadline = ContinuousClock.now + drainTimeout
+        while tracker.count > 0, !Task.isCancelled, ContinuousClock.now < drainDeadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        if tracker.count > 0 {
+            logger.warning(
+                "shutdown: aborting webhook transfers still running; they are delivered again after the restart",
+                metadata: ["deliveries": "\(tracker.count)"])
+        }
+        engine.abortRunning()
+        // What is left is the records of finished transfers being written to the log.
+        let writeDeadline = ContinuousClock.now + .seconds(2)
+        while tracker.count > 0, !Task.isCancelled, ContinuousClock.now < writeDeadline {
             try? await Task.sleep(for: .milliseconds(20))
         }
         await engine.close()
@@ -232,6 +251,11 @@ public final class Deliverer: Service {
     // MARK: Outcomes (on the engine's thread: nothing here blocks)
 
     private func completed(_ record: ConsumedRecord, _ attempt: DeliveryRecord, _ lane: EndpointLane, _ result: HTTPTransferResult, startedAt: Int64) {
+        // Aborted by shutdown: not an attempt. The record stays not done and is delivered after the restart.
+        if result.error?.kind == .aborted {
+            tracker.end()
+            return
+        }
         let now = options.now()
         lane.counters.duration.recordMilliseconds(max(0, now - startedAt))
         finishSlot(lane)

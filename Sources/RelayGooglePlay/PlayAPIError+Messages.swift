@@ -7,7 +7,7 @@ extension PlayAPIError {
         switch error.kind {
         case .invalidRequest:
             PlayAPIError(kind: .configuration, message: "\(endpoint) cannot be requested (\(error.message)); check \(setting)")
-        case .setup, .connect, .timeout, .transfer, .addressRefused:
+        case .setup, .connect, .timeout, .transfer, .addressRefused, .aborted:
             PlayAPIError(kind: .unavailable, message: "\(endpoint) could not be reached (\(error))")
         }
     }

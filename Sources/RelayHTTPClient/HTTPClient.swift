@@ -25,6 +25,9 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
         case setup, invalidRequest = "invalid_request", connect, timeout, transfer
         /// The address check refused the address a connection was about to reach (SSRF guard).
         case addressRefused = "address_refused"
+        /// The engine was told to abort its transfers (a shutdown past its drain bound): nothing is known
+        /// of whether the peer got the request.
+        case aborted
     }
 
     public var kind: Kind

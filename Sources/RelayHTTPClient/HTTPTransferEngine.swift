@@ -107,6 +107,12 @@ public final class HTTPTransferEngine: Sendable {
         loop.close()
         await loop.finished.value()
     }
+
+    /// Ends every running transfer now: each completes with an `.aborted` error (a shutdown that cannot
+    /// wait for a slow peer). Transfers submitted later run as usual.
+    public func abortRunning() {
+        loop.abortRunning()
+    }
 }
 
 /// One transfer's request, response collection and completion. Lives from submit to completion.
@@ -186,6 +192,7 @@ private final class TransferLoop: @unchecked Sendable {
     struct Inbox {
         var pending: [Transfer] = []
         var closed = false
+        var abort = false
     }
 
     private let multi: UnsafeMutableRawPointer
@@ -243,16 +250,22 @@ private final class TransferLoop: @unchecked Sendable {
         relay_eventfd_signal(wakeUp)
     }
 
+    func abortRunning() {
+        inbox.withLock { $0.abort = true }
+        relay_eventfd_signal(wakeUp)
+    }
+
     func run() {
         let capacity = 256
         var fds = [Int32](repeating: 0, count: capacity)
         var flags = [Int32](repeating: 0, count: capacity)
         var stillRunning: Int32 = 0
         while true {
-            let (pending, closed) = inbox.withLock { inbox in
-                defer { inbox.pending = [] }
-                return (inbox.pending, inbox.closed)
+            let (pending, closed, abort) = inbox.withLock { inbox in
+                defer { (inbox.pending, inbox.abort) = ([], false) }
+                return (inbox.pending, inbox.closed, inbox.abort)
             }
+            if abort { abortAll() }
             for transfer in pending { start(transfer) }
             if closed && running.isEmpty { break }
 
@@ -541,6 +554,19 @@ private final class TransferLoop: @unchecked Sendable {
             transfer.freeHeaders()
             idleHandles.append(handle)
             complete(transfer, result)
+        }
+    }
+
+    /// Removes every running transfer from the multi handle and completes it as `.aborted`. Its
+    /// connection is closed (libcurl does not reuse one left mid-exchange).
+    private func abortAll() {
+        let aborted = running
+        running = [:]
+        for (handle, transfer) in aborted {
+            _ = curl_multi_remove_handle(multi, handle)
+            transfer.freeHeaders()
+            idleHandles.append(handle)
+            complete(transfer, HTTPTransferResult(error: HTTPClientError(kind: .aborted, message: "aborted: the process is shutting down")))
         }
     }
 

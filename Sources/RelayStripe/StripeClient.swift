@@ -80,7 +80,7 @@ public final class StripeClient: Sendable {
             switch error.kind {
             case .invalidRequest:
                 throw StripeAPIError(kind: .rejected, message: "the Stripe API at \(baseURL) cannot be requested (\(error.message)); check stripe.api.baseUrl")
-            case .setup, .connect, .timeout, .transfer, .addressRefused:
+            case .setup, .connect, .timeout, .transfer, .addressRefused, .aborted:
                 throw StripeAPIError(kind: .unavailable, message: "the Stripe API at \(baseURL) could not be reached (\(error))")
             }
         }

@@ -27,6 +27,57 @@ public struct ChildProcessError: Error, CustomStringConvertible {
 /// Swift here), so a child started at the same moment by another test never inherits them and holds them
 /// open, which would keep this child's reader from seeing the end of its output.
 public func runChildProcess(_ executable: URL, _ arguments: [String]) async throws -> ChildProcessResult {
+    await try startChildProcess(executable, arguments).result()
+}
+
+/// A child started by `startChildProcess`: its output so far, signals, and its end.
+public final class RunningChildProcess: Sendable {
+    public let pid: pid_t
+    private let printed = LockedBox<[UInt8]>([])
+    private let ended = Eventual<ChildProcessResult>()
+
+    fileprivate init(pid: pid_t, stdout: Int32, stderr: Int32) {
+        self.pid = pid
+        let printed = self.printed
+        let ended = self.ended
+        // Both pipes at once: a child filling one while the other is read would never finish.
+        let errorText = LockedBox<[UInt8]>([])
+        let errorsRead = DispatchSemaphore(value: 0)
+        startDedicatedThread(named: "test-stderr") {
+            let bytes = readToEnd(stderr, into: nil)
+            errorText.withLock { $0 = bytes }
+            errorsRead.signal()
+        }
+        startDedicatedThread(named: "test-child") {
+            let bytes = readToEnd(stdout, into: printed)
+            errorsRead.wait()
+            ended.set(ChildProcessResult(status: waitForExit(pid), stdout: bytes, stderr: String(decoding: errorText.value, as: UTF8.self)))
+        }
+    }
+
+    /// What the child printed on stdout so far.
+    public var stdoutText: String { String(decoding: printed.value, as: UTF8.self) }
+
+    public func signal(_ signal: Int32) { kill(pid, signal) }
+
+    /// The child's end: exit status and everything it printed.
+    public func result() async -> ChildProcessResult { await ended.value() }
+
+    /// The first stdout line that starts with `prefix`, once printed, or nil when the child ended or
+    /// `limit` passed first.
+    public func line(startingWith prefix: String, within limit: Duration) async -> String? {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if let line = stdoutText.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
+            if ended.isSet { return nil }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
+}
+
+/// Starts `executable` with its stdin empty; stdout and stderr are read on dedicated threads.
+public func startChildProcess(_ executable: URL, _ arguments: [String]) throws -> RunningChildProcess {
     let kind = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
     var output: [Int32] = [-1, -1]
     var errors: [Int32] = [-1, -1]
@@ -75,30 +126,11 @@ public func runChildProcess(_ executable: URL, _ arguments: [String]) async thro
         throw ChildProcessError(description: "posix_spawn \(path): \(String(cString: strerror(spawned)))")
     }
 
-    let stdout = output[0]
-    let stderr = errors[0]
-    let child = pid
-    return await withCheckedContinuation { continuation in
-        // Both pipes at once: a child filling one while the other is read would never finish.
-        let errorText = LockedBox<[UInt8]>([])
-        let errorsRead = DispatchSemaphore(value: 0)
-        startDedicatedThread(named: "test-stderr") {
-            let bytes = readToEnd(stderr)
-            errorText.withLock { $0 = bytes }
-            errorsRead.signal()
-        }
-        startDedicatedThread(named: "test-child") {
-            let printed = readToEnd(stdout)
-            errorsRead.wait()
-            continuation.resume(
-                returning: ChildProcessResult(
-                    status: waitForExit(child), stdout: printed, stderr: String(decoding: errorText.value, as: UTF8.self)))
-        }
-    }
+    return RunningChildProcess(pid: pid, stdout: output[0], stderr: errors[0])
 }
 
 /// Everything readable from `descriptor` until its end; closes it.
-private func readToEnd(_ descriptor: Int32) -> [UInt8] {
+private func readToEnd(_ descriptor: Int32, into shared: LockedBox<[UInt8]>?) -> [UInt8] {
     defer { close(descriptor) }
     var bytes: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65_536)
@@ -106,6 +138,7 @@ private func readToEnd(_ descriptor: Int32) -> [UInt8] {
         let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
         if count > 0 {
             bytes.append(contentsOf: buffer[0..<count])
+            shared?.withLock { $0.append(contentsOf: buffer[0..<count]) }
         } else if count == 0 || errno != EINTR {
             return bytes
         }
