@@ -118,6 +118,10 @@ public final class RelayProcess: Sendable {
             ingestProducer = try log.producer
         }
         if roles.contains(.worker) {
+            if !roles.contains(.backend) {
+                // A worker whose backend is unreachable retries each notification and finishes none.
+                health.addReadinessCheck("backend_unreachable") { backendClient.isReachable }
+            }
             let (group, topics) = configuration.consumerGroups[0]
             let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: configuration.worker.maxInFlight))
             // Verification reads the roots and key files now, so a bad one stops startup with its key.

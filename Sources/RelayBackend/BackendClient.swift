@@ -74,6 +74,9 @@ public final class BackendClient: Sendable {
     private let logger: Logger
     private let metrics: any MetricsFactory
     private let mappings = Mutex<[Int: CachedMapping]>([:])
+    /// False from a call that found the backend unreachable (no connection, timeout, 5xx or 429) until
+    /// one that reached it: the worker cannot make progress meanwhile, and readiness says so.
+    private let reachable = Atomic<Bool>(true)
 
     public init(
         configuration: RelayConfiguration.Backend, address: BackendAddress? = nil,
@@ -189,6 +192,9 @@ public final class BackendClient: Sendable {
         }
     }
 
+    /// Whether the last call reached the backend (true before the first call).
+    public var isReachable: Bool { reachable.load(ordering: .relaxed) }
+
     // MARK: Transport
 
     /// One request with the API key, retried with backoff while the failure is retriable.
@@ -204,7 +210,10 @@ public final class BackendClient: Sendable {
             let failure: BackendError
             do {
                 let response = try await http.send(method, url, headers: allHeaders, body: body)
-                guard response.status >= 500 || response.status == 429 else { return response }
+                guard response.status >= 500 || response.status == 429 else {
+                    reachable.store(true, ordering: .relaxed)
+                    return response
+                }
                 failure = BackendError(kind: .unavailable, message: "\(method) \(path) answered HTTP \(response.status)")
                 if let retryAfter = response.header("retry-after").flatMap(Int.init), retryAfter > 0 {
                     delay = max(delay, .seconds(min(retryAfter, 30)))
@@ -213,6 +222,8 @@ public final class BackendClient: Sendable {
                 guard error.isRetriable else { throw BackendError(kind: .badRequest, message: "\(method) \(path): \(error)") }
                 failure = BackendError(kind: .unavailable, message: "\(method) \(path): \(error)")
             }
+            reachable.store(false, ordering: .relaxed)
+            Counter(label: "relay_backend_errors_total", dimensions: [("kind", failure.kind.rawValue)], factory: metrics).increment()
             guard attempt < retry.retries else { throw failure }
             attempt += 1
             Counter(label: "relay_backend_retries_total", dimensions: [], factory: metrics).increment()

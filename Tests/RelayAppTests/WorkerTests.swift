@@ -6,6 +6,7 @@ import RelayApp
 import RelayBackend
 import RelayCore
 import RelayEmbeddedLog
+import RelayHTTPClient
 import RelayTestSupport
 import RelayWorker
 import ServiceLifecycle
@@ -213,5 +214,42 @@ import Testing
         } catch {
             Issue.record("\(error)")
         }
+    }
+}
+
+/// A worker whose backend is elsewhere and unreachable cannot finish any notification: readiness says so,
+/// and says ready again once the backend answers.
+@Suite struct BackendReadinessTests {
+    @Test func aWorkerWhoseBackendIsUnreachableIsNotReadyUntilItAnswersAgain() async throws {
+        let answering = Atomic<Bool>(false)
+        let backend = try await TestHTTPServer { _ in TestHTTPResponse(status: answering.load(ordering: .relaxed) ? 404 : 503) }
+        var configuration = try TestRelay.configuration()
+        configuration.log.kind = .embedded
+        configuration.log.path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-log")).path
+        configuration.backend.url = backend.baseURL
+        // The notification never succeeds against this backend: shutdown stops retrying it at the bound.
+        configuration.shutdownTimeout = .seconds(2)
+        let process = try RelayProcess(configuration: configuration, roles: [.ingest, .worker], logger: testLogger(), installSignalHandlers: false)
+        let run = Task { try await process.run() }
+        let base = "http://127.0.0.1:\(await process.waitForHTTPPort())"
+        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30))
+        try await waitUntil("ready") { try await http.send("GET", base + "/health/ready").status == 200 }
+
+        let now = Int64(Date().timeIntervalSince1970)
+        let body = ShutdownTests.stripeEvent(now: now)
+        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
+        let posted = try await http.send(
+            "POST", base + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", signature)],
+            body: Array(body.utf8))
+        #expect(posted.status == 200)
+        try await waitUntil("not ready") { try await http.send("GET", base + "/health/ready").status == 503 }
+        let notReady = try await http.send("GET", base + "/health/ready")
+        #expect(notReady.bodyText.contains("backend_unreachable"), "\(notReady.bodyText)")
+
+        answering.store(true, ordering: .relaxed)
+        try await waitUntil("ready again") { try await http.send("GET", base + "/health/ready").status == 200 }
+        await process.triggerGracefulShutdown()
+        try await run.value
+        await backend.stop()
     }
 }
