@@ -123,7 +123,11 @@ public struct RelayHTTPServer: Sendable {
 
     private func addMetricsRoute(_ router: Router<BasicRequestContext>) {
         let registry = self.registry
+        let health = self.health
+        // What /health/ready answers, as a metric: alerts need no probe of their own.
+        let ready = registry.makeGauge(name: "relay_ready")
         router.get("/metrics") { _, _ in
+            ready.set(health.notReadyReasons().isEmpty ? 1.0 : 0.0)
             var buffer: [UInt8] = []
             buffer.reserveCapacity(16 * 1024)
             registry.emit(into: &buffer)
