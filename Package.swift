@@ -42,7 +42,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The YAML configuration of DESIGN section 9.
+        // The YAML configuration of docs/configuration.md.
         .target(
             name: "RelayConfig",
             dependencies: ["RelayCore", .product(name: "Yams", package: "Yams")],
@@ -76,7 +76,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The backend contract (DESIGN section 7): the subscription state model and the client the worker uses.
+        // The backend contract (docs/contracts.md, Backend API): the subscription state model and the client the worker uses.
         .target(
             name: "RelayBackend",
             dependencies: [
@@ -96,7 +96,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The local backend: the four routes of DESIGN section 7 over SQLite (GRDB), for dev and small deployments.
+        // The local backend: the four routes of docs/contracts.md, Backend API over SQLite (GRDB), for dev and small deployments.
         .target(
             name: "RelayLocalBackend",
             dependencies: [
@@ -154,7 +154,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Store notifications → standardized events (DESIGN section 5) and subscription state.
+        // Store notifications → standardized events (docs/contracts.md, the standardized event) and subscription state.
         .target(
             name: "RelayNormalization",
             dependencies: [

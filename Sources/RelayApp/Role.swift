@@ -1,4 +1,4 @@
-/// A part of the pipeline one process can run (DESIGN section 2, `run --role`).
+/// A part of the pipeline one process can run (docs/contracts.md, Command line, `run --role`).
 public enum Role: String, Sendable, CaseIterable, Hashable {
     case ingest, worker, deliverer, backend
 

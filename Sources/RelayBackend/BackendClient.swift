@@ -35,7 +35,7 @@ public struct BackendError: Error, Sendable, CustomStringConvertible {
 /// The backend's base URL, known at once or once a local backend listens (dev binds port 0).
 public typealias BackendAddress = Eventual<String>
 
-/// The worker's client for the backend of DESIGN section 7 over libcurl: keep-alive connections,
+/// The worker's client for the backend of docs/contracts.md, Backend API over libcurl: keep-alive connections,
 /// bounded concurrency (the HTTP client's transfer threads), timeouts, `Authorization: Bearer`, and
 /// retries with backoff on connection errors, timeouts, 5xx and 429.
 public final class BackendClient: Sendable {

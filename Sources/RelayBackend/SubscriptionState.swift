@@ -2,7 +2,7 @@ public import RelayCore
 
 /// The backend's value per subscription (`{store}/{originalTransactionId}`): who owns it, what it is,
 /// whether it gives access, and which notification last changed it. The wire form is a JSON object
-/// with these field names (the PUT body and GET response of DESIGN section 7).
+/// with these field names (the PUT body and GET response of docs/contracts.md, Backend API).
 public struct SubscriptionState: Sendable, Equatable {
     public enum Status: String, Sendable, CaseIterable {
         case active = "ACTIVE"
@@ -154,7 +154,7 @@ public struct SubscriptionState: Sendable, Equatable {
     }
 
     /// The users whose entitlements this subscription feeds: its app user ids, or
-    /// `$RelayAnonymous:<store>:<originalTransactionId>` when the store named none (DESIGN section 6).
+    /// `$RelayAnonymous:<store>:<originalTransactionId>` when the store named none (the README's Verification section).
     public var entitlementUserIds: [String] {
         var ids = appUserIds
         if let originalAppUserId, !ids.contains(originalAppUserId) { ids.insert(originalAppUserId, at: 0) }
@@ -316,7 +316,7 @@ public struct ProductMapping: Sendable, Equatable {
     }
 
     /// The entitlements a product unlocks. Google products may be mapped as `productId:basePlanId`,
-    /// which wins over the plain `productId` (DESIGN section 6).
+    /// which wins over the plain `productId` (the README's Verification section).
     public func entitlements(store: Store, productId: String, basePlanId: String? = nil) -> [String] {
         let name = Self.storeName(store)
         if let basePlanId, let specific = products.first(where: { $0.store == name && $0.productId == "\(productId):\(basePlanId)" }) {

@@ -1,7 +1,7 @@
 import Foundation
 import RelayCore
 
-/// Reads each section of DESIGN section 9 into the typed configuration.
+/// Reads each section of docs/configuration.md into the typed configuration.
 enum ConfigParser {
     static func configuration(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration {
         let root = try node.mapping(

@@ -13,7 +13,7 @@ public struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }
 
-/// The whole configuration (DESIGN section 9). Loaded once at startup; every problem is reported with
+/// The whole configuration (docs/configuration.md). Loaded once at startup; every problem is reported with
 /// the key that has it.
 public struct RelayConfiguration: Sendable {
     /// Which record log the stages run on.

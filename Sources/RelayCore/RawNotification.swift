@@ -1,4 +1,4 @@
-/// Header names of the raw notification record (DESIGN section 4).
+/// Header names of the raw notification record (docs/contracts.md, the raw notification record).
 public enum RelayHeaderName {
     public static let store = "relay-store"
     public static let app = "relay-app"

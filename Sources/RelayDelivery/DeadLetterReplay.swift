@@ -58,7 +58,7 @@ public struct ReplayCandidate: Sendable {
     public var deadLetteredAt: Int64?
 }
 
-/// `revenue-relay replay` (DESIGN section 2): re-drives dead-lettered deliveries.
+/// `revenue-relay replay` (docs/contracts.md, Command line): re-drives dead-lettered deliveries.
 ///
 /// 1. Reads the ledger topic (`kafka.topics.replayed`, compacted, key = dead-letter position) to learn
 ///    what earlier runs re-drove.

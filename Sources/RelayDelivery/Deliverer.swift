@@ -32,7 +32,7 @@ public struct DelivererSetupError: Error, Sendable, CustomStringConvertible {
     public var description: String { "\(key): \(message)" }
 }
 
-/// Delivers `relay.deliveries` records as signed webhooks (DESIGN sections 1 and 5; README "Delivery").
+/// Delivers `relay.deliveries` records as signed webhooks (docs/contracts.md (topics and the webhook payload); README "Delivery").
 ///
 /// - **Intake:** one consumer (group `relay-deliverer`) reads `relay.deliveries` and every retry topic.
 ///   Retry records carry `relay-due-at`; the consumer holds a partition paused at a record that is not

@@ -2,7 +2,7 @@ public import RelayConfig
 public import RelayCore
 public import RelayNormalization
 
-/// Fan-out (DESIGN section 1): one delivery record per endpoint whose `app`, `events` and
+/// Fan-out (docs/contracts.md, Topics): one delivery record per endpoint whose `app`, `events` and
 /// `environments` match a standardized event, keyed `<endpoint id>:<subject>` so one endpoint's
 /// deliveries for one subscription stay on one partition, in order.
 public struct DeliveryFanOut: Sendable {

@@ -1,7 +1,7 @@
 import RelayCore
 import RelayVerification
 
-/// Signs webhook deliveries as Standard Webhooks does (DESIGN section 5): `webhook-id`,
+/// Signs webhook deliveries as Standard Webhooks does (docs/contracts.md, the standardized event): `webhook-id`,
 /// `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,<base64 HMAC-SHA256 of
 /// "id.timestamp.body">`, one per secret, space-separated during rotation), keyed with the
 /// base64-decoded secret after `whsec_`. The same values go out as `svix-id`, `svix-timestamp` and

@@ -7,7 +7,7 @@ import RelayConfig
 import RelayCore
 
 /// `POST /v1/notifications/{store}/{app}`: writes the request durably to Kafka and answers 200 only
-/// once the broker acknowledged it (DESIGN sections 3 and 4). Nothing is verified here: that is the
+/// once the broker acknowledged it (docs/contracts.md (ingest and the raw record)). Nothing is verified here: that is the
 /// worker's job, so a store's retry never depends on our verification state.
 struct NotificationIngest: Sendable {
     let configuration: RelayConfiguration

@@ -7,8 +7,8 @@ public import RelayBackend
 public import RelayConfig
 import RelayCore
 
-/// The local backend (`revenue-relay run --role backend`, and inside `dev`): the four routes of DESIGN
-/// section 7 over SQLite. Products come from the configuration's `apps[].products`; subscription state
+/// The local backend (`revenue-relay run --role backend`, and inside `dev`): the four routes of
+/// docs/contracts.md (Backend API) over SQLite. Products come from the configuration's `apps[].products`; subscription state
 /// is stored with optimistic concurrency (If-Match on the version) and never goes back in source time.
 public struct LocalBackend: Sendable {
     public static let internalPrefix = "/subscriptions-api/internal/v1/subscriptions"

@@ -59,7 +59,7 @@ struct Amount: Sendable, Equatable {
     var negated: Amount { Amount(-value, currency) }
 }
 
-/// `exchange-rates.json` (DESIGN section 9): `{"base": "USD", "rates": {"EUR": 0.92, ...}}`, units of each
+/// `exchange-rates.json` (docs/configuration.md): `{"base": "USD", "rates": {"EUR": 0.92, ...}}`, units of each
 /// currency per one unit of `base`.
 public struct ExchangeRates: Sendable {
     public var base: String
@@ -106,7 +106,7 @@ public struct ExchangeRates: Sendable {
     }
 }
 
-/// How one event's money fields come out (DESIGN section 5): the purchased amount as given, USD values
+/// How one event's money fields come out (docs/contracts.md, the standardized event): the purchased amount as given, USD values
 /// converted with the configured rate (null when there is none, never 0), the store's commission.
 struct MoneyFields: Equatable {
     var priceInPurchasedCurrency: Decimal?

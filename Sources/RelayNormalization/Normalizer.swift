@@ -24,7 +24,7 @@ public enum NormalizationError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// Verified store notifications → standardized events (DESIGN section 5), with the subscription's
+/// Verified store notifications → standardized events (docs/contracts.md, the standardized event), with the subscription's
 /// state kept in the backend:
 ///
 /// 1. Google: fetch the subscription's real state from the Play Developer API.

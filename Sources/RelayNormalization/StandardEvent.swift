@@ -1,7 +1,7 @@
 import RelayBackend
 public import RelayCore
 
-/// The standardized event types (DESIGN section 5).
+/// The standardized event types (docs/contracts.md, the standardized event).
 public enum EventType: String, Sendable, CaseIterable {
     case initialPurchase = "initial_purchase"
     case renewal
@@ -17,7 +17,7 @@ public enum EventType: String, Sendable, CaseIterable {
     case subscriptionStatusDidChange = "subscription_status_did_change"
 }
 
-/// One standardized event: the webhook payload of DESIGN section 5, and the value of a `relay.events`
+/// One standardized event: the webhook payload of docs/contracts.md, the standardized event, and the value of a `relay.events`
 /// record.
 public struct StandardEvent: Sendable, Equatable {
     public var type: EventType

@@ -114,7 +114,7 @@ struct StoreAPIData {
     }
 }
 
-/// SDK `SuperwallEvent` names (DESIGN section 5).
+/// SDK `SuperwallEvent` names (docs/contracts.md, the standardized event).
 enum SDKEvent {
     static let transactionComplete = "transactionComplete"
     static let subscriptionStart = "subscriptionStart"

@@ -13,7 +13,7 @@ public protocol SubscriptionStateStore: Sendable {
         -> [SubscriptionState]
 }
 
-/// The worker's state store: the backend client (DESIGN section 7).
+/// The worker's state store: the backend client (docs/contracts.md, Backend API).
 public struct BackendStateStore: SubscriptionStateStore {
     private let client: BackendClient
 

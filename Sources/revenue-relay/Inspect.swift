@@ -7,7 +7,7 @@ import RelayCore
 import RelayNormalization
 import RelayVerification
 
-/// `revenue-relay inspect` (DESIGN section 2): verifies and normalizes one saved request body without
+/// `revenue-relay inspect` (docs/contracts.md, Command line): verifies and normalizes one saved request body without
 /// Kafka or the backend (no prior state; products from the config; Google calls the configured Play
 /// Developer API) and prints the verdict and the standardized events as one JSON object.
 struct Inspect: AsyncParsableCommand {

@@ -39,7 +39,7 @@ struct LogLocation: ParsableArguments {
     }
 }
 
-/// `revenue-relay tail TOPIC` (DESIGN section 2): a topic's records as JSON lines, on either log.
+/// `revenue-relay tail TOPIC` (docs/contracts.md, Command line): a topic's records as JSON lines, on either log.
 struct Tail: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a topic's records as JSON lines, on either log (also while the process that owns the embedded log runs).",
@@ -116,7 +116,7 @@ struct Tail: AsyncParsableCommand {
     }
 }
 
-/// `revenue-relay topics` (DESIGN section 2): each topic's partitions and end offsets, and each consumer
+/// `revenue-relay topics` (docs/contracts.md, Command line): each topic's partitions and end offsets, and each consumer
 /// group's lag, on either log.
 struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -6,7 +6,7 @@ import RelayConfig
 import RelayCore
 import RelayDelivery
 
-/// `revenue-relay replay` (DESIGN section 2): re-delivers dead-lettered webhooks that match.
+/// `revenue-relay replay` (docs/contracts.md, Command line): re-delivers dead-lettered webhooks that match.
 struct Replay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Re-deliver dead-lettered webhooks that match; show progress; print a summary.",

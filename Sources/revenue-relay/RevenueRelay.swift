@@ -15,7 +15,7 @@ struct RevenueRelay: AsyncParsableCommand {
     )
 }
 
-/// Exit codes of DESIGN section 2 (sysexits): 64 bad arguments, 65 rejected input (inspect),
+/// Exit codes of docs/contracts.md, Command line (sysexits): 64 bad arguments, 65 rejected input (inspect),
 /// 69 a dependency unavailable (inspect could not fetch keys), 78 bad configuration.
 enum Exit {
     static let badConfiguration = ExitCode(78)

@@ -4,7 +4,7 @@ import RelayCore
 import RelayTestSupport
 import Testing
 
-/// The executable's exit codes (DESIGN section 2): 64 bad arguments, 78 bad configuration.
+/// The executable's exit codes (docs/contracts.md, Command line): 64 bad arguments, 78 bad configuration.
 @Suite struct CommandLineTests {
     /// `swift test` builds the executable next to the test bundle.
     static var executable: URL? {
@@ -61,7 +61,7 @@ import Testing
     }
 }
 
-/// `revenue-relay inspect` (DESIGN section 2) on requests signed with the test fixtures, against
+/// `revenue-relay inspect` (docs/contracts.md, Command line) on requests signed with the test fixtures, against
 /// config/dev.yaml (which trusts the fixtures' Apple test root and Google JWKS).
 @Suite struct InspectCommandTests {
     func inspect(_ arguments: [String], body: [UInt8]) async throws -> (status: Int32, output: JSON?, stderr: String) {

@@ -13,7 +13,7 @@ func base64URL(_ text: String) -> String {
         .replacingOccurrences(of: "=", with: "")
 }
 
-/// The ingest contract (DESIGN sections 3 and 4) over real HTTP and the embedded broker.
+/// The ingest contract (docs/contracts.md (ingest and the raw record)) over real HTTP and the embedded broker.
 @Suite struct IngestTests {
     struct Case: Sendable, CustomStringConvertible {
         var store: String

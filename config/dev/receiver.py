@@ -7,8 +7,17 @@ webhook with the `standardwebhooks` and `svix` libraries when they are installed
 
 --status 500 makes every delivery fail (watch the retries, then the dead-letter topic).
 """
-import argparse, base64, hashlib, hmac, json, sys, time
+import argparse, base64, hashlib, hmac, json, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# The server answers each webhook on its own thread: one lock and one write per line, so concurrent
+# deliveries never interleave their lines.
+OUTPUT = threading.Lock()
+
+def say(line):
+    with OUTPUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 DEV_SECRET = "whsec_ZGV2LW9ubHktd2ViaG9vay1zZWNyZXQtMDEyMzQ1Njc4OQ=="
 
@@ -56,7 +65,7 @@ def main():
                 except Exception as error:  # noqa: BLE001 - show whatever the library says
                     results.append(f"{name}: FAILED ({error})")
             event = json.loads(body)
-            print(f"{headers.get('webhook-id')}  {event.get('type')}  {'; '.join(results)}  -> {options.status}", flush=True)
+            say(f"{headers.get('webhook-id')}  {event.get('type')}  {'; '.join(results)}  -> {options.status}")
             self.send_response(options.status)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -64,7 +73,7 @@ def main():
         def log_message(self, *args):
             pass
 
-    print(f"receiving on http://127.0.0.1:{options.port}/webhooks ({', '.join(n for n, _ in checks)})", flush=True)
+    say(f"receiving on http://127.0.0.1:{options.port}/webhooks ({', '.join(n for n, _ in checks)})")
     ThreadingHTTPServer(("127.0.0.1", options.port), Handler).serve_forever()
 
 if __name__ == "__main__":
