@@ -136,29 +136,24 @@ struct AppleVectorTests {
                 == nil)
     }
 
-    /// The real notification comes from a repository without a license, so it is not committed (see
-    /// `Tests/Fixtures/vectors/apple-real-sandbox/MANIFEST.md`): this test runs where `../shared/vectors`
-    /// carries it next to the repository.
-    static let realNotification = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .appendingPathComponent("../../../shared/vectors/apple-real-sandbox/real_sandbox_test_notification.jws").standardizedFileURL
-
-    @Test(.enabled(if: FileManager.default.fileExists(atPath: realNotification.path), "the unlicensed real Apple notification is not committed"))
-    func acceptsTheRealAppleSignedSandboxNotificationAtItsSignedDate() throws {
-        let real = vectors.appendingPathComponent("apple-real-sandbox")
-        let signed = try String(contentsOf: Self.realNotification, encoding: .utf8)
+    /// A real notification Apple signed, from an Apache-2.0 repository
+    /// (`Tests/Fixtures/vectors/apple-real/MANIFEST.md`): Apple's real chain, accepted at its signed date.
+    @Test func acceptsARealAppleSignedNotificationAtItsSignedDate() throws {
+        let real = vectors.appendingPathComponent("apple-real")
+        let signed = try String(contentsOf: real.appendingPathComponent("consumption_request_production.jws"), encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         let appleRoot = real.appendingPathComponent("AppleRootCA-G3.der").path
-        let bundle = "com.loki-project.loki-messenger"
-        let verifier = try appleVerifier(bundleId: bundle, appAppleId: 1, environments: ["Sandbox"], root: appleRoot)
+        let bundle = "com.jrjj.keysns"
+        let verifier = try appleVerifier(bundleId: bundle, appAppleId: 1_601_830_814, environments: ["Production"], root: appleRoot)
         let notification = try verifier.verify(body: body(signed))
-        #expect(notification.type == "TEST")
-        #expect(notification.notificationId == "592751ef-c1b8-47fc-929e-d62dee66df4c")
+        #expect(notification.type == "CONSUMPTION_REQUEST")
+        #expect(notification.notificationId == "cbff6987-b8d9-43d8-b1dc-07fa8c9fd945")
 
-        let testRootOnly = try appleVerifier(bundleId: bundle, environments: ["Sandbox"], root: testRoot)
+        let testRootOnly = try appleVerifier(bundleId: bundle, appAppleId: 1_601_830_814, environments: ["Production"], root: testRoot)
         #expect(rejected { try testRootOnly.verify(body: body(signed)) } == .untrustedChain)
-        let production = try appleVerifier(bundleId: bundle, appAppleId: 1, environments: ["Production"], root: appleRoot)
-        #expect(rejected { try production.verify(body: body(signed)) } == .wrongEnvironment)
-        let otherBundle = try appleVerifier(bundleId: "com.example", environments: ["Sandbox"], root: appleRoot)
+        let sandbox = try appleVerifier(bundleId: bundle, environments: ["Sandbox"], root: appleRoot)
+        #expect(rejected { try sandbox.verify(body: body(signed)) } == .wrongEnvironment)
+        let otherBundle = try appleVerifier(bundleId: "com.example", appAppleId: 1_601_830_814, environments: ["Production"], root: appleRoot)
         #expect(rejected { try otherBundle.verify(body: body(signed)) } == .wrongBundleId)
 
         // Changing the payload breaks Apple's signature.
@@ -170,7 +165,7 @@ struct AppleVectorTests {
             payload = .object(members)
         }
         let forged = parts[0] + "." + Base64.encodeURL(payload.serialized()) + "." + parts[2]
-        let forgedVerifier = try appleVerifier(bundleId: "com.example", environments: ["Sandbox"], root: appleRoot)
+        let forgedVerifier = try appleVerifier(bundleId: "com.example", appAppleId: 1_601_830_814, environments: ["Production"], root: appleRoot)
         #expect(rejected { try forgedVerifier.verify(body: body(forged)) } == .badSignature)
     }
 }
