@@ -29,13 +29,14 @@ public struct KafkaConfiguration: Sendable {
     }
 
     /// librdkafka's consumer-only ("C") and producer-only ("P") properties that an operator may set for
-    /// one side (CONFIGURATION.md of librdkafka 2.0).
+    /// one side (CONFIGURATION.md of librdkafka 2.0). Only these are held back; anything else, and every
+    /// property valid for both ("*", e.g. `allow.auto.create.topics`), reaches both.
     static let consumerOnly: Set<String> = [
         "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
         "group.protocol.type", "coordinator.query.interval.ms", "max.poll.interval.ms", "enable.auto.commit", "auto.commit.interval.ms",
         "enable.auto.offset.store", "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.message.max.bytes",
         "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms", "isolation.level",
-        "enable.partition.eof", "check.crcs", "auto.offset.reset", "allow.auto.create.topics",
+        "enable.partition.eof", "check.crcs", "auto.offset.reset",
     ]
     static let producerOnly: Set<String> = [
         "transactional.id", "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee", "queue.buffering.max.messages",
