@@ -65,10 +65,14 @@ public struct RepeatLimitingLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
+        // The line as it will be written: the logger's metadata (a store, an app, a consumer group), the
+        // provider's, the event's and its error all tell two lines with the same message apart.
+        var metadata = upstream.metadata
+        if let provider = upstream.metadataProvider { metadata.merge(provider.get()) { $1 } }
+        if let own = event.metadata { metadata.merge(own) { $1 } }
         var key = "\(label)|\(event.level)|\(event.message)"
-        if let metadata = event.metadata, !metadata.isEmpty {
-            for (name, value) in metadata.sorted(by: { $0.key < $1.key }) { key += "|\(name)=\(value)" }
-        }
+        for (name, value) in metadata.sorted(by: { $0.key < $1.key }) { key += "|\(name)=\(value)" }
+        if let error = event.error { key += "|error=\(error)" }
         guard let suppressed = limiter.admit(key) else { return }
         var event = event
         if suppressed > 0 {

@@ -48,4 +48,18 @@ private struct CollectingHandler: LogHandler {
         #expect(lines.last?.metadata["log.suppressed"] == "997")
         #expect(lines.last?.metadata["broker"] == "127.0.0.1:9092")
     }
+
+    @Test func linesThatDifferOnlyInTheLoggersMetadataAreCountedApart() {
+        let limiter = RepeatLimitingLogHandler.Limiter(burst: 2, window: .seconds(10))
+        let collected = Collected()
+        var apple = Logger(label: "test") { label in
+            RepeatLimitingLogHandler(label: label, upstream: CollectingHandler(collected: collected), limiter: limiter)
+        }
+        apple[metadataKey: "notification.store"] = "apple"
+        var stripe = apple
+        stripe[metadataKey: "notification.store"] = "stripe"
+        for _ in 0..<10 { apple.warning("notification not acknowledged by the log") }
+        for _ in 0..<10 { stripe.warning("notification not acknowledged by the log") }
+        #expect(collected.lines.withLock { $0.count } == 4)
+    }
 }
