@@ -60,8 +60,9 @@ public final class Deliverer: Service {
     private let options: DelivererOptions
     private let timeout: Duration
     private let connectTimeout: Duration
-    /// How long a graceful shutdown waits for running transfers before aborting them: half of
-    /// `shutdownTimeout`, leaving the other half to the worker and the log behind it.
+    /// How long the deliverer's turn in a graceful shutdown waits for running transfers before aborting
+    /// them: half of `shutdownTimeout`, leaving the rest to the worker and the log behind it. (The
+    /// services stop one after another; the HTTP server before it may have used up to `ingest.ackTimeout`.)
     private let drainTimeout: Duration
     private let maxPerEndpoint: Int
     private let logger: Logger
@@ -153,7 +154,7 @@ public final class Deliverer: Service {
         }
         engine.abortRunning()
         // What is left is the records of finished transfers being written to the log.
-        let writeDeadline = ContinuousClock.now + .seconds(2)
+        let writeDeadline = ContinuousClock.now + min(.seconds(2), drainTimeout)
         while tracker.count > 0, !Task.isCancelled, ContinuousClock.now < writeDeadline {
             try? await Task.sleep(for: .milliseconds(20))
         }

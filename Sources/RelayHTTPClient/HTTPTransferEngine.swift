@@ -109,7 +109,7 @@ public final class HTTPTransferEngine: Sendable {
     }
 
     /// Ends every running transfer now: each completes with an `.aborted` error (a shutdown that cannot
-    /// wait for a slow peer). Transfers submitted later run as usual.
+    /// wait for a slow peer). Transfers submitted later complete the same way at once.
     public func abortRunning() {
         loop.abortRunning()
     }
@@ -262,11 +262,17 @@ private final class TransferLoop: @unchecked Sendable {
         var stillRunning: Int32 = 0
         while true {
             let (pending, closed, abort) = inbox.withLock { inbox in
-                defer { (inbox.pending, inbox.abort) = ([], false) }
+                defer { inbox.pending = [] }
                 return (inbox.pending, inbox.closed, inbox.abort)
             }
-            if abort { abortAll() }
-            for transfer in pending { start(transfer) }
+            if abort {
+                // Sticky: a transfer submitted after the abort (a queued delivery released by one that
+                // just finished) ends at once too, so nothing outlives the shutdown.
+                abortAll()
+                for transfer in pending { complete(transfer, Self.abortedResult) }
+            } else {
+                for transfer in pending { start(transfer) }
+            }
             if closed && running.isEmpty { break }
 
             registeredSockets.store(registrations.count << 32 | parkedCount, ordering: .relaxed)
@@ -566,9 +572,11 @@ private final class TransferLoop: @unchecked Sendable {
             _ = curl_multi_remove_handle(multi, handle)
             transfer.freeHeaders()
             idleHandles.append(handle)
-            complete(transfer, HTTPTransferResult(error: HTTPClientError(kind: .aborted, message: "aborted: the process is shutting down")))
+            complete(transfer, Self.abortedResult)
         }
     }
+
+    private static let abortedResult = HTTPTransferResult(error: HTTPClientError(kind: .aborted, message: "aborted: the process is shutting down"))
 
     private func complete(_ transfer: Transfer, _ result: HTTPTransferResult) {
         transfer.completion(result)

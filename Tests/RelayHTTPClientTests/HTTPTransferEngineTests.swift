@@ -56,6 +56,30 @@ import Testing
         await server.stop()
     }
 
+    @Test func abortEndsRunningTransfersAndLaterOnesAtOnceSoCloseDoesNotWaitForTheirTimeout() async throws {
+        // A server that accepts and never answers.
+        let held = LockedBox<[Int32]>([])
+        let silent = try LoopbackListener { fd in held.withLock { $0.append(fd) } }
+        defer {
+            silent.close()
+            for fd in held.value { close(fd) }
+        }
+        let engine = try HTTPTransferEngine()
+        let request = HTTPTransferRequest(url: "http://127.0.0.1:\(silent.port)/slow", headers: [], body: Array("{}".utf8), timeout: .seconds(600))
+        let results = LockedBox<[HTTPTransferResult]>([])
+        for _ in 0..<3 { engine.submit(request) { result in results.withLock { $0.append(result) } } }
+        try await waitUntil("the transfers reached the server") { silent.connections.load(ordering: .relaxed) >= 3 }
+        engine.abortRunning()
+        try await waitUntil("the running transfers were aborted") { results.value.count == 3 }
+        #expect(results.value.allSatisfy { $0.error?.kind == .aborted && $0.response == nil })
+        // Submitted after the abort: aborted too, not left running into close().
+        let late = await engine.send(request)
+        #expect(late.error?.kind == .aborted)
+        let closing = ContinuousClock.now
+        await engine.close()
+        #expect(ContinuousClock.now - closing < .seconds(60))
+    }
+
     @Test func reusesKeptAliveConnectionsAndReconnectsAfterTheServerClosedAnIdleOne() async throws {
         let server = try KeepAliveServer()
         defer { server.stop() }
