@@ -119,8 +119,11 @@ public final class RelayProcess: Sendable {
         }
         if roles.contains(.worker) {
             if !roles.contains(.backend) {
-                // A worker whose backend is unreachable retries each notification and finishes none.
+                // A worker whose backend is unreachable (or refuses its key) retries each notification and
+                // finishes none. With the ingest in the same process this takes the ingest out of rotation
+                // too: split the roles (as deploy/kubernetes does) to keep it taking notifications then.
                 health.addReadinessCheck("backend_unreachable") { backendClient.isReachable }
+                health.addReadinessCheck("backend_unauthorized") { backendClient.isAuthorized }
             }
             let (group, topics) = configuration.consumerGroups[0]
             let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: configuration.worker.maxInFlight))

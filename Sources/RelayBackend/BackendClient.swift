@@ -74,9 +74,12 @@ public final class BackendClient: Sendable {
     private let logger: Logger
     private let metrics: any MetricsFactory
     private let mappings = Mutex<[Int: CachedMapping]>([:])
-    /// False from a call that found the backend unreachable (no connection, timeout, 5xx or 429) until
-    /// one that reached it: the worker cannot make progress meanwhile, and readiness says so.
-    private let reachable = Atomic<Bool>(true)
+    /// Since when calls fail (no connection, timeout, 5xx, 429, or 401/403), and how; nil while they
+    /// succeed. The worker cannot make progress meanwhile, and readiness says so.
+    private let failing = Mutex<(since: ContinuousClock.Instant, unauthorized: Bool)?>(nil)
+    /// How long calls must keep failing before readiness turns false: one failed call (a record the
+    /// backend answers 500 for, a restart) does not make it flap.
+    public static let readinessGrace: Duration = .seconds(5)
 
     public init(
         configuration: RelayConfiguration.Backend, address: BackendAddress? = nil,
@@ -192,8 +195,28 @@ public final class BackendClient: Sendable {
         }
     }
 
-    /// Whether the last call reached the backend (true before the first call).
-    public var isReachable: Bool { reachable.load(ordering: .relaxed) }
+    /// Whether calls have succeeded lately: false once they have failed for `readinessGrace` with no
+    /// success since (true before the first call).
+    public var isReachable: Bool { failure(unauthorized: false) == nil }
+    /// Whether the backend has refused the API key (401/403) for `readinessGrace` with no success since.
+    public var isAuthorized: Bool { failure(unauthorized: true) == nil }
+
+    private func failure(unauthorized: Bool) -> ContinuousClock.Instant? {
+        guard let failing = failing.withLock({ $0 }), failing.unauthorized == unauthorized,
+            ContinuousClock.now - failing.since >= Self.readinessGrace
+        else { return nil }
+        return failing.since
+    }
+
+    private func recordOutcome(failed: Bool, unauthorized: Bool = false) {
+        failing.withLock { failing in
+            if !failed {
+                failing = nil
+            } else if failing == nil || failing?.unauthorized != unauthorized {
+                failing = (ContinuousClock.now, unauthorized)
+            }
+        }
+    }
 
     // MARK: Transport
 
@@ -211,7 +234,8 @@ public final class BackendClient: Sendable {
             do {
                 let response = try await http.send(method, url, headers: allHeaders, body: body)
                 guard response.status >= 500 || response.status == 429 else {
-                    reachable.store(true, ordering: .relaxed)
+                    let refused = response.status == 401 || response.status == 403
+                    recordOutcome(failed: refused, unauthorized: refused)
                     return response
                 }
                 failure = BackendError(kind: .unavailable, message: "\(method) \(path) answered HTTP \(response.status)")
@@ -222,7 +246,7 @@ public final class BackendClient: Sendable {
                 guard error.isRetriable else { throw BackendError(kind: .badRequest, message: "\(method) \(path): \(error)") }
                 failure = BackendError(kind: .unavailable, message: "\(method) \(path): \(error)")
             }
-            reachable.store(false, ordering: .relaxed)
+            recordOutcome(failed: true)
             Counter(label: "relay_backend_errors_total", dimensions: [("kind", failure.kind.rawValue)], factory: metrics).increment()
             guard attempt < retry.retries else { throw failure }
             attempt += 1

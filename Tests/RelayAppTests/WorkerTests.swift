@@ -217,12 +217,14 @@ import Testing
     }
 }
 
-/// A worker whose backend is elsewhere and unreachable cannot finish any notification: readiness says so,
-/// and says ready again once the backend answers.
+/// A worker whose backend is elsewhere and unreachable (or refuses its key) cannot finish any
+/// notification: readiness says so after `BackendClient.readinessGrace`, and says ready again once the
+/// backend answers.
 @Suite struct BackendReadinessTests {
     @Test func aWorkerWhoseBackendIsUnreachableIsNotReadyUntilItAnswersAgain() async throws {
-        let answering = Atomic<Bool>(false)
-        let backend = try await TestHTTPServer { _ in TestHTTPResponse(status: answering.load(ordering: .relaxed) ? 404 : 503) }
+        // The status every backend call gets: unavailable, then answering, then refusing the key.
+        let status = Atomic<Int>(503)
+        let backend = try await TestHTTPServer { _ in TestHTTPResponse(status: status.load(ordering: .relaxed)) }
         var configuration = try TestRelay.configuration()
         configuration.log.kind = .embedded
         configuration.log.path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-log")).path
@@ -246,8 +248,13 @@ import Testing
         let notReady = try await http.send("GET", base + "/health/ready")
         #expect(notReady.bodyText.contains("backend_unreachable"), "\(notReady.bodyText)")
 
-        answering.store(true, ordering: .relaxed)
+        status.store(404, ordering: .relaxed)
         try await waitUntil("ready again") { try await http.send("GET", base + "/health/ready").status == 200 }
+        // A refused API key (the notification is still retried, so calls go on): not ready, saying why.
+        status.store(401, ordering: .relaxed)
+        try await waitUntil("not ready: unauthorized") {
+            try await http.send("GET", base + "/health/ready").bodyText.contains("backend_unauthorized")
+        }
         await process.triggerGracefulShutdown()
         try await run.value
         await backend.stop()
