@@ -32,13 +32,21 @@ enum ConfigParser {
         if topics != nil, kafka.topics != nil {
             throw ConfigurationError(key: "kafka.topics", message: "set the topic names once: under topics (kafka.topics is the earlier place)")
         }
+        let ingest = try root.optional("ingest", ingest) ?? .init()
+        let metrics = try root.optional("metrics", metrics) ?? .init()
+        let backend = try root.optional("backend", backend) ?? .init()
+        if let metricsListen = metrics.listen, metricsListen.port != 0,
+            [ingest.listen, backend.listen].contains(where: { $0.port == metricsListen.port && ($0.host == metricsListen.host || $0.host == "0.0.0.0" || metricsListen.host == "0.0.0.0") })
+        {
+            throw ConfigurationError(key: "metrics.listen", message: "\(metricsListen) is also ingest.listen or backend.listen: give metrics its own port")
+        }
         return RelayConfiguration(
             log: try root.optional("log", log) ?? .init(),
             topics: topics ?? kafka.topics ?? .init(),
             kafka: kafka.kafka,
-            ingest: try root.optional("ingest", ingest) ?? .init(),
-            metrics: try root.optional("metrics", metrics) ?? .init(),
-            backend: try root.optional("backend", backend) ?? .init(),
+            ingest: ingest,
+            metrics: metrics,
+            backend: backend,
             apps: apps,
             endpoints: endpoints,
             worker: try root.optional("worker", worker) ?? .init(),

@@ -178,12 +178,6 @@ final class RequestDeadlineHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 }
 
-extension TimeAmount {
-    init(_ duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
-}
 
 /// A JSON response with the given body.
 func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {

@@ -91,6 +91,12 @@ import Testing
     @Test func unknownKeysAreRejectedByName() {
         #expect(error("kafka: { bootstrapServer: x }")?.key == "kafka.bootstrapServer")
         #expect(error("ingset: {}")?.key == "ingset")
+        // /metrics on its own port: the same address as the ingest's or the backend's is refused at once.
+        #expect(error(#"ingest: { listen: "0.0.0.0:8080" }\#nmetrics: { listen: "127.0.0.1:8080" }"#)?.key == "metrics.listen")
+        #expect(error(#"metrics: { listen: "127.0.0.1:8081" }"#)?.key == "metrics.listen")
+        #expect(error(#"metrics: { listen: "127.0.0.1:9090" }"#) == nil)
+        #expect(error(#"ingest: { idleTimeout: 0s }"#)?.key == "ingest.idleTimeout")
+        #expect(error(#"ingest: { maxConnections: 0 }"#)?.key == "ingest.maxConnections")
         #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x], tolerence: 5s } }]")?.key == "apps[0].stripe.tolerence")
     }
 
