@@ -48,7 +48,10 @@ import Testing
         try writeConfiguration(file, endpoint: "http://127.0.0.1:\(silent.port)/hooks")
 
         let first = try startChildProcess(executable, ["dev", "--config", file.path, "--data", data])
+        // A failed step never leaves a child running (it would hold the data directory's lock).
+        defer { first.killIfRunning() }
         guard let ingestLine = await first.line(startingWith: "ingest: ", within: .seconds(60)) else {
+            first.killIfRunning()
             Issue.record("dev did not start: \(await first.result().stderr)")
             return
         }
@@ -75,6 +78,7 @@ import Testing
         let receiver = try await TestHTTPServer { _ in TestHTTPResponse(status: 200) }
         try writeConfiguration(file, endpoint: "\(receiver.baseURL)/hooks")
         let second = try startChildProcess(executable, ["dev", "--config", file.path, "--data", data])
+        defer { second.killIfRunning() }
         let restarted = await second.line(startingWith: "ingest: ", within: .seconds(60))
         try #require(restarted != nil, "dev did not restart")
         let ids: Set<String> = ["stripe:evt_shutdown:initial_purchase", "stripe:evt_shutdown:subscription_status_did_change"]

@@ -58,7 +58,13 @@ public final class RunningChildProcess: Sendable {
     /// What the child printed on stdout so far.
     public var stdoutText: String { String(decoding: printed.value, as: UTF8.self) }
 
-    public func signal(_ signal: Int32) { kill(pid, signal) }
+    /// Sends `signal` while the child runs (never to a reaped pid another process may have now).
+    public func signal(_ signal: Int32) {
+        if !ended.isSet { kill(pid, signal) }
+    }
+
+    /// Kills a child a failed test left running; nothing once it has ended.
+    public func killIfRunning() { signal(SIGKILL) }
 
     /// The child's end: exit status and everything it printed.
     public func result() async -> ChildProcessResult { await ended.value() }

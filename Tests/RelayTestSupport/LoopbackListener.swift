@@ -14,7 +14,8 @@ public final class LoopbackListener: Sendable {
 
     /// Listens, and hands every accepted connection to `handle` on the accepting thread.
     public init(_ handle: @escaping @Sendable (Int32) -> Void) throws {
-        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec: a child process a test starts must not inherit the listener or its connections.
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -32,6 +33,8 @@ public final class LoopbackListener: Sendable {
             while !stopped.load(ordering: .relaxed) {
                 let client = accept(fd, nil, nil)
                 guard client >= 0 else { continue }
+                // accept4 is not visible to Swift here; a spawn between these two calls is the only gap.
+                _ = fcntl(client, F_SETFD, FD_CLOEXEC)
                 connections.add(1, ordering: .relaxed)
                 handle(client)
             }
