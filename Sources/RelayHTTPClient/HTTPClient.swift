@@ -38,148 +38,43 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
     public var description: String { "\(kind.rawValue): \(message)" }
 }
 
-/// A small HTTP client over libcurl. Transfers run on the client's own OS threads (at most
-/// `maxConcurrentTransfers`), never on Swift's cooperative pool and not on a dispatch queue either: on
-/// Linux the cooperative pool shares libdispatch's threads, and blocking transfers there starve every
-/// task. Each thread keeps one libcurl handle, so connections are reused (keep-alive) across requests;
-/// requests beyond the bound wait their turn. Copies share the threads; they end with the last copy.
+/// A small request/response HTTP client: a facade over `HTTPTransferEngine`, so the relay has one
+/// libcurl client (one header check, one error mapping, one place that owns the handles). Transfers
+/// run on the engine's own OS thread, never on Swift's cooperative pool; connections are kept alive
+/// and reused; at most `maxConcurrentTransfers` connections per host are open (libcurl queues the
+/// rest); redirects are never followed and proxies from the environment are ignored. Copies share the
+/// engine; its thread ends with the last copy.
 public struct HTTPClient: Sendable {
     /// Connection timeout. Default: 5 s.
     public var connectTimeout: Duration = .seconds(5)
     /// Whole-request timeout. Default: 30 s.
     public var timeout: Duration = .seconds(30)
-    private let pool: TransferPool
+    private let engine: HTTPTransferEngine?
+
+    /// Response bodies this client keeps (the engine's default is for webhook receivers' short answers;
+    /// API responses are read whole).
+    static let maxResponseBytes = 16 * 1024 * 1024
 
     public init(connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(30), maxConcurrentTransfers: Int = 8) {
         self.connectTimeout = connectTimeout
         self.timeout = timeout
-        self.pool = TransferPool(limit: max(1, maxConcurrentTransfers))
+        var configuration = HTTPTransferEngine.Configuration()
+        configuration.maxConnectionsPerHost = max(1, maxConcurrentTransfers)
+        configuration.maxCachedConnections = max(1, maxConcurrentTransfers) * 4
+        configuration.maxResponseBytes = Self.maxResponseBytes
+        // nil only when libcurl cannot make a multi handle (out of memory): every send then says so.
+        self.engine = try? HTTPTransferEngine(configuration: configuration)
     }
 
     public func send(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil
     ) async throws(HTTPClientError) -> HTTPClientResponse {
-        let result: Result<HTTPClientResponse, HTTPClientError> = await withCheckedContinuation { continuation in
-            pool.submit { easy in
-                let result = Result { () throws(HTTPClientError) in try perform(easy, method, url, headers: headers, body: body) }
-                return { continuation.resume(returning: result) }
-            }
-        }
-        return try result.get()
-    }
-
-    private func perform(_ easy: CurlEasy?, _ method: String, _ url: String, headers: [(String, String)], body: [UInt8]?) throws(HTTPClientError) -> HTTPClientResponse {
-        guard let easy else { throw HTTPClientError(kind: .setup, message: "libcurl could not create a transfer") }
-        let sink = ResponseCollector()
-        try easy.set(CURLOPT_URL, url)
-        try easy.set(CURLOPT_NOSIGNAL, 1)
-        try easy.set(CURLOPT_CUSTOMREQUEST, method)
-        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeout.wholeMilliseconds))
-        try easy.set(CURLOPT_TIMEOUT_MS, Int(timeout.wholeMilliseconds))
-        try easy.setHeaders(headers + [("Expect", "")])
-        let bodyBytes = body ?? []
-        let result = bodyBytes.withUnsafeBytes { bodyPointer in
-            Result { () throws(HTTPClientError) -> HTTPClientResponse in try transfer(easy, sink, body: body == nil ? nil : bodyPointer) }
-        }
-        return try result.get()
-    }
-
-    private func transfer(_ easy: CurlEasy, _ sink: ResponseCollector, body: UnsafeRawBufferPointer?) throws(HTTPClientError) -> HTTPClientResponse {
-        if let body {
-            guard relay_curl_setopt_off_t(easy.handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else {
-                throw HTTPClientError(kind: .setup, message: "could not set the request body size")
-            }
-            // libcurl reads the body from this pointer during curl_easy_perform only.
-            guard relay_curl_setopt_pointer(easy.handle, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: body.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!)) == CURLE_OK else {
-                throw HTTPClientError(kind: .setup, message: "could not set the request body")
-            }
-        }
-        _ = sink.attach(to: easy.handle)
-        let code = curl_easy_perform(easy.handle)
-        guard code == CURLE_OK else { throw HTTPClientError(code: code) }
-        var status = 0
-        _ = relay_curl_getinfo_long(easy.handle, CURLINFO_RESPONSE_CODE, &status)
-        var connects = 0
-        _ = relay_curl_getinfo_long(easy.handle, CURLINFO_NUM_CONNECTS, &connects)
-        return HTTPClientResponse(status: status, headers: sink.headers, body: sink.body, newConnections: connects)
-    }
-}
-
-/// The client's transfer threads. Each owns one easy handle for its lifetime (keep-alive); threads are
-/// started on demand up to `limit` and end when the pool does.
-private final class TransferPool: Sendable {
-    private let queue: TransferQueue
-
-    init(limit: Int) {
-        queue = TransferQueue(limit: limit)
-    }
-
-    deinit { queue.close() }
-
-    /// Runs `job` on a transfer thread; the closure it returns runs after the thread is free again,
-    /// so a caller that immediately sends again finds it idle and reuses its connection.
-    func submit(_ job: @escaping @Sendable (CurlEasy?) -> @Sendable () -> Void) {
-        queue.submit(job)
-    }
-}
-
-private final class TransferQueue: @unchecked Sendable {
-    // Guarded by `condition`.
-    private let condition = NSCondition()
-    private var jobs: [@Sendable (CurlEasy?) -> @Sendable () -> Void] = []
-    private var threads = 0
-    private var idle = 0
-    private var closed = false
-    private let limit: Int
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    func submit(_ job: @escaping @Sendable (CurlEasy?) -> @Sendable () -> Void) {
-        condition.lock()
-        jobs.append(job)
-        let spawn = idle < jobs.count && threads < limit
-        if spawn { threads += 1 }
-        condition.signal()
-        condition.unlock()
-        if spawn {
-            startDedicatedThread(named: "http-client") { [self] in run() }
-        }
-    }
-
-    func close() {
-        condition.lock()
-        closed = true
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    private func run() {
-        let easy = try? CurlEasy()
-        condition.lock()
-        while true {
-            while jobs.isEmpty && !closed {
-                idle += 1
-                condition.wait()
-                idle -= 1
-            }
-            if jobs.isEmpty {  // closed and drained
-                threads -= 1
-                condition.unlock()
-                return
-            }
-            let job = jobs.removeFirst()
-            condition.unlock()
-            easy?.reset()
-            let finish = job(easy)
-            condition.lock()
-            // Counted idle before the caller resumes, so its next request comes to this thread.
-            idle += 1
-            condition.unlock()
-            finish()
-            condition.lock()
-            idle -= 1
-        }
+        guard let engine else { throw HTTPClientError(kind: .setup, message: "libcurl could not create a multi handle") }
+        let request = HTTPTransferRequest(
+            url: url, method: method, headers: headers.map { (name: $0.0, value: $0.1) }, body: body ?? [],
+            connectTimeout: connectTimeout, timeout: timeout)
+        let result = await engine.send(request)
+        if let response = result.response { return response }
+        throw result.error ?? HTTPClientError(kind: .transfer, message: "no response")
     }
 }

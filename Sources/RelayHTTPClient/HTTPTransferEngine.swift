@@ -551,7 +551,10 @@ private final class TransferLoop: @unchecked Sendable {
             if code == CURLE_OK {
                 var status = 0
                 _ = relay_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
-                result.response = HTTPClientResponse(status: status, headers: transfer.response.headers, body: transfer.response.body)
+                var connects = 0
+                _ = relay_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
+                result.response = HTTPClientResponse(
+                    status: status, headers: transfer.response.headers, body: transfer.response.body, newConnections: connects)
             } else if let refusal = transfer.refusal {
                 result.error = HTTPClientError(kind: .addressRefused, message: refusal)
             } else {

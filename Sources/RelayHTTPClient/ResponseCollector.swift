@@ -1,7 +1,7 @@
 internal import CCurl
 
-/// Collects one response from libcurl's write and header callbacks, for both clients (`HTTPClient`
-/// and `HTTPTransferEngine`). Used by one thread at a time: the one driving the transfer.
+/// Collects one response from libcurl's write and header callbacks for `HTTPTransferEngine` (which
+/// `HTTPClient` is a facade over). Used by one thread at a time: the engine's.
 final class ResponseCollector {
     var body: [UInt8] = []
     var headers: [(name: String, value: String)] = []
