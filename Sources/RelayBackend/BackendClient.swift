@@ -23,6 +23,8 @@ public struct BackendError: Error, Sendable, CustomStringConvertible {
 
     public var kind: Kind
     public var message: String
+    /// How long the backend asked the client to wait (`Retry-After`), when it did.
+    var retryAfter: Duration?
 
     public init(kind: Kind, message: String) {
         self.kind = kind
@@ -227,33 +229,34 @@ public final class BackendClient: Sendable {
         let url = await address.value() + path
         var allHeaders = headers + [("Accept", "application/json")]
         if let apiKey { allHeaders.append(("Authorization", "Bearer \(apiKey)")) }
-        var delay = retry.initialDelay
-        var attempt = 0
-        while true {
+        let delays = Backoff(initial: retry.initialDelay, maximum: retry.maximumDelay).delays(retry.retries)
+        return try await withRetries(
+            delays: delays, isRetriable: \.isRetriable,
+            onRetry: { failure, attempt in
+                Counter(label: "relay_backend_retries_total", dimensions: [], factory: metrics).increment()
+                logger.debug("backend call failed; retrying", metadata: [LogKey.error: "\(failure)", "attempt": "\(attempt)"])
+            },
+            // A 429 or 503 with Retry-After waits as asked, up to 30 s.
+            wait: { failure, scheduled in max(scheduled, min(failure.retryAfter ?? .zero, .seconds(30))) }
+        ) { () async throws(BackendError) -> HTTPClientResponse in
             let failure: BackendError
-            do {
+            do throws(HTTPClientError) {
                 let response = try await http.send(method, url, headers: allHeaders, body: body)
                 guard response.status >= 500 || response.status == 429 else {
                     let refused = response.status == 401 || response.status == 403
                     recordOutcome(failed: refused, unauthorized: refused)
                     return response
                 }
-                failure = BackendError(kind: .unavailable, message: "\(method) \(path) answered HTTP \(response.status)")
-                if let retryAfter = response.header("retry-after").flatMap(Int.init), retryAfter > 0 {
-                    delay = max(delay, .seconds(min(retryAfter, 30)))
-                }
+                var unavailable = BackendError(kind: .unavailable, message: "\(method) \(path) answered HTTP \(response.status)")
+                unavailable.retryAfter = RetryAfter.milliseconds(response.header("retry-after"), now: wallClockMilliseconds()).map { .milliseconds($0) }
+                failure = unavailable
             } catch {
                 guard error.isRetriable else { throw BackendError(kind: .badRequest, message: "\(method) \(path): \(error)") }
                 failure = BackendError(kind: .unavailable, message: "\(method) \(path): \(error)")
             }
             recordOutcome(failed: true)
             Counter(label: "relay_backend_errors_total", dimensions: [("kind", failure.kind.rawValue)], factory: metrics).increment()
-            guard attempt < retry.retries else { throw failure }
-            attempt += 1
-            Counter(label: "relay_backend_retries_total", dimensions: [], factory: metrics).increment()
-            logger.debug("backend call failed; retrying", metadata: [LogKey.error: "\(failure)", "attempt": "\(attempt)"])
-            do { try await Task.sleep(for: delay) } catch { throw failure }
-            delay = min(delay * 2, retry.maximumDelay)
+            throw failure
         }
     }
 

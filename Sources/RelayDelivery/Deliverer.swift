@@ -294,7 +294,7 @@ public final class Deliverer: Service {
             deadLetter(record, failed, reason: .endpointGone, endpointLabel: lane.id)
             return
         }
-        let retryAfter = RetryPolicy.retryAfterMilliseconds(result.response?.header("retry-after"), now: now)
+        let retryAfter = RetryAfter.milliseconds(result.response?.header("retry-after"), now: now)
         let decision = policy.next(
             afterAttempt: failed.attempts, failure: .init(status: result.response?.status, timedOut: timedOut, retryAfterMilliseconds: retryAfter),
             random: options.random())
@@ -323,7 +323,7 @@ public final class Deliverer: Service {
     /// shutdown past its bound the record stays not done, and is delivered again after a restart.
     private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: OutgoingRecord) {
         Task { [self] in
-            var delay = Duration.milliseconds(100)
+            var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
             while true {
                 do {
                     _ = try await producer.produce(outgoing)
@@ -332,8 +332,7 @@ public final class Deliverer: Service {
                 } catch {
                     if Task.isCancelled || !consumer.isAssigned(record) { break }
                     logger.warning("could not produce the delivery's next record; retrying", metadata: [LogKey.logTopic: "\(outgoing.topic)", LogKey.error: "\(error)"])
-                    do { try await Task.sleep(for: delay) } catch { break }
-                    delay = min(delay * 2, .seconds(10))
+                    do { try await Task.sleep(for: backoff.next()) } catch { break }
                 }
             }
             tracker.end()

@@ -67,32 +67,4 @@ public struct RetryPolicy: Sendable {
         }
         return candidate
     }
-
-    /// `Retry-After` in milliseconds from `now`: delta-seconds or an IMF-fixdate; nil when unreadable.
-    public static func retryAfterMilliseconds(_ value: String?, now: Int64) -> Int64? {
-        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-        if let seconds = Int64(value) { return seconds >= 0 && seconds < 10_000_000 ? seconds * 1000 : nil }
-        guard let date = HTTPDate.milliseconds(value) else { return nil }
-        return max(0, date - now)
-    }
-}
-
-/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use.
-enum HTTPDate {
-    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-
-    static func milliseconds(_ text: String) -> Int64? {
-        let parts = text.split(separator: " ")
-        guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let monthIndex = months.firstIndex(of: String(parts[2])),
-            let year = Int(parts[3])
-        else { return nil }
-        let time = parts[4].split(separator: ":").compactMap { Int($0) }
-        guard time.count == 3 else { return nil }
-        func pad(_ value: Int, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        return Timestamp.milliseconds(
-            "\(pad(year, 4))-\(pad(monthIndex + 1, 2))-\(pad(day, 2))T\(pad(time[0], 2)):\(pad(time[1], 2)):\(pad(time[2], 2))Z")
-    }
 }

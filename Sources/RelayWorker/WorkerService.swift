@@ -105,7 +105,7 @@ public final class WorkerService: Service {
     }
 
     private func handle(_ record: ConsumedRecord) async {
-        var delay = retryBackoff.initial
+        var backoff = Backoff(initial: retryBackoff.initial, maximum: retryBackoff.maximum)
         var attempt = 1
         while true {
             // Records read before a rebalance took the partition away belong to its new owner now.
@@ -124,8 +124,7 @@ public final class WorkerService: Service {
                         LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)",
                         LogKey.logOffset: "\(record.offset)", LogKey.error: "\(error)", "attempt": "\(attempt)",
                     ])
-                do { try await Task.sleep(for: delay) } catch { return }
-                delay = min(delay * 2, retryBackoff.maximum)
+                do { try await Task.sleep(for: backoff.next()) } catch { return }
                 attempt += 1
             }
         }

@@ -41,4 +41,29 @@ import Testing
         }
         #expect(attempts.withLock { $0 } == 1)
     }
+
+    @Test func backoffDoublesUpToItsMaximumAndGivesTheDelaysOfAFiniteRetry() {
+        var backoff = Backoff(initial: .milliseconds(100), maximum: .milliseconds(350))
+        #expect((0..<5).map { _ in backoff.next() } == [.milliseconds(100), .milliseconds(200), .milliseconds(350), .milliseconds(350), .milliseconds(350)])
+        #expect(Backoff(initial: .seconds(1), maximum: .seconds(3)).delays(3) == [.seconds(1), .seconds(2), .seconds(3)])
+        #expect(Backoff(initial: .seconds(1), maximum: .seconds(3)).delays(0).isEmpty)
+    }
+
+    @Test func theWaitBeforeARetryComesFromTheFailureAndTheScheduledDelay() async throws {
+        let asked = Mutex<[Duration]>([])
+        let attempts = Mutex(0)
+        let value = try await withRetries(
+            delays: [.milliseconds(7), .milliseconds(9)], isRetriable: \Failure.retriable,
+            wait: { failure, scheduled in
+                asked.withLock { $0.append(scheduled) }
+                return failure.attempt == 1 ? .milliseconds(1) : scheduled
+            }
+        ) { () async throws(Failure) -> Int in
+            let attempt = attempts.withLock { $0 += 1; return $0 }
+            if attempt < 3 { throw Failure(retriable: true, attempt: attempt) }
+            return attempt
+        }
+        #expect(value == 3)
+        #expect(asked.withLock { $0 } == [.milliseconds(7), .milliseconds(9)])
+    }
 }

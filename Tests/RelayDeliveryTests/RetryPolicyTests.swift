@@ -44,12 +44,12 @@ import Testing
 
     @Test func retryAfterReadsSecondsAndHTTPDates() {
         let now = Timestamp.milliseconds("1994-11-06T08:49:00Z")!
-        #expect(RetryPolicy.retryAfterMilliseconds("120", now: now) == 120_000)
-        #expect(RetryPolicy.retryAfterMilliseconds("Sun, 06 Nov 1994 08:49:37 GMT", now: now) == 37_000)
-        #expect(RetryPolicy.retryAfterMilliseconds("Sun, 06 Nov 1994 08:48:00 GMT", now: now) == 0)
-        #expect(RetryPolicy.retryAfterMilliseconds("soon", now: now) == nil)
-        #expect(RetryPolicy.retryAfterMilliseconds("-5", now: now) == nil)
-        #expect(RetryPolicy.retryAfterMilliseconds(nil, now: now) == nil)
+        #expect(RetryAfter.milliseconds("120", now: now) == 120_000)
+        #expect(RetryAfter.milliseconds("Sun, 06 Nov 1994 08:49:37 GMT", now: now) == 37_000)
+        #expect(RetryAfter.milliseconds("Sun, 06 Nov 1994 08:48:00 GMT", now: now) == 0)
+        #expect(RetryAfter.milliseconds("soon", now: now) == nil)
+        #expect(RetryAfter.milliseconds("-5", now: now) == nil)
+        #expect(RetryAfter.milliseconds(nil, now: now) == nil)
     }
 
     @Test func theBreakerOpensAfterTheThresholdProbesAfterTheCooldownAndClosesOnSuccess() {
