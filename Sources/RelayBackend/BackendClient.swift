@@ -74,7 +74,10 @@ public final class BackendClient: Sendable {
     private let entitlementsTTL: Duration
     private let retry: RetryPolicy
     private let logger: Logger
-    private let metrics: any MetricsFactory
+    private let staleMappings: LabeledCounters
+    private let writeConflicts: Counter
+    private let retries: Counter
+    private let errors: LabeledCounters
     private let mappings = Mutex<[Int: CachedMapping]>([:])
     /// Since when calls fail (no connection, timeout, 5xx, 429, or 401/403), and how; nil while they
     /// succeed. The worker cannot make progress meanwhile, and readiness says so.
@@ -94,7 +97,10 @@ public final class BackendClient: Sendable {
         self.entitlementsTTL = configuration.entitlementsTTL
         self.retry = retry
         self.logger = logger
-        self.metrics = metrics
+        self.staleMappings = LabeledCounters(label: "relay_backend_stale_mappings_total", factory: metrics)
+        self.writeConflicts = Counter(label: "relay_backend_write_conflicts_total", dimensions: [], factory: metrics)
+        self.retries = Counter(label: "relay_backend_retries_total", dimensions: [], factory: metrics)
+        self.errors = LabeledCounters(label: "relay_backend_errors_total", factory: metrics)
     }
 
     // MARK: Product mapping
@@ -115,7 +121,7 @@ public final class BackendClient: Sendable {
             return mapping
         } catch {
             guard error.isRetriable, let cached else { throw error }
-            Counter(label: "relay_backend_stale_mappings_total", dimensions: [("application", "\(applicationId)")], factory: metrics).increment()
+            staleMappings.increment([("application", "\(applicationId)")])
             logger.warning(
                 "backend unavailable; serving a stale product mapping",
                 metadata: ["application": "\(applicationId)", LogKey.error: "\(error)"])
@@ -176,7 +182,7 @@ public final class BackendClient: Sendable {
             case .written(let stored): return .updated(before: current, after: stored)
             case .stale(let newer): return .stale(current: newer)
             case .versionMismatch:
-                Counter(label: "relay_backend_write_conflicts_total", dimensions: [], factory: metrics).increment()
+                writeConflicts.increment()
                 continue
             }
         }
@@ -233,7 +239,7 @@ public final class BackendClient: Sendable {
         return try await withRetries(
             delays: delays, isRetriable: \.isRetriable,
             onRetry: { failure, attempt in
-                Counter(label: "relay_backend_retries_total", dimensions: [], factory: metrics).increment()
+                retries.increment()
                 logger.debug("backend call failed; retrying", metadata: [LogKey.error: "\(failure)", "attempt": "\(attempt)"])
             },
             // A 429 or 503 with Retry-After waits as asked, up to 30 s.
@@ -255,7 +261,7 @@ public final class BackendClient: Sendable {
                 failure = BackendError(kind: .unavailable, message: "\(method) \(path): \(error)")
             }
             recordOutcome(failed: true)
-            Counter(label: "relay_backend_errors_total", dimensions: [("kind", failure.kind.rawValue)], factory: metrics).increment()
+            errors.increment([("kind", failure.kind.rawValue)])
             throw failure
         }
     }

@@ -506,10 +506,13 @@ struct EndpointCounters: Sendable {
 }
 
 struct DeliveryCounters: Sendable {
-    let metrics: any MetricsFactory
+    private let deadLetters: LabeledCounters
+
+    init(metrics: any MetricsFactory) {
+        deadLetters = LabeledCounters(label: "relay_deliveries_dead_lettered_total", factory: metrics)
+    }
 
     func deadLettered(endpoint: String, reason: DeadLetterReason) {
-        Counter(label: "relay_deliveries_dead_lettered_total", dimensions: [("endpoint", endpoint), ("reason", reason.rawValue)], factory: metrics)
-            .increment()
+        deadLetters.increment([("endpoint", endpoint), ("reason", reason.rawValue)])
     }
 }

@@ -47,7 +47,7 @@ public final class Normalizer: Sendable {
     private let play: [String: GooglePlayClient]
     private let stripe: [String: StripeClient]
     private let logger: Logger
-    private let metrics: any MetricsFactory
+    private let counters: Counters
 
     /// Reads the exchange rates and builds a Play Developer API client per app that configures one.
     public init(
@@ -77,7 +77,7 @@ public final class Normalizer: Sendable {
         }
         self.stripe = stripe
         self.logger = logger
-        self.metrics = metrics
+        self.counters = Counters(metrics)
     }
 
     /// The standardized events of one verified notification; `receivedAt` is its `relay-received-at`.
@@ -90,9 +90,7 @@ public final class Normalizer: Sendable {
         let first = map(input, prior: nil)
         if let detail = first.malformed { throw .rejected(Rejection(.malformed, detail)) }
         guard first.recognized else {
-            Counter(
-                label: "relay_notifications_unmapped_total", dimensions: [("store", notification.store.rawValue)], factory: metrics
-            ).increment()
+            counters.unmapped.increment([("store", notification.store.rawValue)])
             logger.warning(
                 "notification type not mapped; no events",
                 metadata: [
@@ -178,7 +176,7 @@ public final class Normalizer: Sendable {
             case .written:
                 return build(result, input: input, subject: subject, prior: current, after: state, others: others, mapping: mapping)
             case .versionMismatch, .stale:
-                Counter(label: "relay_backend_write_conflicts_total", dimensions: [], factory: metrics).increment()
+                counters.writeConflicts.increment()
                 continue
             }
         }
@@ -331,7 +329,7 @@ public final class Normalizer: Sendable {
                 event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
         }
         for event in events {
-            Counter(label: "relay_events_total", dimensions: [("store", store.rawValue), ("type", event.type.rawValue)], factory: metrics).increment()
+            counters.events.increment([("store", store.rawValue), ("type", event.type.rawValue)])
         }
         return events
     }
@@ -365,7 +363,7 @@ public final class Normalizer: Sendable {
     private func countMissingRate(_ currency: String, event: String) {
         // The label comes from the payload: only currency-shaped codes become label values.
         let label = currency.count == 3 && currency.allSatisfy { $0.isASCII && $0.isUppercase } ? currency : "other"
-        Counter(label: "relay_exchange_rate_missing_total", dimensions: [("currency", label)], factory: metrics).increment()
+        counters.exchangeRateMissing.increment([("currency", label)])
         logger.warning(
             "no exchange rate for the purchase currency; price, proceeds and exchangeRate are null",
             metadata: ["currency": "\(currency)", "event.id": "\(event)"])
@@ -419,7 +417,7 @@ public final class Normalizer: Sendable {
         do {
             return try await body()
         } catch {
-            Counter(label: "relay_play_api_errors_total", dimensions: [("kind", error.kind.rawValue)], factory: metrics).increment()
+            counters.playAPIErrors.increment([("kind", error.kind.rawValue)])
             switch error.kind {
             case .notFound:
                 throw .rejected(Rejection(.purchaseNotFound, error.message))
@@ -443,7 +441,7 @@ public final class Normalizer: Sendable {
         do {
             return try await client.charge(id)
         } catch {
-            Counter(label: "relay_stripe_api_errors_total", dimensions: [("kind", error.kind.rawValue)], factory: metrics).increment()
+            counters.stripeAPIErrors.increment([("kind", error.kind.rawValue)])
             switch error.kind {
             case .notFound:
                 return nil
@@ -512,5 +510,24 @@ struct AppliedContext {
         var json: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
         if let api { json["api"] = api.json }
         return .object(json)
+    }
+}
+
+/// The normalizer's metrics, each made once.
+private struct Counters: Sendable {
+    let unmapped: LabeledCounters
+    let writeConflicts: LabeledCounters
+    let events: LabeledCounters
+    let exchangeRateMissing: LabeledCounters
+    let playAPIErrors: LabeledCounters
+    let stripeAPIErrors: LabeledCounters
+
+    init(_ factory: any MetricsFactory) {
+        unmapped = LabeledCounters(label: "relay_notifications_unmapped_total", factory: factory)
+        writeConflicts = LabeledCounters(label: "relay_backend_write_conflicts_total", factory: factory)
+        events = LabeledCounters(label: "relay_events_total", factory: factory)
+        exchangeRateMissing = LabeledCounters(label: "relay_exchange_rate_missing_total", factory: factory)
+        playAPIErrors = LabeledCounters(label: "relay_play_api_errors_total", factory: factory)
+        stripeAPIErrors = LabeledCounters(label: "relay_stripe_api_errors_total", factory: factory)
     }
 }

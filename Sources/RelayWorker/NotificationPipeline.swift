@@ -29,7 +29,8 @@ public struct NotificationPipeline: NotificationProcessor {
     private let fanOut: DeliveryFanOut
     private let producer: any RecordProducer
     private let logger: Logger
-    private let metrics: any MetricsFactory
+    private let accepted: LabeledCounters
+    private let rejectedCounter: LabeledCounters
 
     public init(
         configuration: RelayConfiguration, verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer,
@@ -41,7 +42,8 @@ public struct NotificationPipeline: NotificationProcessor {
         self.fanOut = DeliveryFanOut(configuration: configuration)
         self.producer = producer
         self.logger = logger
-        self.metrics = metrics
+        self.accepted = LabeledCounters(label: "relay_notifications_accepted_total", factory: metrics)
+        self.rejectedCounter = LabeledCounters(label: "relay_notifications_rejected_total", factory: metrics)
     }
 
     public func process(_ record: ConsumedRecord) async throws {
@@ -59,10 +61,7 @@ public struct NotificationPipeline: NotificationProcessor {
         let verdict = try await verifier.verify(notification)
         switch verdict {
         case .accepted(let verified):
-            Counter(
-                label: "relay_notifications_accepted_total",
-                dimensions: [("store", notification.store.rawValue), ("app", appLabel)], factory: metrics
-            ).increment()
+            accepted.increment([("store", notification.store.rawValue), ("app", appLabel)])
             let events: [StandardEvent]
             do {
                 events = try await normalizer.normalize(verified, receivedAt: notification.receivedAtMilliseconds)
@@ -111,10 +110,7 @@ public struct NotificationPipeline: NotificationProcessor {
         _ = try await producer.produce(rejected)
         // Label values stay bounded: known stores, configured apps, the fixed reason codes.
         let storeLabel = Store(rawValue: store) != nil ? store : "unknown"
-        Counter(
-            label: "relay_notifications_rejected_total",
-            dimensions: [("store", storeLabel), ("app", app), ("reason", rejection.reason.rawValue)], factory: metrics
-        ).increment()
+        rejectedCounter.increment([("store", storeLabel), ("app", app), ("reason", rejection.reason.rawValue)])
         logger.warning(
             "notification rejected",
             metadata: [

@@ -22,7 +22,7 @@ public final class WorkerService: Service {
     private let consumer: any RecordConsumer
     private let processor: any NotificationProcessor
     private let logger: Logger
-    private let metrics: any MetricsFactory
+    private let retries: Counter
     /// Backoff between attempts of a failing record. Default: 100 ms doubling to 30 s.
     private let retryBackoff: (initial: Duration, maximum: Duration)
 
@@ -33,7 +33,7 @@ public final class WorkerService: Service {
         self.consumer = consumer
         self.processor = processor
         self.logger = logger
-        self.metrics = metrics
+        self.retries = Counter(label: "relay_worker_retries_total", dimensions: [], factory: metrics)
         self.retryBackoff = retryBackoff
     }
 
@@ -117,7 +117,7 @@ public final class WorkerService: Service {
             } catch {
                 // On cancellation (shutdown past its bound) the record stays not done: it is redelivered.
                 if Task.isCancelled { return }
-                Counter(label: "relay_worker_retries_total", dimensions: [], factory: metrics).increment()
+                retries.increment()
                 logger.warning(
                     "processing failed; retrying",
                     metadata: [

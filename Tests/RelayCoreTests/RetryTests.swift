@@ -1,3 +1,4 @@
+import CoreMetrics
 import RelayCore
 import Synchronization
 import Testing
@@ -66,4 +67,53 @@ import Testing
         #expect(value == 3)
         #expect(asked.withLock { $0 } == [.milliseconds(7), .milliseconds(9)])
     }
+}
+
+@Suite struct LabeledCountersTests {
+    @Test func eachSetOfLabelValuesCountsOnItsOwnCounter() throws {
+        let metrics = TestMetrics()
+        let counters = LabeledCounters(label: "relay_test_total", factory: metrics)
+        counters.increment([("store", "apple"), ("type", "renewal")])
+        counters.increment([("store", "apple"), ("type", "renewal")], by: 2)
+        counters.increment([("store", "stripe"), ("type", "renewal")])
+        #expect(metrics.value(of: "relay_test_total", ["apple", "renewal"]) == 3)
+        #expect(metrics.value(of: "relay_test_total", ["stripe", "renewal"]) == 1)
+        // One counter made per label values, not per increment.
+        #expect(metrics.made.withLock { $0 } == 2)
+    }
+}
+
+/// Counts what it makes and each counter's value, for the test above.
+private final class TestMetrics: MetricsFactory, Sendable {
+    final class Handler: CounterHandler, RecorderHandler, TimerHandler, Sendable {
+        let total = Mutex<Int64>(0)
+        func increment(by amount: Int64) { total.withLock { $0 += amount } }
+        func reset() { total.withLock { $0 = 0 } }
+        func record(_ value: Int64) {}
+        func record(_ value: Double) {}
+        func recordNanoseconds(_ duration: Int64) {}
+    }
+
+    let made = Mutex(0)
+    private let handlers = Mutex<[String: Handler]>([:])
+
+    func value(of label: String, _ values: [String]) -> Int64? {
+        handlers.withLock { $0[([label] + values).joined(separator: "|")] }?.total.withLock { $0 }
+    }
+
+    func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
+        made.withLock { $0 += 1 }
+        let key = ([label] + dimensions.map(\.1)).joined(separator: "|")
+        return handlers.withLock { handlers in
+            if let existing = handlers[key] { return existing }
+            let handler = Handler()
+            handlers[key] = handler
+            return handler
+        }
+    }
+    func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler { Handler() }
+    func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler { Handler() }
+    func destroyCounter(_ handler: any CounterHandler) {}
+    func destroyRecorder(_ handler: any RecorderHandler) {}
+    func destroyTimer(_ handler: any TimerHandler) {}
 }
