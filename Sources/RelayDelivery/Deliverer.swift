@@ -252,15 +252,20 @@ public final class Deliverer: Service {
     // MARK: Outcomes (on the engine's thread: nothing here blocks)
 
     private func completed(_ record: ConsumedRecord, _ attempt: DeliveryRecord, _ lane: EndpointLane, _ result: HTTPTransferResult, startedAt: Int64) {
+        let now = options.now()
+        let outcome = DeliveryOutcome.classify(result, attempt: attempt, policy: policy, now: now, random: options.random)
         // Aborted by shutdown: not an attempt. The record stays not done and is delivered after the restart.
-        if result.error?.kind == .aborted {
+        if case .aborted = outcome {
             tracker.end()
             return
         }
-        let now = options.now()
         lane.counters.duration.recordMilliseconds(max(0, now - startedAt))
         finishSlot(lane)
-        if let response = result.response, (200..<300).contains(response.status) {
+        let failed: DeliveryRecord
+        switch outcome {
+        case .aborted:
+            return
+        case .delivered:
             if lane.record(success: true, replayed: attempt.replayedFrom != nil, now: now) == .closed {
                 logger.info("endpoint recovered; circuit closed", metadata: ["endpoint": "\(lane.id)"])
             }
@@ -268,17 +273,8 @@ public final class Deliverer: Service {
             consumer.markDone(record)
             tracker.end()
             return
-        }
-        var failed = attempt
-        let timedOut = result.error?.kind == .timeout
-        if let response = result.response {
-            failed.lastStatus = response.status
-            failed.lastError = (300..<400).contains(response.status) ? "HTTP \(response.status) (redirects are not followed)" : "HTTP \(response.status)"
-            failed.lastResponse = DeliveryRecord.truncatedResponse(response.body)
-        } else {
-            failed.lastStatus = nil
-            failed.lastError = result.error.map { "\($0.kind.rawValue): \($0.message)" } ?? "no response"
-            failed.lastResponse = nil
+        case .gone(let delivery), .retry(let delivery, _, _), .exhausted(let delivery):
+            failed = delivery
         }
         lane.counters.failed.increment()
         if lane.record(success: false, now: now) == .opened {
@@ -287,24 +283,19 @@ public final class Deliverer: Service {
         logger.debug(
             "delivery attempt failed",
             metadata: ["endpoint": "\(lane.id)", "event.id": "\(attempt.eventID)", "attempt": "\(attempt.attempts)", LogKey.error: "\(failed.lastError ?? "")"])
-        if result.response?.status == 410 {
+        switch outcome {
+        case .gone:
             if lane.disable() {
                 logger.warning("endpoint answered 410 Gone; disabled until restart or a successful replay", metadata: ["endpoint": "\(lane.id)"])
             }
             deadLetter(record, failed, reason: .endpointGone, endpointLabel: lane.id)
-            return
-        }
-        let retryAfter = RetryAfter.milliseconds(result.response?.header("retry-after"), now: now)
-        let decision = policy.next(
-            afterAttempt: failed.attempts, failure: .init(status: result.response?.status, timedOut: timedOut, retryAfterMilliseconds: retryAfter),
-            random: options.random())
-        switch decision {
-        case .retry(let step, let wait):
+        case .retry(_, let topicStep, let dueAt):
             lane.counters.retried.increment()
-            let topicStep = policy.topicStep(forWait: wait, from: step)
-            produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: topicStep), due: now + wait))
-        case .deadLetter:
+            produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt))
+        case .exhausted:
             deadLetter(record, failed, reason: .retriesExhausted, endpointLabel: lane.id)
+        case .aborted, .delivered:
+            break
         }
     }
 

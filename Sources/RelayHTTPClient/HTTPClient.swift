@@ -11,6 +11,13 @@ public struct HTTPClientResponse: Sendable {
     /// Connections this request had to open (0 when it reused a kept-alive one).
     public var newConnections: Int = 0
 
+    public init(status: Int, headers: [(name: String, value: String)], body: [UInt8], newConnections: Int = 0) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.newConnections = newConnections
+    }
+
     public func header(_ name: String) -> String? {
         let lowered = name.lowercased()
         return headers.first { $0.name == lowered }?.value
@@ -34,6 +41,11 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
     /// libcurl's explanation; never contains the request body or headers.
     public var message: String
     public var isRetriable: Bool { kind == .connect || kind == .timeout || kind == .transfer }
+
+    public init(kind: Kind, message: String) {
+        self.kind = kind
+        self.message = message
+    }
 
     public var description: String { "\(kind.rawValue): \(message)" }
 }

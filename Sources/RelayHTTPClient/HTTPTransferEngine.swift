@@ -33,6 +33,11 @@ public struct HTTPTransferResult: Sendable {
     public var response: HTTPClientResponse?
     /// Why there is no response.
     public var error: HTTPClientError?
+
+    public init(response: HTTPClientResponse? = nil, error: HTTPClientError? = nil) {
+        self.response = response
+        self.error = error
+    }
 }
 
 /// Many concurrent HTTP transfers over one libcurl multi handle, driven by one dedicated OS thread
