@@ -68,6 +68,15 @@ public final class Deliverer: Service {
     private let logger: Logger
     private let counters: DeliveryCounters
     private let tracker = InFlightTracker()
+    /// The records to write for finished attempts (retry, dead letter), in the order decided; the
+    /// committer in `run` writes them, each then marking its delivery done.
+    private let commits: AsyncStream<Commit>
+    private let commitQueue: AsyncStream<Commit>.Continuation
+
+    private struct Commit: Sendable {
+        var record: ConsumedRecord
+        var outgoing: OutgoingRecord
+    }
 
     public init(
         configuration: RelayConfiguration, consumer: any RecordConsumer, producer: any RecordProducer, logger: Logger,
@@ -115,12 +124,11 @@ public final class Deliverer: Service {
         self.maxPerEndpoint = delivery.maxInFlightPerEndpoint
         self.logger = logger
         self.counters = DeliveryCounters(metrics: metrics)
+        (self.commits, self.commitQueue) = AsyncStream.makeStream(of: Commit.self)
     }
 
-    /// The consumer settings the deliverer needs: its group, `relay.deliveries` and every retry topic,
-    /// retry records held until due, and `delivery.maxInFlight` records out at most.
     /// What the deliverer consumes: `relay.deliveries` and every retry topic in group `relay-deliverer`,
-    /// each record held until its due time.
+    /// each record held until its due time, and `delivery.maxInFlight` records out at most.
     public static func consumerOptions(for configuration: RelayConfiguration) -> ConsumerOptions {
         let (group, topics) = configuration.consumerGroups[1]
         return ConsumerOptions(
@@ -132,6 +140,19 @@ public final class Deliverer: Service {
     public func isCircuitOpen(endpoint: String) -> Bool? { lanes[endpoint]?.isCircuitOpen }
 
     public func run() async throws {
+        await withDiscardingTaskGroup { group in
+            // The committer: a child of this task, so a cancelled shutdown cancels its writes too (their
+            // deliveries stay not done and are delivered again), and nothing outlives `run`.
+            group.addTask { [self] in await runCommitter() }
+            await deliverUntilShutdown()
+            commitQueue.finish()
+        }
+        await engine.close()
+        await consumer.close()
+        logger.info("deliverer stopped")
+    }
+
+    private func deliverUntilShutdown() async {
         // Records are dispatched on the consumer's thread (dispatch never blocks); graceful shutdown
         // cancels the intake as a whole, and no dispatch runs once it returned.
         await cancelWhenGracefulShutdown { [self] in
@@ -158,9 +179,15 @@ public final class Deliverer: Service {
         while tracker.count > 0, !Task.isCancelled, ContinuousClock.now < writeDeadline {
             try? await Task.sleep(for: .milliseconds(20))
         }
-        await engine.close()
-        await consumer.close()
-        logger.info("deliverer stopped")
+    }
+
+    /// Writes each finished attempt's record, concurrently, each in a child task.
+    private func runCommitter() async {
+        await withDiscardingTaskGroup { group in
+            for await commit in commits {
+                group.addTask { [self] in await write(commit) }
+            }
+        }
     }
 
     // MARK: Intake
@@ -313,21 +340,28 @@ public final class Deliverer: Service {
     /// Produces `outgoing` (retrying while the log cannot take it) and then marks `record` done. On
     /// shutdown past its bound the record stays not done, and is delivered again after a restart.
     private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: OutgoingRecord) {
-        Task { [self] in
-            var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
-            while true {
-                do {
-                    _ = try await producer.produce(outgoing)
-                    consumer.markDone(record)
-                    break
-                } catch {
-                    if Task.isCancelled || !consumer.isAssigned(record) { break }
-                    logger.warning("could not produce the delivery's next record; retrying", metadata: [LogKey.logTopic: "\(outgoing.topic)", LogKey.error: "\(error)"])
-                    do { try await Task.sleep(for: backoff.next()) } catch { break }
-                }
-            }
+        if case .terminated = commitQueue.yield(Commit(record: record, outgoing: outgoing)) {
+            // The committer has ended (shutdown): the record stays not done.
             tracker.end()
         }
+    }
+
+    private func write(_ commit: Commit) async {
+        var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
+        while true {
+            do {
+                _ = try await producer.produce(commit.outgoing)
+                consumer.markDone(commit.record)
+                break
+            } catch {
+                if Task.isCancelled || !consumer.isAssigned(commit.record) { break }
+                logger.warning(
+                    "could not produce the delivery's next record; retrying",
+                    metadata: [LogKey.logTopic: "\(commit.outgoing.topic)", LogKey.error: "\(error)"])
+                do { try await Task.sleep(for: backoff.next()) } catch { break }
+            }
+        }
+        tracker.end()
     }
 }
 
