@@ -204,7 +204,7 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay",
             dependencies: [
-                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification", "RelayNormalization", "RelayDelivery",
+                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification", "RelayNormalization", "RelayDelivery", "RelayWorker",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

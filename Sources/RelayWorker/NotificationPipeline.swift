@@ -24,8 +24,7 @@ public import RelayVerification
 /// the record, and the repeat yields the same event ids.
 public struct NotificationPipeline: NotificationProcessor {
     private let configuration: RelayConfiguration
-    private let verifier: NotificationVerifier
-    private let normalizer: Normalizer
+    private let processing: NotificationProcessing
     private let fanOut: DeliveryFanOut
     private let producer: any RecordProducer
     private let logger: Logger
@@ -37,8 +36,7 @@ public struct NotificationPipeline: NotificationProcessor {
         logger: Logger, metrics: any MetricsFactory
     ) {
         self.configuration = configuration
-        self.verifier = verifier
-        self.normalizer = normalizer
+        self.processing = NotificationProcessing(verifier: verifier, normalizer: normalizer)
         self.fanOut = DeliveryFanOut(configuration: configuration)
         self.producer = producer
         self.logger = logger
@@ -58,22 +56,13 @@ public struct NotificationPipeline: NotificationProcessor {
         }
         // App keys are bounded by the configuration; anything else is one label value.
         let appLabel = configuration.app(notification.app) != nil ? notification.app : "unknown"
-        let verdict = try await verifier.verify(notification)
-        switch verdict {
-        case .accepted(let verified):
+        // Unavailable (Google's keys, the backend, a store API): thrown, so the worker tries the record again.
+        switch try await processing.process(notification) {
+        case .rejected(let rejection, let verified):
+            if verified != nil { accepted.increment([("store", notification.store.rawValue), ("app", appLabel)]) }
+            try await reject(record, store: notification.store.rawValue, app: appLabel, rejection)
+        case .accepted(let verified, let events):
             accepted.increment([("store", notification.store.rawValue), ("app", appLabel)])
-            let events: [StandardEvent]
-            do {
-                events = try await normalizer.normalize(verified, receivedAt: notification.receivedAtMilliseconds)
-            } catch {
-                switch error {
-                case .rejected(let rejection):
-                    try await reject(record, store: notification.store.rawValue, app: appLabel, rejection)
-                    return
-                case .unavailable(let message):
-                    throw NormalizationUnavailable(message: message)
-                }
-            }
             // Every event and delivery record queued in order (one key's records keep theirs), the
             // acknowledgements awaited together: one round trip to the log per notification, not one per record.
             var outgoing: [OutgoingRecord] = []
@@ -96,8 +85,6 @@ public struct NotificationPipeline: NotificationProcessor {
                     "events": "\(events.map(\.type.rawValue).joined(separator: ","))",
                     LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
                 ])
-        case .rejected(let rejection):
-            try await reject(record, store: notification.store.rawValue, app: appLabel, rejection)
         }
     }
 
@@ -119,10 +106,4 @@ public struct NotificationPipeline: NotificationProcessor {
                 LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
             ])
     }
-}
-
-/// The backend or a store API could not be reached: the worker tries the record again.
-public struct NormalizationUnavailable: Error, Sendable, CustomStringConvertible {
-    public var message: String
-    public var description: String { "normalization unavailable: \(message)" }
 }

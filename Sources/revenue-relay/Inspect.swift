@@ -6,6 +6,7 @@ import RelayConfig
 import RelayCore
 import RelayNormalization
 import RelayVerification
+import RelayWorker
 
 /// `revenue-relay inspect` (docs/contracts.md, Command line): verifies and normalizes one saved request body without
 /// Kafka or the backend (no prior state; products from the config; Google calls the configured Play
@@ -80,35 +81,22 @@ struct Inspect: AsyncParsableCommand {
         let receivedAt = now ?? Int64(Date().timeIntervalSince1970)
         let notification = RawNotification(
             store: Store(rawValue: store)!, app: app, receivedAtMilliseconds: receivedAt * 1000, body: body, requestHeaders: requestHeaders)
-        let verdict: Verdict
+        // The worker's own processing: what this prints is what the worker would do (without prior state).
+        let outcome: NotificationProcessing.Outcome
         do {
-            verdict = try await verifier.verify(notification)
+            outcome = try await NotificationProcessing(verifier: verifier, normalizer: normalizer).process(notification)
         } catch {
-            FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
+            FileHandle.standardError.write(Data("revenue-relay: \(error.message)\n".utf8))
             throw Exit.unavailable
         }
-        switch verdict {
-        case .accepted(let verified):
-            let events: [StandardEvent]
-            do {
-                events = try await normalizer.normalize(verified, receivedAt: receivedAt * 1000)
-            } catch {
-                switch error {
-                case .rejected(let rejection):
-                    let output: JSON = ["accepted": false, "reason": .string(rejection.reason.rawValue), "detail": .string(rejection.detail)]
-                    printLine(output.text)
-                    throw Exit.rejected
-                case .unavailable(let message):
-                    FileHandle.standardError.write(Data("revenue-relay: \(message)\n".utf8))
-                    throw Exit.unavailable
-                }
-            }
+        switch outcome {
+        case .accepted(let verified, let events):
             let output: JSON = [
                 "accepted": true, "store": .string(verified.store.rawValue), "notification": verified.payload,
                 "events": .array(events.map(\.payload)),
             ]
             printLine(output.text)
-        case .rejected(let rejection):
+        case .rejected(let rejection, _):
             let output: JSON = ["accepted": false, "reason": .string(rejection.reason.rawValue), "detail": .string(rejection.detail)]
             printLine(output.text)
             throw Exit.rejected
