@@ -66,11 +66,18 @@ let package = Package(
             dependencies: ["CCurl", "RelayCore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
-        // Verification of every store's notifications, all cryptography through OpenSSL.
+        // The OpenSSL wrappers every module signs and verifies with: certificates and trust stores, EC and
+        // RSA keys, HMAC-SHA256 and digests. Each C handle has one owner type that frees it.
+        .target(
+            name: "RelayCrypto",
+            dependencies: ["COpenSSL"],
+            swiftSettings: swiftSettings
+        ),
+        // Verification of every store's notifications, all cryptography through RelayCrypto (OpenSSL).
         .target(
             name: "RelayVerification",
             dependencies: [
-                "COpenSSL", "RelayCore", "RelayConfig", "RelayHTTPClient",
+                "RelayCrypto", "RelayCore", "RelayConfig", "RelayHTTPClient",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -129,7 +136,7 @@ let package = Package(
         .target(
             name: "RelayGooglePlay",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayHTTPClient", "RelayVerification",
+                "RelayCore", "RelayConfig", "RelayHTTPClient", "RelayCrypto",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -168,7 +175,7 @@ let package = Package(
         .target(
             name: "RelayDelivery",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayHTTPClient",
+                "RelayCore", "RelayConfig", "RelayCrypto", "RelayNormalization", "RelayHTTPClient",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -215,6 +222,7 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay-bench",
             dependencies: [
+                "RelayCrypto",
                 "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient", "RelayEmbeddedLog",
                 "RelayApp",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -231,7 +239,7 @@ let package = Package(
         .target(
             name: "RelayTestSupport",
             dependencies: [
-                "RelayKafka", "RelayHTTPClient", "RelayCore", "RelayConfig", "RelayVerification",
+                "RelayCrypto", "RelayKafka", "RelayHTTPClient", "RelayCore", "RelayConfig", "RelayVerification",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -242,18 +250,18 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayEmbeddedLogTests",
-            dependencies: ["RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport"],
+            dependencies: ["RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayKafkaTests",
-            dependencies: ["RelayKafka", "RelayTestSupport"],
+            dependencies: ["RelayCrypto", "RelayKafka", "RelayTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayVerificationTests",
             dependencies: [
-                "RelayVerification", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
+                "RelayCrypto", "RelayVerification", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -261,13 +269,13 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayHTTPClientTests",
-            dependencies: ["RelayHTTPClient", "RelayTestSupport"],
+            dependencies: ["RelayCrypto", "RelayHTTPClient", "RelayTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayBackendTests",
             dependencies: [
-                "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
+                "RelayCrypto", "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
@@ -279,7 +287,7 @@ let package = Package(
         .testTarget(
             name: "RelayGooglePlayTests",
             dependencies: [
-                "RelayGooglePlay", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient", "RelayVerification",
+                "RelayCrypto", "RelayGooglePlay", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient", "RelayVerification",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -288,7 +296,7 @@ let package = Package(
         .testTarget(
             name: "RelayNormalizationTests",
             dependencies: [
-                "RelayNormalization", "RelayGooglePlay", "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig",
+                "RelayCrypto", "RelayNormalization", "RelayGooglePlay", "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig",
                 "RelayCore", "RelayHTTPClient", "RelayVerification",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -301,25 +309,25 @@ let package = Package(
         .testTarget(
             name: "RelayDeliveryTests",
             dependencies: [
-                "RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayKafka", "RelayHTTPClient",
+                "RelayCrypto", "RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayKafka", "RelayHTTPClient",
                 "RelayVerification", "RelayEmbeddedLog",
             ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayConfigTests",
-            dependencies: ["RelayConfig"],
+            dependencies: ["RelayCrypto", "RelayConfig"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayCoreTests",
-            dependencies: ["RelayCore"],
+            dependencies: ["RelayCrypto", "RelayCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "RelayAppTests",
             dependencies: [
-                "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend",
+                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

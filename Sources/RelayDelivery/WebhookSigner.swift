@@ -1,5 +1,5 @@
 import RelayCore
-import RelayVerification
+import RelayCrypto
 
 /// Signs webhook deliveries as Standard Webhooks does (docs/contracts.md, the standardized event): `webhook-id`,
 /// `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,<base64 HMAC-SHA256 of

@@ -1,7 +1,7 @@
 import Logging
 import RelayCore
 import RelayHTTPClient
-import RelayVerification
+import RelayCrypto
 import Synchronization
 
 /// OAuth 2.0 access tokens for a service account, by the JWT bearer grant

@@ -1,6 +1,6 @@
 import Foundation
 import RelayCore
-import RelayVerification
+import RelayCrypto
 
 /// A Google service-account JSON key file (the one the Cloud console downloads): the fields the OAuth
 /// JWT bearer grant needs. The private key is parsed once and only ever used to sign.

@@ -1,3 +1,4 @@
+import CoreMetrics
 import HTTPTypes
 import HummingbirdCore
 import NIOHTTPTypes
@@ -125,9 +126,9 @@ public struct RelayHTTPServer: Sendable {
         let registry = self.registry
         let health = self.health
         // What /health/ready answers, as a metric: alerts need no probe of their own.
-        let ready = registry.makeGauge(name: "relay_ready")
+        let ready = Gauge(label: "relay_ready", dimensions: [], factory: PrometheusMetricsFactory(registry: registry))
         router.get("/metrics") { _, _ in
-            ready.set(health.notReadyReasons().isEmpty ? 1.0 : 0.0)
+            ready.record(health.notReadyReasons().isEmpty ? 1 : 0)
             var buffer: [UInt8] = []
             buffer.reserveCapacity(16 * 1024)
             registry.emit(into: &buffer)

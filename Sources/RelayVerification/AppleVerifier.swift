@@ -1,3 +1,4 @@
+import RelayCrypto
 import DequeModule
 import Foundation
 public import RelayConfig

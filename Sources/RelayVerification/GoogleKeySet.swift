@@ -1,3 +1,4 @@
+public import RelayCrypto
 import Foundation
 public import Logging
 import RelayCore

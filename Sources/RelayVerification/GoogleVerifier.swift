@@ -1,3 +1,4 @@
+import RelayCrypto
 import Foundation
 public import RelayConfig
 public import RelayCore

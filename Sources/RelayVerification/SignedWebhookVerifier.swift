@@ -1,3 +1,4 @@
+import RelayCrypto
 import RelayCore
 
 /// Verifies Stripe (`Stripe-Signature: t=…,v1=…`) and Paddle Billing (`Paddle-Signature: ts=…;h1=…`)

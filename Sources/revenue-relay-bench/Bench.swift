@@ -1,3 +1,4 @@
+import RelayCrypto
 import ArgumentParser
 import Foundation
 import RelayConfig

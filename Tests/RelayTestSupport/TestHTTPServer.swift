@@ -1,3 +1,4 @@
+import RelayCrypto
 import Foundation
 import HTTPTypes
 import Hummingbird

@@ -1,3 +1,4 @@
+public import RelayCrypto
 public import Foundation
 public import RelayConfig
 public import RelayCore

@@ -1,3 +1,4 @@
+import RelayCrypto
 import RelayVerification
 import Testing
 
