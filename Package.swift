@@ -175,7 +175,7 @@ let package = Package(
         .target(
             name: "RelayDelivery",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayCrypto", "RelayNormalization", "RelayHTTPClient",
+                "RelayCore", "RelayConfig", "RelayCrypto", "RelayHTTPClient",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -309,7 +309,7 @@ let package = Package(
         .testTarget(
             name: "RelayDeliveryTests",
             dependencies: [
-                "RelayCrypto", "RelayDelivery", "RelayNormalization", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayKafka", "RelayHTTPClient",
+                "RelayCrypto", "RelayDelivery", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayKafka", "RelayHTTPClient",
                 "RelayVerification", "RelayEmbeddedLog",
             ],
             swiftSettings: swiftSettings
@@ -317,6 +317,11 @@ let package = Package(
         .testTarget(
             name: "RelayConfigTests",
             dependencies: ["RelayCrypto", "RelayConfig"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayWorkerTests",
+            dependencies: ["RelayWorker", "RelayNormalization", "RelayConfig", "RelayCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
