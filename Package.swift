@@ -165,7 +165,7 @@ let package = Package(
         .target(
             name: "RelayNormalization",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayVerification", "RelayBackend", "RelayGooglePlay", "RelayStripe",
+                "RelayCore", "RelayConfig", "RelayBackend", "RelayGooglePlay", "RelayStripe",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -1,7 +1,6 @@
 import Foundation
 import RelayBackend
 import RelayCore
-import RelayVerification
 
 /// Google Play Real-time developer notifications → standardized events and state. The notification
 /// only names what happened; the subscription's real state comes from the Play Developer API

@@ -3,10 +3,9 @@ import Foundation
 public import Logging
 import RelayBackend
 public import RelayConfig
-import RelayCore
+public import RelayCore
 public import RelayGooglePlay
 import RelayStripe
-public import RelayVerification
 
 /// Why a verified notification produced no events.
 public enum NormalizationError: Error, Sendable, CustomStringConvertible {

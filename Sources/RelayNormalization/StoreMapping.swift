@@ -2,7 +2,6 @@ import Foundation
 import RelayBackend
 import RelayConfig
 import RelayCore
-import RelayVerification
 
 /// One standardized event as a store mapper describes it, before the normalizer adds ids, money
 /// conversion, entitlements and statuses.

@@ -1,7 +1,7 @@
 public import RelayCrypto
 import Foundation
 public import Logging
-import RelayCore
+public import RelayCore
 public import RelayHTTPClient
 import Synchronization
 

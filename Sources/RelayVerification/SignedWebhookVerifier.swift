@@ -1,5 +1,5 @@
 import RelayCrypto
-import RelayCore
+public import RelayCore
 
 /// Verifies Stripe (`Stripe-Signature: t=…,v1=…`) and Paddle Billing (`Paddle-Signature: ts=…;h1=…`)
 /// webhooks, for one app: HMAC-SHA256 of the timestamp and the exact body with each configured secret,
