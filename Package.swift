@@ -187,7 +187,7 @@ let package = Package(
         .target(
             name: "RelayWorker",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization", "RelayBackend", "RelayDelivery",
+                "RelayCore", "RelayConfig", "RelayVerification", "RelayNormalization",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -1,5 +1,3 @@
-public import RelayCore
-
 /// Why a notification was not accepted: a stable code (the README's Verification section) for machines and dashboards,
 /// and a detail for the human reading `inspect` or the rejected topic.
 public enum RejectReason: String, Sendable, CaseIterable, CustomStringConvertible {

@@ -2,7 +2,6 @@ public import CoreMetrics
 public import Logging
 public import RelayConfig
 public import RelayCore
-import RelayDelivery
 public import RelayNormalization
 public import RelayVerification
 

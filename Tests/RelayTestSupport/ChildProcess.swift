@@ -27,7 +27,7 @@ public struct ChildProcessError: Error, CustomStringConvertible {
 /// Swift here), so a child started at the same moment by another test never inherits them and holds them
 /// open, which would keep this child's reader from seeing the end of its output.
 public func runChildProcess(_ executable: URL, _ arguments: [String]) async throws -> ChildProcessResult {
-    await try startChildProcess(executable, arguments).result()
+    try await startChildProcess(executable, arguments).result()
 }
 
 /// A child started by `startChildProcess`: its output so far, signals, and its end.

@@ -2,7 +2,7 @@ public import RelayCrypto
 public import Foundation
 public import RelayConfig
 public import RelayCore
-public import RelayVerification
+import RelayVerification
 
 /// The committed test PKI and keys (`Tests/Fixtures`, made by `Tests/Fixtures/generate.sh`), and
 /// builders for signed store notifications.

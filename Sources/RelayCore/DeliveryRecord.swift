@@ -1,5 +1,3 @@
-public import RelayCore
-
 /// Header names of `relay.deliveries` records and of the retry and dead-letter topics after them
 /// (README "Delivery"). Besides these, every delivery record carries `relay-event-id`,
 /// `relay-event-type` and `relay-app`.
