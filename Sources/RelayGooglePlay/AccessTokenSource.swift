@@ -29,12 +29,12 @@ final class AccessTokenSource: Sendable {
     private struct State {
         var cached: AccessToken?
         /// The token request every caller waits for while there is no usable cached token.
-        var inFlight: Task<Result<AccessToken, PlayAPIError>, Never>?
+        var inFlight: Task<Result<AccessToken, StoreAPIError>, Never>?
     }
 
     private enum Lookup {
         case cached(AccessToken)
-        case pending(Task<Result<AccessToken, PlayAPIError>, Never>)
+        case pending(Task<Result<AccessToken, StoreAPIError>, Never>)
     }
 
     let key: ServiceAccountKey
@@ -54,7 +54,7 @@ final class AccessTokenSource: Sendable {
 
     /// A token valid for at least `refreshMargin` more seconds (when Google grants that long): the
     /// cached one, or the one the shared in-flight request brings.
-    func token() async throws(PlayAPIError) -> AccessToken {
+    func token() async throws(StoreAPIError) -> AccessToken {
         let current = now()
         let lookup = state.withLock { state -> Lookup in
             if let cached = state.cached, current < cached.expiresAt - Self.refreshMargin { return .cached(cached) }
@@ -78,9 +78,9 @@ final class AccessTokenSource: Sendable {
     }
 
     /// Requests a token and publishes the outcome to the cache; runs once per shared request.
-    private func fetch() async -> Result<AccessToken, PlayAPIError> {
-        let result: Result<AccessToken, PlayAPIError>
-        do throws(PlayAPIError) {
+    private func fetch() async -> Result<AccessToken, StoreAPIError> {
+        let result: Result<AccessToken, StoreAPIError>
+        do throws(StoreAPIError) {
             result = .success(try await requestToken())
         } catch {
             result = .failure(error)
@@ -103,7 +103,7 @@ final class AccessTokenSource: Sendable {
     }
 
     /// One JWT bearer grant: POST the signed assertion as a form, read the token from the answer.
-    private func requestToken() async throws(PlayAPIError) -> AccessToken {
+    private func requestToken() async throws(StoreAPIError) -> AccessToken {
         let issuedAt = now()
         let assertion = try assertion(issuedAt: issuedAt)
         let form =
@@ -114,27 +114,27 @@ final class AccessTokenSource: Sendable {
                 "POST", tokenURL, headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")],
                 body: Array(form.utf8))
         } catch {
-            throw PlayAPIError.transport(error, endpoint: "the OAuth token endpoint \(tokenURL)", setting: "playApi.tokenUrl")
+            throw StoreAPIError.transport(error, api: .play, endpoint: "the OAuth token endpoint \(tokenURL)", setting: "playApi.tokenUrl")
         }
         switch response.status {
         case 200:
             return try Self.accessToken(response, issuedAt: issuedAt, tokenURL: tokenURL)
         case 429, 500...:
-            throw PlayAPIError(kind: .unavailable, message: "the OAuth token endpoint \(tokenURL) answered HTTP \(response.status)")
+            throw StoreAPIError(.play, kind: .unavailable, message: "the OAuth token endpoint \(tokenURL) answered HTTP \(response.status)")
         case 400..<500:
-            throw PlayAPIError(
-                kind: .rejected,
+            throw StoreAPIError(
+                .play, kind: .rejected,
                 message: "the OAuth token endpoint \(tokenURL) refused the service account \(key.clientEmail) (HTTP \(response.status)"
                     + Self.oauthError(response.body, redacting: assertion)
                     + "); check that the key in playApi.serviceAccountKey has not been deleted or disabled in the Google Cloud console"
                     + " and that this machine's clock is right")
         default:
-            throw PlayAPIError(kind: .invalidResponse, message: "the OAuth token endpoint \(tokenURL) answered an unexpected HTTP \(response.status)")
+            throw StoreAPIError(.play, kind: .invalidResponse, message: "the OAuth token endpoint \(tokenURL) answered an unexpected HTTP \(response.status)")
         }
     }
 
     /// The signed JWT: header `{"alg":"RS256","typ":"JWT","kid":…}`, claims `iss`, `scope`, `aud`, `iat`, `exp`.
-    func assertion(issuedAt: Int64) throws(PlayAPIError) -> String {
+    func assertion(issuedAt: Int64) throws(StoreAPIError) -> String {
         var header: [String: JSON] = ["alg": "RS256", "typ": "JWT"]
         if let kid = key.privateKeyId { header["kid"] = .string(kid) }
         let claims: JSON = [
@@ -146,15 +146,15 @@ final class AccessTokenSource: Sendable {
         do {
             signature = try key.privateKey.signRS256(Array(signingInput.utf8))
         } catch {
-            throw PlayAPIError(kind: .configuration, message: "the service account's private key could not sign the OAuth assertion (\(error))")
+            throw StoreAPIError(.play, kind: .configuration, message: "the service account's private key could not sign the OAuth assertion (\(error))")
         }
         return signingInput + "." + Base64.encodeURL(signature)
     }
 
     /// The token of a 200 answer: `{"access_token", "expires_in", "token_type": "Bearer"}`.
-    private static func accessToken(_ response: HTTPClientResponse, issuedAt: Int64, tokenURL: String) throws(PlayAPIError) -> AccessToken {
-        func invalid(_ problem: String) -> PlayAPIError {
-            PlayAPIError(kind: .invalidResponse, message: "the OAuth token endpoint \(tokenURL) answered 200 with \(problem)")
+    private static func accessToken(_ response: HTTPClientResponse, issuedAt: Int64, tokenURL: String) throws(StoreAPIError) -> AccessToken {
+        func invalid(_ problem: String) -> StoreAPIError {
+            StoreAPIError(.play, kind: .invalidResponse, message: "the OAuth token endpoint \(tokenURL) answered 200 with \(problem)")
         }
         guard let document = try? JSON.parse(response.body), case .object = document else { throw invalid("a body that is not a JSON object") }
         guard let value = document["access_token"]?.stringValue, !value.isEmpty else { throw invalid("no access_token") }
@@ -174,7 +174,7 @@ final class AccessTokenSource: Sendable {
     static func oauthError(_ body: [UInt8], redacting assertion: String) -> String {
         guard let document = try? JSON.parse(body), let code = document["error"]?.stringValue else { return "" }
         func quoted(_ text: String) -> String {
-            "\"" + PlayAPIError.excerpt(assertion.isEmpty ? text : text.replacing(assertion, with: "[assertion]")) + "\""
+            "\"" + StoreAPIError.excerpt(assertion.isEmpty ? text : text.replacing(assertion, with: "[assertion]")) + "\""
         }
         var text = ", error \(quoted(code))"
         if let description = document["error_description"]?.stringValue, !description.isEmpty { text += ": \(quoted(description))" }

@@ -34,10 +34,10 @@ public final class GooglePlayClient: Sendable {
         http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15), maxConcurrentTransfers: 8),
         logger: Logger,
         now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
-    ) throws(PlayAPIError) {
+    ) throws(StoreAPIError) {
         guard let keyPath = configuration.serviceAccountKey else {
-            throw PlayAPIError(
-                kind: .configuration,
+            throw StoreAPIError(
+                .play, kind: .configuration,
                 message: "playApi.serviceAccountKey is not set; the Play Developer API needs a service account's JSON key file")
         }
         let key = try ServiceAccountKey.load(path: keyPath)
@@ -55,7 +55,7 @@ public final class GooglePlayClient: Sendable {
     /// `purchases.subscriptionsv2.get`: the SubscriptionPurchaseV2 object for a purchase token.
     ///
     /// `GET {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/subscriptionsv2/tokens/{purchaseToken}`
-    public func subscription(packageName: String, purchaseToken: String) async throws(PlayAPIError) -> JSON {
+    public func subscription(packageName: String, purchaseToken: String) async throws(StoreAPIError) -> JSON {
         try await get(
             ["applications", packageName, "purchases", "subscriptionsv2", "tokens", purchaseToken],
             what: "the subscription purchase", packageName: packageName, purchaseToken: purchaseToken)
@@ -64,8 +64,8 @@ public final class GooglePlayClient: Sendable {
     /// `purchases.products.get`: the ProductPurchase object for a one-time product's purchase token.
     ///
     /// `GET {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/products/{productId}/tokens/{purchaseToken}`
-    public func product(packageName: String, productId: String, purchaseToken: String) async throws(PlayAPIError) -> JSON {
-        guard !productId.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the product id is empty") }
+    public func product(packageName: String, productId: String, purchaseToken: String) async throws(StoreAPIError) -> JSON {
+        guard !productId.isEmpty else { throw StoreAPIError(.play, kind: .rejected, message: "the product id is empty") }
         return try await get(
             ["applications", packageName, "purchases", "products", productId, "tokens", purchaseToken],
             what: "the purchase of product \(productId)", packageName: packageName, purchaseToken: purchaseToken)
@@ -74,21 +74,21 @@ public final class GooglePlayClient: Sendable {
     // MARK: Transport
 
     /// One API GET, with the retries of `.unavailable` failures.
-    private func get(_ segments: [String], what: String, packageName: String, purchaseToken: String) async throws(PlayAPIError) -> JSON {
-        guard !packageName.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the package name is empty") }
-        guard !purchaseToken.isEmpty else { throw PlayAPIError(kind: .rejected, message: "the purchase token is empty") }
+    private func get(_ segments: [String], what: String, packageName: String, purchaseToken: String) async throws(StoreAPIError) -> JSON {
+        guard !packageName.isEmpty else { throw StoreAPIError(.play, kind: .rejected, message: "the package name is empty") }
+        guard !purchaseToken.isEmpty else { throw StoreAPIError(.play, kind: .rejected, message: "the purchase token is empty") }
         let url = baseURL + "/androidpublisher/v3/" + segments.map(PercentEncoding.pathSegment).joined(separator: "/")
         return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
             logger.debug(
                 "Play Developer API call failed; retrying",
                 metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
-        } _: { () async throws(PlayAPIError) in
+        } _: { () async throws(StoreAPIError) in
             try await authorizedGet(url, what: what, packageName: packageName)
         }
     }
 
     /// One attempt: a token, the request, and on 401 a fresh token and the request once more.
-    private func authorizedGet(_ url: String, what: String, packageName: String) async throws(PlayAPIError) -> JSON {
+    private func authorizedGet(_ url: String, what: String, packageName: String) async throws(StoreAPIError) -> JSON {
         let token = try await tokens.token()
         var response = try await send(url, token: token)
         if response.status == 401 {
@@ -101,47 +101,47 @@ public final class GooglePlayClient: Sendable {
         return try document(response, what: what, packageName: packageName)
     }
 
-    private func send(_ url: String, token: AccessTokenSource.AccessToken) async throws(PlayAPIError) -> HTTPClientResponse {
+    private func send(_ url: String, token: AccessTokenSource.AccessToken) async throws(StoreAPIError) -> HTTPClientResponse {
         do {
             return try await http.send("GET", url, headers: [("Authorization", "Bearer \(token.value)"), ("Accept", "application/json")])
         } catch {
-            throw PlayAPIError.transport(error, endpoint: "the Play Developer API at \(baseURL)", setting: "playApi.baseUrl")
+            throw StoreAPIError.transport(error, api: .play, endpoint: "the Play Developer API at \(baseURL)", setting: "playApi.baseUrl")
         }
     }
 
     /// The JSON object of a 2xx answer, or the error its status means.
-    private func document(_ response: HTTPClientResponse, what: String, packageName: String) throws(PlayAPIError) -> JSON {
+    private func document(_ response: HTTPClientResponse, what: String, packageName: String) throws(StoreAPIError) -> JSON {
         let status = response.status
         switch status {
         case 200..<300:
             guard let document = try? JSON.parse(response.body), case .object = document else {
-                throw PlayAPIError(kind: .invalidResponse, message: "\(what) in \(packageName) came back as HTTP \(status) without a JSON object")
+                throw StoreAPIError(.play, kind: .invalidResponse, message: "\(what) in \(packageName) came back as HTTP \(status) without a JSON object")
             }
             return document
         case 404, 410:
-            throw PlayAPIError(
-                kind: .notFound,
+            throw StoreAPIError(
+                .play, kind: .notFound,
                 message: "Google Play does not know the purchase token for \(what) in \(packageName) (HTTP \(status)):"
                     + " it is wrong, belongs to another package, or expired long ago")
         case 401:
-            throw PlayAPIError(
-                kind: .rejected,
+            throw StoreAPIError(
+                .play, kind: .rejected,
                 message: "the Play Developer API refused a fresh access token for \(serviceAccount) (HTTP 401"
                     + Self.googleError(response.body) + "); check that the service account is enabled")
         case 429, 500...:
-            throw PlayAPIError(kind: .unavailable, message: "the Play Developer API answered HTTP \(status) for \(what) in \(packageName)")
+            throw StoreAPIError(.play, kind: .unavailable, message: "the Play Developer API answered HTTP \(status) for \(what) in \(packageName)")
         case 400..<500:
             let hint =
                 status == 403
                 ? "; grant \(serviceAccount) access to \(packageName) in Play Console (Users and permissions)"
                     + " and enable the Google Play Android Developer API in its Cloud project"
                 : ""
-            throw PlayAPIError(
-                kind: .rejected,
+            throw StoreAPIError(
+                .play, kind: .rejected,
                 message: "the Play Developer API refused the request for \(what) in \(packageName) (HTTP \(status)"
                     + Self.googleError(response.body) + ")" + hint)
         default:
-            throw PlayAPIError(kind: .invalidResponse, message: "the Play Developer API answered an unexpected HTTP \(status) for \(what) in \(packageName)")
+            throw StoreAPIError(.play, kind: .invalidResponse, message: "the Play Developer API answered an unexpected HTTP \(status) for \(what) in \(packageName)")
         }
     }
 
@@ -150,8 +150,8 @@ public final class GooglePlayClient: Sendable {
     static func googleError(_ body: [UInt8]) -> String {
         guard let error = (try? JSON.parse(body))?["error"] else { return "" }
         var parts: [String] = []
-        if let status = error["status"]?.stringValue, !status.isEmpty { parts.append(PlayAPIError.excerpt(status)) }
-        if let message = error["message"]?.stringValue, !message.isEmpty { parts.append("\"" + PlayAPIError.excerpt(message) + "\"") }
+        if let status = error["status"]?.stringValue, !status.isEmpty { parts.append(StoreAPIError.excerpt(status)) }
+        if let message = error["message"]?.stringValue, !message.isEmpty { parts.append("\"" + StoreAPIError.excerpt(message) + "\"") }
         return parts.isEmpty ? "" : ", " + parts.joined(separator: ": ")
     }
 }

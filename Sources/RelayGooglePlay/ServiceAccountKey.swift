@@ -14,7 +14,7 @@ struct ServiceAccountKey: Sendable {
 
     /// Reads and validates the key file at `path`. Every failure names the file and the field; none
     /// repeats the file's contents.
-    static func load(path: String) throws(PlayAPIError) -> ServiceAccountKey {
+    static func load(path: String) throws(StoreAPIError) -> ServiceAccountKey {
         let bytes: [UInt8]
         do {
             bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
@@ -55,7 +55,7 @@ struct ServiceAccountKey: Sendable {
         return ServiceAccountKey(clientEmail: clientEmail, privateKeyId: privateKeyId, privateKey: privateKey)
     }
 
-    private static func configuration(_ message: String) -> PlayAPIError {
-        PlayAPIError(kind: .configuration, message: message)
+    private static func configuration(_ message: String) -> StoreAPIError {
+        StoreAPIError(.play, kind: .configuration, message: message)
     }
 }

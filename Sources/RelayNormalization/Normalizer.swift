@@ -51,7 +51,7 @@ public final class Normalizer: Sendable {
     /// Reads the exchange rates and builds a Play Developer API client per app that configures one.
     public init(
         configuration: RelayConfiguration, stateStore: any SubscriptionStateStore, logger: Logger, metrics: any MetricsFactory,
-        playClient: ((RelayConfiguration.PlayAPI) throws(PlayAPIError) -> GooglePlayClient)? = nil
+        playClient: ((RelayConfiguration.PlayAPI) throws(StoreAPIError) -> GooglePlayClient)? = nil
     ) throws(ConfigurationError) {
         self.configuration = configuration
         self.stateStore = stateStore
@@ -59,7 +59,7 @@ public final class Normalizer: Sendable {
         var play: [String: GooglePlayClient] = [:]
         for (index, app) in configuration.apps.enumerated() {
             guard let api = app.google?.playApi else { continue }
-            do throws(PlayAPIError) {
+            do throws(StoreAPIError) {
                 if let playClient {
                     play[app.key] = try playClient(api)
                 } else {
@@ -380,7 +380,7 @@ public final class Normalizer: Sendable {
         case .none:
             return nil
         case .subscription(let token):
-            let purchase = try await playCall(app) { () async throws(PlayAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
+            let purchase = try await playCall(app) { () async throws(StoreAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
             var data = StoreAPIData(subscription: purchase)
             if GoogleMapping.isPurchase(notification), let linked = purchase.text("linkedPurchaseToken"), GoogleMapping.replacedProductId(purchase) == nil {
                 data.replacedProductId = try await replacedProduct(linked, client: client, packageName: packageName, app: app)
@@ -388,7 +388,7 @@ public final class Normalizer: Sendable {
             return data
         case .product(let productId, let token):
             return StoreAPIData(
-                product: try await playCall(app) { () async throws(PlayAPIError) in
+                product: try await playCall(app) { () async throws(StoreAPIError) in
                     try await client.product(packageName: packageName, productId: productId, purchaseToken: token)
                 })
         }
@@ -402,7 +402,7 @@ public final class Normalizer: Sendable {
         let stored = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: token) }
         if let stored { return stored.productId }
         do {
-            let purchase = try await playCall(app) { () async throws(PlayAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
+            let purchase = try await playCall(app) { () async throws(StoreAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
             return GoogleMapping.productId(ofPurchase: purchase)
         } catch {
             if case .rejected(let rejection) = error, rejection.reason == .purchaseNotFound { return nil }
@@ -412,7 +412,7 @@ public final class Normalizer: Sendable {
 
     /// A Play Developer API call, its failure classified: an unknown purchase is rejected; anything else
     /// is tried again later.
-    private func playCall(_ app: RelayConfiguration.App, _ body: () async throws(PlayAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+    private func playCall(_ app: RelayConfiguration.App, _ body: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
         do {
             return try await body()
         } catch {
@@ -444,7 +444,7 @@ public final class Normalizer: Sendable {
             switch error.kind {
             case .notFound:
                 return nil
-            case .rejected, .invalidResponse:
+            case .rejected, .configuration, .invalidResponse:
                 logger.error(
                     "the Stripe API refused the request; retrying until it is fixed",
                     metadata: [LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])

@@ -4,32 +4,6 @@ public import RelayConfig
 public import RelayCore
 public import RelayHTTPClient
 
-/// Why a Stripe API call failed. `isRetriable` says whether trying again later can help. Messages never
-/// contain the secret key.
-public struct StripeAPIError: Error, Sendable, CustomStringConvertible {
-    public enum Kind: String, Sendable {
-        /// Stripe does not know the object (HTTP 404).
-        case notFound = "not_found"
-        /// Stripe refused the key or the request (401, 403, other 4xx): fix `stripe.api`; retrying will not help.
-        case rejected
-        /// Unreachable, timed out, 5xx or 429 after the retries.
-        case unavailable
-        /// Stripe answered something that is not a JSON object.
-        case invalidResponse = "invalid_response"
-    }
-
-    public var kind: Kind
-    public var message: String
-
-    public init(kind: Kind, message: String) {
-        self.kind = kind
-        self.message = message
-    }
-
-    public var isRetriable: Bool { kind == .unavailable }
-    public var description: String { "Stripe API \(kind.rawValue): \(message)" }
-}
-
 /// The few Stripe API reads the normalizer needs, over libcurl with the configured secret key: a
 /// refunded charge with its invoice expanded, which names the subscription and price the refund is of.
 ///
@@ -60,44 +34,39 @@ public final class StripeClient: Sendable {
     }
 
     /// `GET /v1/charges/{id}?expand[]=invoice`: the Charge, its `invoice` an Invoice object (or null).
-    public func charge(_ id: String) async throws(StripeAPIError) -> JSON {
-        guard !id.isEmpty else { throw StripeAPIError(kind: .rejected, message: "the charge id is empty") }
+    public func charge(_ id: String) async throws(StoreAPIError) -> JSON {
+        guard !id.isEmpty else { throw StoreAPIError(.stripe, kind: .rejected, message: "the charge id is empty") }
         let url = baseURL + "/v1/charges/" + PercentEncoding.pathSegment(id) + "?expand%5B%5D=invoice"
         return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
             logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
-        } _: { () async throws(StripeAPIError) in
+        } _: { () async throws(StoreAPIError) in
             try await get(url, what: "charge \(id)")
         }
     }
 
-    private func get(_ url: String, what: String) async throws(StripeAPIError) -> JSON {
+    private func get(_ url: String, what: String) async throws(StoreAPIError) -> JSON {
         let response: HTTPClientResponse
         do {
             response = try await http.send(
                 "GET", url,
                 headers: [("Authorization", "Bearer \(secretKey)"), ("Stripe-Version", Self.apiVersion), ("Accept", "application/json")])
         } catch {
-            switch error.kind {
-            case .invalidRequest:
-                throw StripeAPIError(kind: .rejected, message: "the Stripe API at \(baseURL) cannot be requested (\(error.message)); check stripe.api.baseUrl")
-            case .setup, .connect, .timeout, .transfer, .addressRefused, .aborted:
-                throw StripeAPIError(kind: .unavailable, message: "the Stripe API at \(baseURL) could not be reached (\(error))")
-            }
+            throw StoreAPIError.transport(error, api: .stripe, endpoint: "the Stripe API at \(baseURL)", setting: "stripe.api.baseUrl")
         }
         let status = response.status
         switch status {
         case 200..<300:
             guard let document = try? JSON.parse(response.body), case .object = document else {
-                throw StripeAPIError(kind: .invalidResponse, message: "\(what) came back as HTTP \(status) without a JSON object")
+                throw StoreAPIError(.stripe, kind: .invalidResponse, message: "\(what) came back as HTTP \(status) without a JSON object")
             }
             return document
         case 404:
-            throw StripeAPIError(kind: .notFound, message: "Stripe does not know \(what) (HTTP 404): it belongs to another account or mode")
+            throw StoreAPIError(.stripe, kind: .notFound, message: "Stripe does not know \(what) (HTTP 404): it belongs to another account or mode")
         case 429, 500...:
-            throw StripeAPIError(kind: .unavailable, message: "the Stripe API answered HTTP \(status) for \(what)")
+            throw StoreAPIError(.stripe, kind: .unavailable, message: "the Stripe API answered HTTP \(status) for \(what)")
         default:
             let hint = status == 401 || status == 403 ? "; check stripe.api.secretKey (it needs read access to charges and invoices)" : ""
-            throw StripeAPIError(kind: .rejected, message: "the Stripe API refused the request for \(what) (HTTP \(status))\(hint)")
+            throw StoreAPIError(.stripe, kind: .rejected, message: "the Stripe API refused the request for \(what) (HTTP \(status))\(hint)")
         }
     }
 }

@@ -91,16 +91,16 @@ func playAPI(baseUrl: String, tokenUrl: String, serviceAccountKey: String = "goo
     return try #require(configuration.app("play")?.google?.playApi)
 }
 
-/// Runs `body` and returns the PlayAPIError it threw (nil, recorded as a failure, when it threw none
+/// Runs `body` and returns the StoreAPIError it threw (nil, recorded as a failure, when it threw none
 /// or another error).
-func playAPIError(_ body: () async throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) async -> PlayAPIError? {
+func playAPIError(_ body: () async throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) async -> StoreAPIError? {
     do {
         try await body()
-        Issue.record("expected a PlayAPIError, got success", sourceLocation: sourceLocation)
-    } catch let error as PlayAPIError {
+        Issue.record("expected a StoreAPIError, got success", sourceLocation: sourceLocation)
+    } catch let error as StoreAPIError {
         return error
     } catch {
-        Issue.record("expected a PlayAPIError, got \(error)", sourceLocation: sourceLocation)
+        Issue.record("expected a StoreAPIError, got \(error)", sourceLocation: sourceLocation)
     }
     return nil
 }
