@@ -165,7 +165,7 @@ let package = Package(
         .target(
             name: "RelayNormalization",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayBackend", "RelayGooglePlay", "RelayStripe",
+                "RelayCore", "RelayConfig", "RelayBackend",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
@@ -200,7 +200,7 @@ let package = Package(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
-                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayDelivery", "RelayEmbeddedLog",
+                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayStripe", "RelayDelivery", "RelayEmbeddedLog",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -296,7 +296,7 @@ let package = Package(
         .testTarget(
             name: "RelayNormalizationTests",
             dependencies: [
-                "RelayCrypto", "RelayNormalization", "RelayGooglePlay", "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig",
+                "RelayCrypto", "RelayNormalization", "RelayGooglePlay", "RelayStripe", "RelayBackend", "RelayLocalBackend", "RelayTestSupport", "RelayConfig",
                 "RelayCore", "RelayHTTPClient", "RelayVerification",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -8,7 +8,9 @@ public import RelayKafka
 import RelayEmbeddedLog
 public import RelayBackend
 import RelayLocalBackend
+import RelayGooglePlay
 import RelayNormalization
+import RelayStripe
 import RelayVerification
 import RelayWorker
 import RelayDelivery
@@ -131,7 +133,8 @@ public final class RelayProcess: Sendable {
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
             // The exchange rates and Play API keys are read now too.
             let normalizer = try Normalizer(
-                configuration: configuration, stateStore: stateStore, logger: logger, metrics: metrics)
+                configuration: configuration, stateStore: stateStore, storeAPIs: try StoreAPIs.configured(configuration, logger: logger),
+                logger: logger, metrics: metrics)
             let pipeline = NotificationPipeline(
                 configuration: configuration, verifier: verifier, normalizer: normalizer, producer: try log.producer, logger: logger,
                 metrics: metrics)
@@ -240,5 +243,13 @@ public enum RelaySetupError: Error, CustomStringConvertible {
         case .kafka(let error): "\(error)"
         case .log(let error): "\(error)"
         }
+    }
+}
+
+extension StoreAPIs {
+    /// The real store API clients of the apps that configure them (`google.playApi`, `stripe.api`).
+    public static func configured(_ configuration: RelayConfiguration, logger: Logger) throws(ConfigurationError) -> StoreAPIs {
+        StoreAPIs(
+            play: try GooglePlayClient.clients(for: configuration, logger: logger), stripe: StripeClient.clients(for: configuration, logger: logger))
     }
 }

@@ -163,3 +163,20 @@ enum PlayLogKey {
     static let expiresIn = "play.token_expires_in"
     static let attempt = "attempt"
 }
+
+extension GooglePlayClient: PlayPurchases {
+    /// A client for each app that configures `google.playApi`, by app key. A missing or unusable key
+    /// file is a configuration error naming the app's key.
+    public static func clients(for configuration: RelayConfiguration, logger: Logger) throws(ConfigurationError) -> [String: any PlayPurchases] {
+        var clients: [String: any PlayPurchases] = [:]
+        for (index, app) in configuration.apps.enumerated() {
+            guard let api = app.google?.playApi else { continue }
+            do throws(StoreAPIError) {
+                clients[app.key] = try GooglePlayClient(configuration: api, logger: logger)
+            } catch {
+                throw ConfigurationError(key: "apps[\(index)].google.playApi", message: error.message)
+            }
+        }
+        return clients
+    }
+}

@@ -4,8 +4,6 @@ public import Logging
 import RelayBackend
 public import RelayConfig
 public import RelayCore
-public import RelayGooglePlay
-import RelayStripe
 
 /// Why a verified notification produced no events.
 public enum NormalizationError: Error, Sendable, CustomStringConvertible {
@@ -43,38 +41,22 @@ public final class Normalizer: Sendable {
     private let configuration: RelayConfiguration
     private let stateStore: any SubscriptionStateStore
     private let rates: ExchangeRates
-    private let play: [String: GooglePlayClient]
-    private let stripe: [String: StripeClient]
+    private let play: [String: any PlayPurchases]
+    private let stripe: [String: any StripeCharges]
     private let logger: Logger
     private let counters: Counters
 
-    /// Reads the exchange rates and builds a Play Developer API client per app that configures one.
+    /// Reads the exchange rates. `storeAPIs` are the Play Developer API and Stripe API clients of the
+    /// apps that configure them (`GooglePlayClient.clients(for:)`, `StripeClient.clients(for:)`).
     public init(
-        configuration: RelayConfiguration, stateStore: any SubscriptionStateStore, logger: Logger, metrics: any MetricsFactory,
-        playClient: ((RelayConfiguration.PlayAPI) throws(StoreAPIError) -> GooglePlayClient)? = nil
+        configuration: RelayConfiguration, stateStore: any SubscriptionStateStore, storeAPIs: StoreAPIs, logger: Logger,
+        metrics: any MetricsFactory
     ) throws(ConfigurationError) {
         self.configuration = configuration
         self.stateStore = stateStore
         self.rates = try ExchangeRates.load(path: configuration.money.exchangeRates)
-        var play: [String: GooglePlayClient] = [:]
-        for (index, app) in configuration.apps.enumerated() {
-            guard let api = app.google?.playApi else { continue }
-            do throws(StoreAPIError) {
-                if let playClient {
-                    play[app.key] = try playClient(api)
-                } else {
-                    play[app.key] = try GooglePlayClient(configuration: api, logger: logger)
-                }
-            } catch {
-                throw ConfigurationError(key: "apps[\(index)].google.playApi", message: error.message)
-            }
-        }
-        self.play = play
-        var stripe: [String: StripeClient] = [:]
-        for app in configuration.apps {
-            if let api = app.stripe?.api { stripe[app.key] = StripeClient(configuration: api, logger: logger) }
-        }
-        self.stripe = stripe
+        self.play = storeAPIs.play
+        self.stripe = storeAPIs.stripe
         self.logger = logger
         self.counters = Counters(metrics)
     }
@@ -396,7 +378,7 @@ public final class Normalizer: Sendable {
 
     /// The product of the purchase a plan change replaced: its stored state's, else the Play Developer
     /// API's; nil when Google no longer knows it (the new purchase still counts).
-    private func replacedProduct(_ token: String, client: GooglePlayClient, packageName: String, app: RelayConfiguration.App)
+    private func replacedProduct(_ token: String, client: any PlayPurchases, packageName: String, app: RelayConfiguration.App)
         async throws(NormalizationError) -> String?
     {
         let stored = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: token) }
@@ -436,7 +418,7 @@ public final class Normalizer: Sendable {
     // MARK: Stripe API
 
     /// The refunded charge with its invoice; nil when Stripe does not know it (the refund then stands alone).
-    private func fetchCharge(_ id: String, client: StripeClient, app: RelayConfiguration.App) async throws(NormalizationError) -> JSON? {
+    private func fetchCharge(_ id: String, client: any StripeCharges, app: RelayConfiguration.App) async throws(NormalizationError) -> JSON? {
         do {
             return try await client.charge(id)
         } catch {

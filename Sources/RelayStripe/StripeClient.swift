@@ -70,3 +70,14 @@ public final class StripeClient: Sendable {
         }
     }
 }
+
+extension StripeClient: StripeCharges {
+    /// A client for each app that configures `stripe.api`, by app key.
+    public static func clients(for configuration: RelayConfiguration, logger: Logger) -> [String: any StripeCharges] {
+        var clients: [String: any StripeCharges] = [:]
+        for app in configuration.apps {
+            if let api = app.stripe?.api { clients[app.key] = StripeClient(configuration: api, logger: logger) }
+        }
+        return clients
+    }
+}

@@ -68,8 +68,8 @@ struct Inspect: AsyncParsableCommand {
         do {
             verifier = try NotificationVerifier(configuration: configuration, logger: logger)
             normalizer = try Normalizer(
-                configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: logger,
-                metrics: NOOPMetricsHandler.instance)
+                configuration: configuration, stateStore: StatelessStateStore(configuration: configuration),
+                storeAPIs: try StoreAPIs.configured(configuration, logger: logger), logger: logger, metrics: NOOPMetricsHandler.instance)
         } catch {
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
             throw Exit.badConfiguration

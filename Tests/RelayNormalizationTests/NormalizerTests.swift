@@ -78,7 +78,7 @@ import Testing
         ]
         let notification = VerifiedNotification(store: .stripe, app: "demo", payload: event, notificationId: "evt_hostile", type: "customer.subscription.created")
         let normalizer = try Normalizer(
-            configuration: try Fixtures.configuration(), stateStore: StatelessStateStore(configuration: try Fixtures.configuration()),
+            configuration: try Fixtures.configuration(), stateStore: StatelessStateStore(configuration: try Fixtures.configuration()), storeAPIs: try testStoreAPIs(try Fixtures.configuration()),
             logger: testLogger(), metrics: NOOPMetricsHandler.instance)
         let events = try await normalizer.normalize(notification, receivedAt: 1_893_456_001_000)
         #expect(events.first?.type == .initialPurchase)
@@ -136,7 +136,7 @@ import Testing
     @Test func anAuthenticAppleTransactionWithoutItsKeysIsRejectedNotDropped() async throws {
         let configuration = try Fixtures.configuration()
         let normalizer = try Normalizer(
-            configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: testLogger(),
+            configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(),
             metrics: NOOPMetricsHandler.instance)
         for (originalTransactionId, productId, missing) in [("", "com.example.pro.monthly", "originalTransactionId"), ("1000", "", "productId")] {
             let payload: JSON = [
@@ -165,7 +165,7 @@ import Testing
     @Test func aGoogleAppWithoutPlayAPIRejectsWithAReasonThatSaysSo() async throws {
         let configuration = try Fixtures.configuration()  // its Google app has no playApi
         let normalizer = try Normalizer(
-            configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: testLogger(),
+            configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(),
             metrics: NOOPMetricsHandler.instance)
         do {
             _ = try await normalizer.normalize(googleNotification(), receivedAt: 1_893_456_001_000)
@@ -196,7 +196,7 @@ import Testing
             let configuration = try RelayConfiguration.load(path: Self.root.appendingPathComponent(file).path, environment: environment)
             #expect(configuration.money.exchangeRates != nil, "\(file) names no exchange rates")
             _ = try Normalizer(
-                configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), logger: testLogger(),
+                configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(),
                 metrics: NOOPMetricsHandler.instance)
         }
     }

@@ -6,6 +6,7 @@ import RelayConfig
 import RelayCore
 import RelayGooglePlay
 import RelayLocalBackend
+import RelayStripe
 @testable import RelayNormalization
 import RelayTestSupport
 import RelayVerification
@@ -186,7 +187,7 @@ final class ScenarioHarness: Sendable {
             metrics: NOOPMetricsHandler.instance)
         verifier = try NotificationVerifier(configuration: configuration, logger: testLogger())
         normalizer = try Normalizer(
-            configuration: configuration, stateStore: BackendStateStore(client: client), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+            configuration: configuration, stateStore: BackendStateStore(client: client), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
     }
 
     func stop() async {
@@ -270,4 +271,12 @@ final class ScenarioHarness: Sendable {
         case .paddle: Timestamp.milliseconds(notification["occurred_at"]?.stringValue)
         }
     }
+}
+
+/// The real store API clients of `configuration` (pointed at the tests' fake servers), as the relay
+/// builds them.
+func testStoreAPIs(_ configuration: RelayConfiguration) throws -> StoreAPIs {
+    StoreAPIs(
+        play: try GooglePlayClient.clients(for: configuration, logger: testLogger()),
+        stripe: StripeClient.clients(for: configuration, logger: testLogger()))
 }
