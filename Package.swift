@@ -165,7 +165,7 @@ let package = Package(
         .target(
             name: "RelayNormalization",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayBackend",
+                "RelayCore", "RelayConfig",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -6,34 +6,6 @@ public import RelayCore
 public import RelayHTTPClient
 import Synchronization
 
-/// Why a backend call failed. `isRetriable` says whether trying again later can help.
-public struct BackendError: Error, Sendable, CustomStringConvertible {
-    public enum Kind: String, Sendable {
-        /// The backend has no such artifact (an application's product mapping).
-        case notFound = "not_found"
-        /// The API key was refused: fix `backend.apiKey`.
-        case unauthorized
-        /// The backend refused the request as malformed: a bug or a contract mismatch.
-        case badRequest = "bad_request"
-        /// The backend answered something the contract does not allow.
-        case invalidResponse = "invalid_response"
-        /// Unreachable, timed out, 5xx or 429 after the retries.
-        case unavailable
-    }
-
-    public var kind: Kind
-    public var message: String
-    /// How long the backend asked the client to wait (`Retry-After`), when it did.
-    var retryAfter: Duration?
-
-    public init(kind: Kind, message: String) {
-        self.kind = kind
-        self.message = message
-    }
-    public var isRetriable: Bool { kind == .unavailable }
-    public var description: String { "backend \(kind.rawValue): \(message)" }
-}
-
 /// The backend's base URL, known at once or once a local backend listens (dev binds port 0).
 public typealias BackendAddress = Eventual<String>
 
@@ -141,13 +113,7 @@ public final class BackendClient: Sendable {
         }
     }
 
-    public enum WriteResult: Sendable, Equatable {
-        case written(SubscriptionState)
-        /// 412: someone else wrote first; read again and re-apply.
-        case versionMismatch
-        /// 409: the stored state is from a newer notification.
-        case stale(current: SubscriptionState)
-    }
+    public typealias WriteResult = StateWriteResult
 
     /// Writes `state` if the stored version is still `ifMatch` (0 when none existed).
     public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> WriteResult {

@@ -5,7 +5,7 @@ public import Logging
 import NIOCore
 public import RelayBackend
 public import RelayConfig
-import RelayCore
+public import RelayCore
 
 /// The local backend (`revenue-relay run --role backend`, and inside `dev`): the four routes of
 /// docs/contracts.md (Backend API) over SQLite. Products come from the configuration's `apps[].products`; subscription state

@@ -1,5 +1,4 @@
 import Foundation
-import RelayBackend
 import RelayCore
 
 /// App Store Server Notifications V2 → standardized events and state. The decoded payload carries the

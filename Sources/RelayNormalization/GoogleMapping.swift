@@ -1,5 +1,4 @@
 import Foundation
-import RelayBackend
 import RelayCore
 
 /// Google Play Real-time developer notifications → standardized events and state. The notification

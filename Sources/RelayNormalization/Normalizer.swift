@@ -1,7 +1,6 @@
 public import CoreMetrics
 import Foundation
 public import Logging
-import RelayBackend
 public import RelayConfig
 public import RelayCore
 

@@ -1,5 +1,4 @@
 import Foundation
-import RelayBackend
 import RelayCore
 
 /// Paddle Billing events → standardized events and state. Paddle sends a subscription's whole current

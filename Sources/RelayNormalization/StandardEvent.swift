@@ -1,4 +1,3 @@
-import RelayBackend
 public import RelayCore
 
 /// The standardized event types (docs/contracts.md, the standardized event).

@@ -1,5 +1,4 @@
 import Foundation
-import RelayBackend
 import RelayConfig
 import RelayCore
 

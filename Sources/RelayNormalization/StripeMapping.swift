@@ -1,5 +1,4 @@
 import Foundation
-import RelayBackend
 import RelayCore
 
 /// Stripe Billing events → standardized events and state. Subscriptions are keyed by their id; a

@@ -86,16 +86,6 @@ import Testing
         #expect(events.first?.data["expirationAt"] == .null)
     }
 
-    @Test func otherSubscriptionsAreReadFromSDKShapedCustomerInfoToo() {
-        let entry: JSON = ["productIdentifier": "price_pro_monthly", "store": "STRIPE", "isActive": true, "originalTransactionId": "sub_x"]
-        let state = BackendStateStore.sdkSubscription(entry)
-        #expect(state?.store == .stripe)
-        #expect(state?.productId == "price_pro_monthly")
-        #expect(state?.originalTransactionId == "sub_x")
-        #expect(BackendStateStore.sdkSubscription(["productId": "p", "store": "AMAZON"]) == nil)
-        #expect(BackendStateStore.sdkSubscription(["store": "APP_STORE"]) == nil)
-    }
-
     func googleNotification(token: String = "token-n") -> VerifiedNotification {
         let notification: JSON = [
             "version": "1.0", "packageName": "com.example.app", "eventTimeMillis": "1893456000000",

@@ -1,5 +1,3 @@
-public import RelayCore
-
 /// The backend's value per subscription (`{store}/{originalTransactionId}`): who owns it, what it is,
 /// whether it gives access, and which notification last changed it. The wire form is a JSON object
 /// with these field names (the PUT body and GET response of docs/contracts.md, Backend API).

@@ -1,17 +1,4 @@
-public import RelayBackend
-public import RelayConfig
 public import RelayCore
-
-/// Where the normalizer reads and writes subscription state: the backend (the worker), or nothing at
-/// all (`inspect`: no prior state, products from the configuration).
-public protocol SubscriptionStateStore: Sendable {
-    func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping
-    func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState?
-    func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult
-    /// The user's other subscriptions that give access now (their entitlements add to the user's status).
-    func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
-        -> [SubscriptionState]
-}
 
 /// The worker's state store: the backend client (docs/contracts.md, Backend API).
 public struct BackendStateStore: SubscriptionStateStore {
@@ -69,24 +56,3 @@ public struct BackendStateStore: SubscriptionStateStore {
     }
 }
 
-/// `inspect`'s state store: no prior state, nothing written, products from the configuration.
-public struct StatelessStateStore: SubscriptionStateStore {
-    private let configuration: RelayConfiguration
-
-    public init(configuration: RelayConfiguration) {
-        self.configuration = configuration
-    }
-
-    public func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping {
-        let products = configuration.apps.first { $0.applicationId == applicationId }?.products ?? []
-        return ProductMapping(products: products.map { ProductMapping.Product(productId: $0.productId, store: $0.store, entitlements: $0.entitlements) })
-    }
-
-    public func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? { nil }
-
-    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult { .written(state) }
-
-    public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
-        -> [SubscriptionState]
-    { [] }
-}

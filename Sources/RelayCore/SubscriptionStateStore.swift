@@ -1,0 +1,48 @@
+/// Why a backend call failed. `isRetriable` says whether trying again later can help.
+public struct BackendError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        /// The backend has no such artifact (an application's product mapping).
+        case notFound = "not_found"
+        /// The API key was refused: fix `backend.apiKey`.
+        case unauthorized
+        /// The backend refused the request as malformed: a bug or a contract mismatch.
+        case badRequest = "bad_request"
+        /// The backend answered something the contract does not allow.
+        case invalidResponse = "invalid_response"
+        /// Unreachable, timed out, 5xx or 429 after the retries.
+        case unavailable
+    }
+
+    public var kind: Kind
+    public var message: String
+    /// How long the backend asked the client to wait (`Retry-After`), when it did.
+    public var retryAfter: Duration?
+
+    public init(kind: Kind, message: String) {
+        self.kind = kind
+        self.message = message
+    }
+    public var isRetriable: Bool { kind == .unavailable }
+    public var description: String { "backend \(kind.rawValue): \(message)" }
+}
+
+/// What a conditional write of a subscription state did.
+public enum StateWriteResult: Sendable, Equatable {
+    case written(SubscriptionState)
+    /// 412: someone else wrote first; read again and re-apply.
+    case versionMismatch
+    /// 409: the stored state is from a newer notification.
+    case stale(current: SubscriptionState)
+}
+
+/// Where the normalizer reads and writes subscription state: the backend (the worker), or nothing at
+/// all (`inspect`: no prior state, products from the configuration).
+public protocol SubscriptionStateStore: Sendable {
+    func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping
+    func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState?
+    func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult
+    /// The user's other subscriptions that give access now (their entitlements add to the user's status).
+    func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
+        -> [SubscriptionState]
+}
+
