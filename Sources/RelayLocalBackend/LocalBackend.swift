@@ -3,7 +3,6 @@ import HTTPTypes
 public import Hummingbird
 public import Logging
 import NIOCore
-public import RelayBackend
 public import RelayConfig
 public import RelayCore
 

@@ -3,7 +3,6 @@ import GRDB
 import Logging
 import RelaySQLite
 import Synchronization
-public import RelayBackend
 public import RelayCore
 
 /// The local backend's SQLite database (GRDB, WAL): one row per subscription holding its state as
