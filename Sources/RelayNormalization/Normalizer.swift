@@ -39,7 +39,7 @@ public final class Normalizer: Sendable {
 
     private let configuration: RelayConfiguration
     private let stateStore: any SubscriptionStateStore
-    private let rates: ExchangeRates
+    private let events: EventBuilder
     private let play: [String: any PlayPurchases]
     private let stripe: [String: any StripeCharges]
     private let logger: Logger
@@ -53,11 +53,13 @@ public final class Normalizer: Sendable {
     ) throws(ConfigurationError) {
         self.configuration = configuration
         self.stateStore = stateStore
-        self.rates = try ExchangeRates.load(path: configuration.money.exchangeRates)
+        let counters = Counters(metrics)
+        self.events = EventBuilder(
+            money: configuration.money, rates: try ExchangeRates.load(path: configuration.money.exchangeRates), counters: counters, logger: logger)
         self.play = storeAPIs.play
         self.stripe = storeAPIs.stripe
         self.logger = logger
-        self.counters = Counters(metrics)
+        self.counters = counters
     }
 
     /// The standardized events of one verified notification; `receivedAt` is its `relay-received-at`.
@@ -84,7 +86,7 @@ public final class Normalizer: Sendable {
         guard first.subject != nil || !first.events.isEmpty else { return [] }
         let mapping = try await backend { () async throws(BackendError) in try await stateStore.productMapping(applicationId: app.applicationId) }
         guard var subject = first.subject else {
-            return build(first, input: input, subject: nil, prior: nil, after: nil, others: [], mapping: mapping)
+            return events.build(first, input: input, subject: nil, prior: nil, after: nil, others: [], mapping: mapping)
         }
         // A Stripe refund names its charge, not the subscription it paid for: unless the charge is a one-time
         // purchase the relay keys by its PaymentIntent, Stripe's API says which subscription (when configured).
@@ -112,7 +114,7 @@ public final class Normalizer: Sendable {
                 replay.api = context.api
                 let again = mapAgainst(replay, prior: context.prior)
                 let after = merge(context.prior, again) ?? context.prior
-                return build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
+                return events.build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
             }
             if !fetched {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
@@ -143,7 +145,7 @@ public final class Normalizer: Sendable {
                 next = state
             }
             guard var state = next else {
-                return build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
+                return events.build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
             }
             if let id = notification.notificationId {
                 let context = AppliedContext(
@@ -154,7 +156,7 @@ public final class Normalizer: Sendable {
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
             switch written {
             case .written:
-                return build(result, input: input, subject: subject, prior: current, after: state, others: others, mapping: mapping)
+                return events.build(result, input: input, subject: subject, prior: current, after: state, others: others, mapping: mapping)
             case .versionMismatch, .stale:
                 counters.writeConflicts.increment()
                 continue
@@ -240,113 +242,6 @@ public final class Normalizer: Sendable {
                     amount: draft.amount.map { "\($0.value)" }, currency: draft.amount?.currency))
         }
         if state.transactions.count > transactionLimit { state.transactions = Array(state.transactions.suffix(transactionLimit)) }
-    }
-
-    // MARK: Events
-
-    private func build(
-        _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
-        mapping: ProductMapping
-    ) -> [StandardEvent] {
-        let notification = input.notification
-        let store = notification.store
-        let storeName = ProductMapping.storeName(store)
-        let base = notification.notificationId.map { "\(store.rawValue):\($0)" } ?? "\(store.rawValue):\(subject ?? "-"):\(result.eventTime)"
-        let before = SubscriptionStatus(entitlements: others + (prior.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
-        let status = SubscriptionStatus(entitlements: others + (after.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
-        let appUserId = after?.originalAppUserId ?? result.appUserId
-        let source: JSON = [
-            "store": .string(store.rawValue), "notificationId": notification.notificationId.map(JSON.string) ?? .null,
-            "type": notification.type.map(JSON.string) ?? .null, "subtype": notification.subtype.map(JSON.string) ?? .null,
-        ]
-        let eventSubject = subject ?? after?.originalTransactionId ?? base
-        // A notification that names neither a known subscription nor a user (a stand-alone Stripe
-        // refund) cannot say the user's status: the SDK's UNKNOWN, not a made-up INACTIVE.
-        let statusJSON: JSON = after == nil && prior == nil && appUserId == nil ? ["status": "UNKNOWN", "entitlements": []] : status.json
-        var events: [StandardEvent] = []
-        for draft in result.events {
-            let id = "\(draft.idBase ?? base):\(draft.type.rawValue)"
-            let productEntitlements = entitlements(of: draft.productId, store: store, states: [after, prior], mapping: mapping)
-            let money = MoneyFields.compute(
-                amount: draft.amount ?? (draft.movesMoney ? nil : .some(Amount(0, "USD"))), earnings: draft.earnings,
-                taxPercentage: draft.taxPercentage,
-                storeName: storeName, money: configuration.money, rates: rates)
-            if let missing = money.missingRate { countMissingRate(missing, event: id) }
-            let data: [String: JSON] = [
-                "id": .string(id), "name": .string(draft.type.rawValue),
-                "cancelReason": draft.cancelReason.map(JSON.string) ?? .null,
-                "expirationReason": draft.expirationReason.map(JSON.string) ?? .null,
-                "exchangeRate": draft.amount == nil ? .null : money.exchangeRate?.json ?? .null, "isSmallBusiness": .bool(money.isSmallBusiness),
-                "periodType": .string(draft.periodType.rawValue), "countryCode": draft.countryCode.map(JSON.string) ?? .null,
-                "price": money.price?.json ?? .null, "proceeds": money.proceeds?.json ?? .null,
-                "priceInPurchasedCurrency": money.priceInPurchasedCurrency?.json ?? .null,
-                "currencyCode": draft.amount == nil ? .null : money.currencyCode.map(JSON.string) ?? .null,
-                "taxPercentage": money.taxPercentage?.json ?? .null, "commissionPercentage": money.commissionPercentage.json,
-                "takehomePercentage": money.takehomePercentage.json, "offerCode": draft.offerCode.map(JSON.string) ?? .null,
-                "isFamilyShare": .bool(draft.isFamilyShare), "expirationAt": draft.expirationAt.map(JSON.integer) ?? .null,
-                "transactionId": draft.transactionId.map(JSON.string) ?? .null, "originalTransactionId": .string(eventSubject),
-                "originalAppUserId": appUserId.map(JSON.string) ?? .null, "store": .string(storeName),
-                "purchasedAt": draft.purchasedAt.map(JSON.integer) ?? .null, "productId": draft.productId.map(JSON.string) ?? .null,
-                "environment": .string(result.environment), "isTrialConversion": .bool(draft.isTrialConversion),
-                "newProductId": draft.newProductId.map(JSON.string) ?? .null, "bundleId": result.bundleId.map(JSON.string) ?? .null,
-                "ts": .integer(result.eventTime), "sdkEvents": .array(draft.sdkEvents.map(JSON.string)),
-                "entitlements": SubscriptionStatus.entitlementList(productEntitlements), "subscriptionStatus": statusJSON,
-                "gracePeriodExpiresAt": draft.gracePeriodExpiresAt.map(JSON.integer) ?? .null, "source": source,
-            ]
-            events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
-        }
-        if before != status, let user = (after ?? prior)?.entitlementUserIds.first ?? appUserId {
-            let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue)"
-            let data: [String: JSON] = [
-                "id": .string(id), "name": .string(EventType.subscriptionStatusDidChange.rawValue), "appUserId": .string(user),
-                "originalAppUserId": appUserId.map(JSON.string) ?? .null, "from": before.json, "to": status.json,
-                "store": .string(storeName), "environment": .string(result.environment), "originalTransactionId": .string(eventSubject),
-                "productId": (after ?? prior).map { JSON.string($0.productId) } ?? .null, "ts": .integer(result.eventTime),
-                "sdkEvents": [.string(SDKEvent.subscriptionStatusDidChange)],
-                "entitlements": SubscriptionStatus.entitlementList(status.entitlements), "subscriptionStatus": status.json, "source": source,
-            ]
-            events.append(
-                event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
-        }
-        for event in events {
-            counters.events.increment([("store", store.rawValue), ("type", event.type.rawValue)])
-        }
-        return events
-    }
-
-    private func event(
-        _ type: EventType, id: String, subject: String, environment: String, app: RelayConfiguration.App, receivedAt: Int64, data: [String: JSON]
-    ) -> StandardEvent {
-        StandardEvent(
-            type: type, id: id, subject: subject, environment: environment,
-            payload: [
-                "object": "event", "type": .string(type.rawValue), "projectId": .integer(Int64(app.projectId)),
-                "applicationId": .integer(Int64(app.applicationId)), "timestamp": .integer(receivedAt), "data": .object(data),
-            ])
-    }
-
-    /// The entitlements of an event's product: a state's (after, then before the notification) when it
-    /// is that product, so its product group counts too (a product change's old price mapped through
-    /// its product); else the product's own mapping entry.
-    private func entitlements(of productId: String?, store: Store, states: [SubscriptionState?], mapping: ProductMapping) -> [String] {
-        guard let productId else { return [] }
-        if let state = states.compactMap({ $0 }).first(where: { $0.productId == productId }) { return mapping.entitlements(of: state).sorted() }
-        if store == .google, let colon = productId.firstIndex(of: ":") {
-            // `productId:basePlanId`: the specific entry wins over the subscription's.
-            return mapping.entitlements(
-                store: store, productId: String(productId[..<colon]), basePlanId: String(productId[productId.index(after: colon)...])
-            ).sorted()
-        }
-        return mapping.entitlements(store: store, productId: productId).sorted()
-    }
-
-    private func countMissingRate(_ currency: String, event: String) {
-        // The label comes from the payload: only currency-shaped codes become label values.
-        let label = currency.count == 3 && currency.allSatisfy { $0.isASCII && $0.isUppercase } ? currency : "other"
-        counters.exchangeRateMissing.increment([("currency", label)])
-        logger.warning(
-            "no exchange rate for the purchase currency; price, proceeds and exchangeRate are null",
-            metadata: ["currency": "\(currency)", "event.id": "\(event)"])
     }
 
     // MARK: Google Play Developer API
@@ -493,8 +388,8 @@ struct AppliedContext {
     }
 }
 
-/// The normalizer's metrics, each made once.
-private struct Counters: Sendable {
+/// The normalizer's metrics, each made once (the event builder counts events and missing rates).
+struct Counters: Sendable {
     let unmapped: LabeledCounters
     let writeConflicts: LabeledCounters
     let events: LabeledCounters

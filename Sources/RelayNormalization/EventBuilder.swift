@@ -1,0 +1,121 @@
+import Logging
+import RelayConfig
+import RelayCore
+
+/// The standardized events of one applied notification, from its mapping and the subscription's state
+/// before and after: each drafted event as a payload (money in USD, the product's entitlements, the
+/// user's status), and `subscription_status_did_change` when the user's access changed. Pure but for
+/// its counters and the warning about a missing exchange rate; the normalizer's read-map-write loop
+/// calls it once the state is durable.
+struct EventBuilder: Sendable {
+    let money: RelayConfiguration.Money
+    let rates: ExchangeRates
+    let counters: Counters
+    let logger: Logger
+
+
+    func build(
+        _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
+        mapping: ProductMapping
+    ) -> [StandardEvent] {
+        let notification = input.notification
+        let store = notification.store
+        let storeName = ProductMapping.storeName(store)
+        let base = notification.notificationId.map { "\(store.rawValue):\($0)" } ?? "\(store.rawValue):\(subject ?? "-"):\(result.eventTime)"
+        let before = SubscriptionStatus(entitlements: others + (prior.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
+        let status = SubscriptionStatus(entitlements: others + (after.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
+        let appUserId = after?.originalAppUserId ?? result.appUserId
+        let source: JSON = [
+            "store": .string(store.rawValue), "notificationId": notification.notificationId.map(JSON.string) ?? .null,
+            "type": notification.type.map(JSON.string) ?? .null, "subtype": notification.subtype.map(JSON.string) ?? .null,
+        ]
+        let eventSubject = subject ?? after?.originalTransactionId ?? base
+        // A notification that names neither a known subscription nor a user (a stand-alone Stripe
+        // refund) cannot say the user's status: the SDK's UNKNOWN, not a made-up INACTIVE.
+        let statusJSON: JSON = after == nil && prior == nil && appUserId == nil ? ["status": "UNKNOWN", "entitlements": []] : status.json
+        var events: [StandardEvent] = []
+        for draft in result.events {
+            let id = "\(draft.idBase ?? base):\(draft.type.rawValue)"
+            let productEntitlements = entitlements(of: draft.productId, store: store, states: [after, prior], mapping: mapping)
+            let money = MoneyFields.compute(
+                amount: draft.amount ?? (draft.movesMoney ? nil : .some(Amount(0, "USD"))), earnings: draft.earnings,
+                taxPercentage: draft.taxPercentage,
+                storeName: storeName, money: money, rates: rates)
+            if let missing = money.missingRate { countMissingRate(missing, event: id) }
+            let data: [String: JSON] = [
+                "id": .string(id), "name": .string(draft.type.rawValue),
+                "cancelReason": draft.cancelReason.map(JSON.string) ?? .null,
+                "expirationReason": draft.expirationReason.map(JSON.string) ?? .null,
+                "exchangeRate": draft.amount == nil ? .null : money.exchangeRate?.json ?? .null, "isSmallBusiness": .bool(money.isSmallBusiness),
+                "periodType": .string(draft.periodType.rawValue), "countryCode": draft.countryCode.map(JSON.string) ?? .null,
+                "price": money.price?.json ?? .null, "proceeds": money.proceeds?.json ?? .null,
+                "priceInPurchasedCurrency": money.priceInPurchasedCurrency?.json ?? .null,
+                "currencyCode": draft.amount == nil ? .null : money.currencyCode.map(JSON.string) ?? .null,
+                "taxPercentage": money.taxPercentage?.json ?? .null, "commissionPercentage": money.commissionPercentage.json,
+                "takehomePercentage": money.takehomePercentage.json, "offerCode": draft.offerCode.map(JSON.string) ?? .null,
+                "isFamilyShare": .bool(draft.isFamilyShare), "expirationAt": draft.expirationAt.map(JSON.integer) ?? .null,
+                "transactionId": draft.transactionId.map(JSON.string) ?? .null, "originalTransactionId": .string(eventSubject),
+                "originalAppUserId": appUserId.map(JSON.string) ?? .null, "store": .string(storeName),
+                "purchasedAt": draft.purchasedAt.map(JSON.integer) ?? .null, "productId": draft.productId.map(JSON.string) ?? .null,
+                "environment": .string(result.environment), "isTrialConversion": .bool(draft.isTrialConversion),
+                "newProductId": draft.newProductId.map(JSON.string) ?? .null, "bundleId": result.bundleId.map(JSON.string) ?? .null,
+                "ts": .integer(result.eventTime), "sdkEvents": .array(draft.sdkEvents.map(JSON.string)),
+                "entitlements": SubscriptionStatus.entitlementList(productEntitlements), "subscriptionStatus": statusJSON,
+                "gracePeriodExpiresAt": draft.gracePeriodExpiresAt.map(JSON.integer) ?? .null, "source": source,
+            ]
+            events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
+        }
+        if before != status, let user = (after ?? prior)?.entitlementUserIds.first ?? appUserId {
+            let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue)"
+            let data: [String: JSON] = [
+                "id": .string(id), "name": .string(EventType.subscriptionStatusDidChange.rawValue), "appUserId": .string(user),
+                "originalAppUserId": appUserId.map(JSON.string) ?? .null, "from": before.json, "to": status.json,
+                "store": .string(storeName), "environment": .string(result.environment), "originalTransactionId": .string(eventSubject),
+                "productId": (after ?? prior).map { JSON.string($0.productId) } ?? .null, "ts": .integer(result.eventTime),
+                "sdkEvents": [.string(SDKEvent.subscriptionStatusDidChange)],
+                "entitlements": SubscriptionStatus.entitlementList(status.entitlements), "subscriptionStatus": status.json, "source": source,
+            ]
+            events.append(
+                event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
+        }
+        for event in events {
+            counters.events.increment([("store", store.rawValue), ("type", event.type.rawValue)])
+        }
+        return events
+    }
+
+    private func event(
+        _ type: EventType, id: String, subject: String, environment: String, app: RelayConfiguration.App, receivedAt: Int64, data: [String: JSON]
+    ) -> StandardEvent {
+        StandardEvent(
+            type: type, id: id, subject: subject, environment: environment,
+            payload: [
+                "object": "event", "type": .string(type.rawValue), "projectId": .integer(Int64(app.projectId)),
+                "applicationId": .integer(Int64(app.applicationId)), "timestamp": .integer(receivedAt), "data": .object(data),
+            ])
+    }
+
+    /// The entitlements of an event's product: a state's (after, then before the notification) when it
+    /// is that product, so its product group counts too (a product change's old price mapped through
+    /// its product); else the product's own mapping entry.
+    private func entitlements(of productId: String?, store: Store, states: [SubscriptionState?], mapping: ProductMapping) -> [String] {
+        guard let productId else { return [] }
+        if let state = states.compactMap({ $0 }).first(where: { $0.productId == productId }) { return mapping.entitlements(of: state).sorted() }
+        if store == .google, let colon = productId.firstIndex(of: ":") {
+            // `productId:basePlanId`: the specific entry wins over the subscription's.
+            return mapping.entitlements(
+                store: store, productId: String(productId[..<colon]), basePlanId: String(productId[productId.index(after: colon)...])
+            ).sorted()
+        }
+        return mapping.entitlements(store: store, productId: productId).sorted()
+    }
+
+    private func countMissingRate(_ currency: String, event: String) {
+        // The label comes from the payload: only currency-shaped codes become label values.
+        let label = currency.count == 3 && currency.allSatisfy { $0.isASCII && $0.isUppercase } ? currency : "other"
+        counters.exchangeRateMissing.increment([("currency", label)])
+        logger.warning(
+            "no exchange rate for the purchase currency; price, proceeds and exchangeRate are null",
+            metadata: ["currency": "\(currency)", "event.id": "\(event)"])
+    }
+}
