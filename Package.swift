@@ -320,6 +320,14 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "RelayLocalBackendTests",
+            dependencies: [
+                "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "RelayWorkerTests",
             dependencies: ["RelayWorker", "RelayNormalization", "RelayConfig", "RelayCore"],
             swiftSettings: swiftSettings

@@ -64,24 +64,18 @@ final class TestBackend: Sendable {
     }
 }
 
-func state(_ id: String = "1000", user: String? = "user-1", product: String = "com.example.pro.monthly", status: SubscriptionState.Status = .active,
-           expiresAt: Int64? = 4_000_000_000_000, at time: Int64 = 1_000) -> SubscriptionState {
-    SubscriptionState(
-        store: .apple, originalTransactionId: id, applicationId: 7, originalAppUserId: user, appUserIds: user.map { [$0] } ?? [],
-        productId: product, status: status, expiresAt: expiresAt, environment: "SANDBOX", lastTransactionId: "t-\(time)", sourceTimestamp: time)
-}
 
 @Suite struct BackendClientTests {
     @Test func roundTripsStateWithVersions() async throws {
         let backend = try await TestBackend()
         let client = backend.client()
         #expect(try await client.subscription(store: .apple, originalTransactionId: "1000") == nil)
-        guard case .written(let first) = try await client.write(state(), ifMatch: 0) else { Issue.record("not written"); return }
+        guard case .written(let first) = try await client.write(testSubscriptionState(), ifMatch: 0) else { Issue.record("not written"); return }
         #expect(first.version == 1)
         let read = try await client.subscription(store: .apple, originalTransactionId: "1000")
         #expect(read == first)
         // An id with characters that would change the path stays one segment.
-        var odd = state("a/b c?d")
+        var odd = testSubscriptionState("a/b c?d")
         odd.originalAppUserId = nil
         odd.appUserIds = []
         #expect(try await client.write(odd, ifMatch: 0) == .written({ var s = odd; s.version = 1; return s }()))
@@ -99,12 +93,12 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
     @Test func aLateWriterGets412AndUpdateReappliesOnTheNewState() async throws {
         let backend = try await TestBackend()
         let client = backend.client()
-        _ = try await client.write(state(), ifMatch: 0)
+        _ = try await client.write(testSubscriptionState(), ifMatch: 0)
         // Two writers read version 1; the first wins, the second is told to re-read.
-        var a = state(at: 2_000)
+        var a = testSubscriptionState(at: 2_000)
         a.autoRenew = false
         #expect(try await client.write(a, ifMatch: 1) != .versionMismatch)
-        #expect(try await client.write(state(at: 3_000), ifMatch: 1) == .versionMismatch)
+        #expect(try await client.write(testSubscriptionState(at: 3_000), ifMatch: 1) == .versionMismatch)
         let outcome = try await client.update(store: .apple, originalTransactionId: "1000") { current in
             guard var next = current else { return nil }
             next.sourceTimestamp = 3_000
@@ -122,7 +116,7 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
     @Test func manyParallelWritersLoseNoUpdate() async throws {
         let backend = try await TestBackend()
         let client = backend.client()
-        _ = try await client.write(state(), ifMatch: 0)
+        _ = try await client.write(testSubscriptionState(), ifMatch: 0)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<20 {
                 group.addTask {
@@ -144,12 +138,12 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
     @Test func writesNeverGoBackInSourceTime() async throws {
         let backend = try await TestBackend()
         let client = backend.client()
-        _ = try await client.write(state(status: .active, at: 5_000), ifMatch: 0)
-        let outcome = try await client.update(store: .apple, originalTransactionId: "1000") { _ in state(status: .expired, at: 4_000) }
+        _ = try await client.write(testSubscriptionState(status: .active, at: 5_000), ifMatch: 0)
+        let outcome = try await client.update(store: .apple, originalTransactionId: "1000") { _ in testSubscriptionState(status: .expired, at: 4_000) }
         guard case .stale(let current) = outcome else { Issue.record("\(outcome)"); return }
         #expect(current.status == .active)
         // The backend refuses it too, whoever asks.
-        guard case .stale = try await client.write(state(status: .expired, at: 4_000), ifMatch: 1) else { Issue.record("not stale"); return }
+        guard case .stale = try await client.write(testSubscriptionState(status: .expired, at: 4_000), ifMatch: 1) else { Issue.record("not stale"); return }
         #expect(try await client.subscription(store: .apple, originalTransactionId: "1000")?.status == .active)
         await backend.stop()
     }
@@ -158,8 +152,8 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         let now: Int64 = 2_000_000_000_000
         let backend = try await TestBackend(clock: { now })
         let client = backend.client()
-        _ = try await client.write(state("expired-one", product: "com.example.plus", expiresAt: now - 1), ifMatch: 0)
-        _ = try await client.write(state("active-one", product: "com.example.pro.monthly", expiresAt: now + 86_400_000), ifMatch: 0)
+        _ = try await client.write(testSubscriptionState("expired-one", product: "com.example.plus", expiresAt: now - 1), ifMatch: 0)
+        _ = try await client.write(testSubscriptionState("active-one", product: "com.example.pro.monthly", expiresAt: now + 86_400_000), ifMatch: 0)
         let document = try #require(try await client.entitlements(appUserId: "user-1"))
         #expect(document["entitlements"] == [["identifier": "pro", "type": "SERVICE_LEVEL"]])
         let info = try #require(document["customerInfo"])
@@ -172,14 +166,14 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         #expect(nobody["entitlements"] == [])
         #expect(nobody["customerInfo"] == ["subscriptions": [], "nonSubscriptions": [], "entitlements": []])
         // A subscription without an app user id belongs to its anonymous id.
-        _ = try await client.write(state("anon", user: nil), ifMatch: 0)
+        _ = try await client.write(testSubscriptionState("anon", user: nil), ifMatch: 0)
         #expect(try await client.entitlements(appUserId: "$RelayAnonymous:apple:anon")?["entitlements"]?.arrayValue?.count == 1)
         await backend.stop()
     }
 
     @Test func persistsAcrossRestart() async throws {
         let first = try await TestBackend()
-        _ = try await first.client().write(state(), ifMatch: 0)
+        _ = try await first.client().write(testSubscriptionState(), ifMatch: 0)
         await first.stop()
         let second = try await TestBackend(database: first.database)
         #expect(try await second.client().subscription(store: .apple, originalTransactionId: "1000")?.version == 1)
@@ -197,7 +191,7 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         // Bad requests get 400 with a JSON error.
         let http = HTTPClient()
         let path = "\(backend.url)/subscriptions-api/internal/v1/subscriptions/apple/1000"
-        let noIfMatch = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key")], body: state().json.serialized())
+        let noIfMatch = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key")], body: testSubscriptionState().json.serialized())
         #expect(noIfMatch.status == 400)
         #expect(try JSON.parse(noIfMatch.body)["error"] == "bad_request")
         let badBody = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key"), ("If-Match", "0")], body: Array(#"{"store":"apple"}"#.utf8))
@@ -283,20 +277,20 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
         let stateProperties = try #require(((schemas["SubscriptionState"] as? [String: Any])?["properties"] as? [String: Any])?.keys)
-        #expect(Set(stateProperties) == Set(state().json.objectValue!.keys))
+        #expect(Set(stateProperties) == Set(testSubscriptionState().json.objectValue!.keys))
 
         let backend = try await TestBackend()
         let http = HTTPClient()
         let auth = ("Authorization", "Bearer test-key")
-        _ = try await backend.client().write(state(), ifMatch: 0)
+        _ = try await backend.client().write(testSubscriptionState(), ifMatch: 0)
         let calls: [(method: String, template: String, url: String, headers: [(String, String)], body: [UInt8]?)] = [
             ("get", "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}", "/config-api/read/v1-application-id/7/entitlements/1", [auth], nil),
             ("get", "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}", "/config-api/read/v1-application-id/8/entitlements/1", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [], nil),
-            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], state(at: 2_000).json.serialized()),
-            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], state(at: 3_000).json.serialized()),
-            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "2")], state(at: 1).json.serialized()),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], testSubscriptionState(at: 2_000).json.serialized()),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], testSubscriptionState(at: 3_000).json.serialized()),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "2")], testSubscriptionState(at: 1).json.serialized()),
             ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/user-1/entitlements", [auth], nil),
             ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/nobody/entitlements", [auth], nil),
         ]
@@ -314,81 +308,3 @@ func state(_ id: String = "1000", user: String? = "user-1", product: String = "c
 }
 
 /// The local backend's database: group-committed writes, each still checked against its own version.
-@Suite struct SubscriptionDatabaseTests {
-    @Test func concurrentWritesAreCommittedTogetherAndEachIsCheckedAgainstItsVersion() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
-        let database = try SubscriptionDatabase(path: path)
-        // Durable on power loss, not only on a crash: the writer's commits are fsynced.
-        #expect(try database.commitsAreSynced())
-
-        // 40 writers at once: 20 create distinct subscriptions, 20 race to create the same one.
-        let outcomes = try await withThrowingTaskGroup(of: (String, SubscriptionDatabase.WriteOutcome).self) { group in
-            for index in 0..<20 {
-                group.addTask { ("own", try await database.write(state("own-\(index)", user: "owner-\(index)", at: 1_000), ifMatch: 0)) }
-                group.addTask { ("shared", try await database.write(state("shared", user: "user-\(index)", at: 1_000), ifMatch: 0)) }
-            }
-            return try await group.reduce(into: [(String, SubscriptionDatabase.WriteOutcome)]()) { $0.append($1) }
-        }
-        let own = outcomes.filter { $0.0 == "own" }.map(\.1)
-        #expect(own.allSatisfy { if case .written(let stored) = $0 { stored.version == 1 } else { false } })
-        let shared = outcomes.filter { $0.0 == "shared" }.map(\.1)
-        let written = shared.compactMap { outcome -> SubscriptionState? in if case .written(let stored) = outcome { stored } else { nil } }
-        #expect(written.count == 1)
-        // The others were told who won, and nothing of theirs was stored.
-        #expect(shared.filter { if case .versionMismatch(let current) = $0 { current?.version == 1 } else { false } }.count == 19)
-        let stored = try await database.subscription(store: .apple, originalTransactionId: "shared")
-        #expect(stored == written.first)
-        #expect(try await database.subscriptions(ofUser: written.first!.originalAppUserId!).map(\.originalTransactionId) == ["shared"])
-
-        // A later write moves the version on, once per write.
-        guard case .written(let second) = try await database.write(state("shared", at: 2_000), ifMatch: 1) else {
-            Issue.record("not written")
-            return
-        }
-        #expect(second.version == 2)
-        // One write that fails (its stored row no longer decodes) fails alone; the writes committed with it land.
-        let raw = try DatabaseQueue(path: path)
-        try await raw.write { db in try db.execute(sql: "UPDATE subscription SET state = '{\"broken\": true}' WHERE original_transaction_id = 'own-3'") }
-        let mixed = await withTaskGroup(of: (String, Bool).self) { group in
-            group.addTask { ("own-3", (try? await database.write(state("own-3", user: "owner-3", at: 3_000), ifMatch: 1)) != nil) }
-            for index in 20..<40 {
-                group.addTask { ("own-\(index)", (try? await database.write(state("own-\(index)", user: "owner-\(index)", at: 3_000), ifMatch: 0)) != nil) }
-            }
-            return await group.reduce(into: [String: Bool]()) { $0[$1.0] = $1.1 }
-        }
-        #expect(mixed["own-3"] == false)
-        #expect(mixed.filter { $0.key != "own-3" }.values.allSatisfy { $0 }, "\(mixed.filter { !$0.value })")
-
-        // A user's other subscriptions leave out the one named.
-        #expect(try await database.subscriptions(ofUser: "owner-1").map(\.originalTransactionId) == ["own-1"])
-        #expect(try await database.subscriptions(ofUser: "owner-1", excluding: (.apple, "own-1")).isEmpty)
-    }
-}
-
-/// The in-process backend checks a state without a JSON round trip: the check must agree with the decoder.
-@Suite struct StorageProblemTests {
-    @Test func aStateHasAStorageProblemExactlyWhenItsJSONWouldNotDecode() {
-        var broken: [SubscriptionState] = []
-        var emptyId = state()
-        emptyId.originalTransactionId = ""
-        broken.append(emptyId)
-        var emptyProduct = state()
-        emptyProduct.productId = ""
-        broken.append(emptyProduct)
-        var emptyNotification = state()
-        emptyNotification.recentNotifications = [.init(id: "", context: .null)]
-        broken.append(emptyNotification)
-        var emptyTransaction = state()
-        emptyTransaction.transactions = [.init(id: "", productId: "p", purchasedAt: nil, periodType: .normal)]
-        broken.append(emptyTransaction)
-        for candidate in broken {
-            #expect(candidate.storageProblem != nil)
-            #expect((try? SubscriptionState(json: candidate.json)) == nil)
-        }
-        var fine = state()
-        fine.recentNotifications = [.init(id: "n-1", context: .null)]
-        fine.transactions = [.init(id: "t-1", productId: "", purchasedAt: nil, periodType: .normal)]
-        #expect(fine.storageProblem == nil)
-        #expect((try? SubscriptionState(json: fine.json)) != nil)
-    }
-}

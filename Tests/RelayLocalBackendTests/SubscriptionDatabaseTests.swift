@@ -1,0 +1,60 @@
+import Foundation
+import GRDB
+import RelayConfig
+import RelayCore
+import RelayLocalBackend
+import RelayTestSupport
+import Testing
+
+@Suite struct SubscriptionDatabaseTests {
+    @Test func concurrentWritesAreCommittedTogetherAndEachIsCheckedAgainstItsVersion() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
+        let database = try SubscriptionDatabase(path: path)
+        // Durable on power loss, not only on a crash: the writer's commits are fsynced.
+        #expect(try database.commitsAreSynced())
+
+        // 40 writers at once: 20 create distinct subscriptions, 20 race to create the same one.
+        let outcomes = try await withThrowingTaskGroup(of: (String, SubscriptionDatabase.WriteOutcome).self) { group in
+            for index in 0..<20 {
+                group.addTask { ("own", try await database.write(testSubscriptionState("own-\(index)", user: "owner-\(index)", at: 1_000), ifMatch: 0)) }
+                group.addTask { ("shared", try await database.write(testSubscriptionState("shared", user: "user-\(index)", at: 1_000), ifMatch: 0)) }
+            }
+            return try await group.reduce(into: [(String, SubscriptionDatabase.WriteOutcome)]()) { $0.append($1) }
+        }
+        let own = outcomes.filter { $0.0 == "own" }.map(\.1)
+        #expect(own.allSatisfy { if case .written(let stored) = $0 { stored.version == 1 } else { false } })
+        let shared = outcomes.filter { $0.0 == "shared" }.map(\.1)
+        let written = shared.compactMap { outcome -> SubscriptionState? in if case .written(let stored) = outcome { stored } else { nil } }
+        #expect(written.count == 1)
+        // The others were told who won, and nothing of theirs was stored.
+        #expect(shared.filter { if case .versionMismatch(let current) = $0 { current?.version == 1 } else { false } }.count == 19)
+        let stored = try await database.subscription(store: .apple, originalTransactionId: "shared")
+        #expect(stored == written.first)
+        #expect(try await database.subscriptions(ofUser: written.first!.originalAppUserId!).map(\.originalTransactionId) == ["shared"])
+
+        // A later write moves the version on, once per write.
+        guard case .written(let second) = try await database.write(testSubscriptionState("shared", at: 2_000), ifMatch: 1) else {
+            Issue.record("not written")
+            return
+        }
+        #expect(second.version == 2)
+        // One write that fails (its stored row no longer decodes) fails alone; the writes committed with it land.
+        let raw = try DatabaseQueue(path: path)
+        try await raw.write { db in try db.execute(sql: "UPDATE subscription SET state = '{\"broken\": true}' WHERE original_transaction_id = 'own-3'") }
+        let mixed = await withTaskGroup(of: (String, Bool).self) { group in
+            group.addTask { ("own-3", (try? await database.write(testSubscriptionState("own-3", user: "owner-3", at: 3_000), ifMatch: 1)) != nil) }
+            for index in 20..<40 {
+                group.addTask { ("own-\(index)", (try? await database.write(testSubscriptionState("own-\(index)", user: "owner-\(index)", at: 3_000), ifMatch: 0)) != nil) }
+            }
+            return await group.reduce(into: [String: Bool]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(mixed["own-3"] == false)
+        #expect(mixed.filter { $0.key != "own-3" }.values.allSatisfy { $0 }, "\(mixed.filter { !$0.value })")
+
+        // A user's other subscriptions leave out the one named.
+        #expect(try await database.subscriptions(ofUser: "owner-1").map(\.originalTransactionId) == ["own-1"])
+        #expect(try await database.subscriptions(ofUser: "owner-1", excluding: (.apple, "own-1")).isEmpty)
+    }
+}
+
+/// The in-process backend checks a state without a JSON round trip: the check must agree with the decoder.
