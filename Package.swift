@@ -320,6 +320,15 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "RelayIngestTests",
+            dependencies: [
+                "RelayIngest", "RelayEmbeddedLog", "RelayTestSupport", "RelayConfig", "RelayCore",
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "RelayLocalBackendTests",
             dependencies: [
                 "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore",
