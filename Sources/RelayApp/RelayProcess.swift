@@ -59,7 +59,7 @@ public final class RelayProcess: Sendable {
         } catch let error as ConfigurationError {
             throw .configuration(error)
         } catch {
-            throw .kafka(KafkaError(code: "SETUP", reason: "\(error)", isRetriable: false))
+            throw .kafka(KafkaError(code: .setup, reason: "\(error)", isRetriable: false))
         }
     }
 

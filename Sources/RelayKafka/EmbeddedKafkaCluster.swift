@@ -20,7 +20,7 @@ public final class EmbeddedKafkaCluster: @unchecked Sendable {
         try config.set("log_level", "4")
         let owner = try RDKafkaClient.make(kind: .producer, config: config, events: RDKafkaEvents(logger: logger))
         guard let cluster = rd_kafka_mock_cluster_new(owner.pointer, Int32(brokers)) else {
-            throw KafkaError(code: "MOCK_CLUSTER", reason: "librdkafka could not start the embedded cluster", isRetriable: false)
+            throw KafkaError(code: .mockCluster, reason: "librdkafka could not start the embedded cluster", isRetriable: false)
         }
         self.owner = owner
         self.cluster = cluster

@@ -83,11 +83,11 @@ public final class KafkaProducer: RecordProducer, Sendable {
                 if let error { continuation.resume(throwing: error) }
             }
         } catch let error as KafkaError {
-            Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code)], factory: metrics)
+            Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code.name)], factory: metrics)
                 .increment()
             throw error
         } catch {
-            throw KafkaError(code: "UNKNOWN", reason: "\(error)", isRetriable: false)
+            throw KafkaError(code: .unknown, reason: "\(error)", isRetriable: false)
         }
         acknowledgedCounter(record.topic).increment()
         return RecordPosition(topic: result.topic, partition: result.partition, offset: result.offset)
@@ -120,12 +120,12 @@ public final class KafkaProducer: RecordProducer, Sendable {
             }
         } catch let error as KafkaError {
             for record in records {
-                Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code)], factory: metrics)
+                Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code.name)], factory: metrics)
                     .increment()
             }
             throw error
         } catch {
-            throw KafkaError(code: "UNKNOWN", reason: "\(error)", isRetriable: false)
+            throw KafkaError(code: .unknown, reason: "\(error)", isRetriable: false)
         }
         for record in records { acknowledgedCounter(record.topic).increment() }
         return positions
@@ -145,7 +145,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
         closing.withLock { isClosing -> KafkaError? in
             if isClosing { return .closed }
             guard let headers = rd_kafka_headers_new(record.headers.count) else {
-                return KafkaError(code: "ALLOCATION", reason: "could not allocate record headers", isRetriable: true)
+                return KafkaError(code: .allocation, reason: "could not allocate record headers", isRetriable: true)
             }
             for header in record.headers {
                 header.value.withUnsafeBytes { value in

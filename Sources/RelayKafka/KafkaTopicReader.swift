@@ -48,7 +48,7 @@ public final class KafkaTopicReader: Sendable {
         var expected: Int64 = 0
         let watermarks = try Self.partitionEnds(client: client, topic: topic, milliseconds: milliseconds, servers: configuration.bootstrapServers)
         guard let list = rd_kafka_topic_partition_list_new(Int32(watermarks.count)) else {
-            throw KafkaError(code: "ALLOCATION", reason: "could not allocate a partition list", isRetriable: true)
+            throw KafkaError(code: .allocation, reason: "could not allocate a partition list", isRetriable: true)
         }
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for watermark in watermarks {
@@ -132,7 +132,7 @@ public final class KafkaTopicReader: Sendable {
     /// Each partition of `topic` with its low and high watermarks, from the metadata and offset queries.
     static func partitionEnds(client: RDKafkaClient, topic: String, milliseconds: Int32, servers: String) throws(KafkaError) -> [PartitionEnd] {
         guard let handle = rd_kafka_topic_new(client.pointer, topic, nil) else {
-            throw KafkaError(code: "TOPIC", reason: "could not open topic \(topic)", isRetriable: false)
+            throw KafkaError(code: .topic, reason: "could not open topic \(topic)", isRetriable: false)
         }
         defer { rd_kafka_topic_destroy(handle) }
         var metadata: UnsafePointer<rd_kafka_metadata>?
@@ -178,7 +178,7 @@ public final class KafkaTopicReader: Sendable {
         let milliseconds = Int32(clamping: timeout.wholeMilliseconds)
         let partitions = try partitionEnds(client: client, topic: topic, milliseconds: milliseconds, servers: configuration.bootstrapServers)
         guard let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else {
-            throw KafkaError(code: "ALLOCATION", reason: "could not allocate a partition list", isRetriable: true)
+            throw KafkaError(code: .allocation, reason: "could not allocate a partition list", isRetriable: true)
         }
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for partition in partitions { rd_kafka_topic_partition_list_add(list, topic, partition.partition) }
