@@ -225,12 +225,6 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
     }
 }
 
-extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t {
-    var elements: UnsafeMutableBufferPointer<rd_kafka_topic_partition_t> {
-        UnsafeMutableBufferPointer(start: pointee.elems, count: Int(pointee.cnt))
-    }
-}
-
 /// Where the poll thread puts the records it hands out: the `records` stream, or a `consume(_:)`
 /// handler called on the poll thread. Stopping a handler waits for a call in progress, so none runs
 /// once `stop()` returned.

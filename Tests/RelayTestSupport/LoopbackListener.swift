@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import Synchronization
 
 /// A TCP socket listening on 127.0.0.1 on a port the kernel chose, accepting on its own thread, for
