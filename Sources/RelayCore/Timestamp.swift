@@ -1,4 +1,10 @@
 /// RFC 3339 timestamps (`2030-01-01T00:00:00.123456Z`, `+02:00` offsets) as Unix milliseconds.
+///
+/// Hand-parsed rather than through Foundation's `Date.ISO8601FormatStyle`, because it runs for every
+/// delivery record (its attempt and due times) and many store payloads: measured in a release build on
+/// this project's 2-core VM, 65–74 ns per parse here against 540–555 ns with
+/// `ISO8601FormatStyle(includingFractionalSeconds: true).parse`, with the same results on the
+/// timestamps the relay reads.
 public enum Timestamp {
     public static func milliseconds(_ text: String?) -> Int64? {
         guard let text else { return nil }
