@@ -31,24 +31,28 @@ public struct AppleVerifier: Sendable {
     private let trust: TrustStore
     private let cache: AppleChainCache
 
-    /// - Parameter chainCacheCapacity: verified chains kept (0 disables the cache, as the uncached benchmark does).
-    public init(app: String, configuration: RelayConfiguration.Apple, chainCacheCapacity: Int = 64) throws(ConfigurationError) {
+    /// - Parameters:
+    ///   - configurationKey: where `configuration` is in the file (`apps[0].apple`), for errors' keys.
+    ///   - chainCacheCapacity: verified chains kept (0 disables the cache, as the uncached benchmark does).
+    public init(
+        app: String, configuration: RelayConfiguration.Apple, configurationKey: String = "apple", chainCacheCapacity: Int = 64
+    ) throws(ConfigurationError) {
         var roots: [Certificate] = []
         for path in configuration.rootCertificates {
             do {
                 roots += try Certificate.load(contentsOf: path)
             } catch {
-                throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "\(path): \(error)")
+                throw ConfigurationError(key: "\(configurationKey).rootCertificates", message: "\(path): \(error)")
             }
         }
         // Only apps that take signed environments need a root; Xcode/LocalTesting data is unsigned.
         guard !roots.isEmpty || Set(configuration.environments).isSubset(of: Self.unsignedEnvironments) else {
-            throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "at least one root certificate is required (Apple Root CA - G3 for Sandbox and Production)")
+            throw ConfigurationError(key: "\(configurationKey).rootCertificates", message: "at least one root certificate is required (Apple Root CA - G3 for Sandbox and Production)")
         }
         do {
             self.trust = try TrustStore(roots: roots)
         } catch {
-            throw ConfigurationError(key: "apps.\(app).apple.rootCertificates", message: "\(error)")
+            throw ConfigurationError(key: "\(configurationKey).rootCertificates", message: "\(error)")
         }
         self.app = app
         self.bundleId = configuration.bundleId
@@ -77,7 +81,7 @@ public struct AppleVerifier: Sendable {
         }
         if environment == "Production" {
             guard let configured = appAppleId else {
-                throw Rejection(.wrongAppAppleId, "Production notifications need apps.\(app).apple.appAppleId to be configured")
+                throw Rejection(.wrongAppAppleId, "Production notifications need apple.appAppleId configured for app \(app)")
             }
             guard identity.appAppleId == configured else {
                 throw Rejection(

@@ -76,11 +76,11 @@ public struct GoogleVerifier: Sendable {
         }
         let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
         guard audiences.contains(configuration.pushAudience) else {
-            throw Rejection(.wrongAudience, "push token aud \(audiences) is not apps.\(app).google.pushAudience")
+            throw Rejection(.wrongAudience, "push token aud \(audiences) is not google.pushAudience of app \(app)")
         }
         let email = claims["email"]?.stringValue
         guard email == configuration.pushServiceAccount else {
-            throw Rejection(.wrongServiceAccount, "push token email \(email.map { "\"\($0)\"" } ?? "missing") is not apps.\(app).google.pushServiceAccount")
+            throw Rejection(.wrongServiceAccount, "push token email \(email.map { "\"\($0)\"" } ?? "missing") is not google.pushServiceAccount of app \(app)")
         }
         let verified = claims["email_verified"]?.boolValue ?? (claims["email_verified"]?.stringValue == "true")
         guard verified else { throw Rejection(.wrongServiceAccount, "push token email is not verified (email_verified is not true)") }

@@ -26,7 +26,7 @@ public final class NotificationVerifier: Sendable {
         var apps: [String: AppVerifiers] = [:]
         // Apps that name the same key source share one cache of it.
         var keySets: [String: GoogleKeySet] = [:]
-        for app in configuration.apps {
+        for (index, app) in configuration.apps.enumerated() {
             var verifiers = AppVerifiers()
             if let apple = app.apple {
                 let unsigned = AppleVerifier.unsignedEnvironments.intersection(apple.environments)
@@ -35,7 +35,8 @@ public final class NotificationVerifier: Sendable {
                         "app accepts unsigned Apple data: anyone can post it; never list these environments in production",
                         metadata: ["app": "\(app.key)", "environments": "\(unsigned.sorted().joined(separator: ","))"])
                 }
-                verifiers.apple = try AppleVerifier(app: app.key, configuration: apple, chainCacheCapacity: chainCacheCapacity)
+                verifiers.apple = try AppleVerifier(
+                    app: app.key, configuration: apple, configurationKey: "apps[\(index)].apple", chainCacheCapacity: chainCacheCapacity)
             }
             if let google = app.google {
                 let keys: GoogleKeySet
@@ -46,7 +47,7 @@ public final class NotificationVerifier: Sendable {
                         keys = try GoogleKeySet(
                             source: GoogleKeySet.Source(google.jwks), httpClient: httpClient, refetchInterval: keyRefetchInterval, logger: logger)
                     } catch {
-                        throw ConfigurationError(key: "apps.\(app.key).google.jwks", message: "\(error)")
+                        throw ConfigurationError(key: "apps[\(index)].google.jwks", message: "\(error)")
                     }
                     keySets[google.jwks] = keys
                 }

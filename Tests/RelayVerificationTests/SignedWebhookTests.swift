@@ -162,7 +162,7 @@ import Testing
             yaml: "apps: [{ key: demo, projectId: 1, applicationId: 1, apple: { bundleId: b, environments: [Sandbox], rootCertificates: [\"\(file.path)\"] } }]",
             baseDirectory: "/", environment: [:])
         #expect { _ = try NotificationVerifier(configuration: configuration, logger: testLogger()) } throws: {
-            ($0 as? ConfigurationError)?.key == "apps.demo.apple.rootCertificates"
+            ($0 as? ConfigurationError)?.key == "apps[0].apple.rootCertificates"
         }
     }
 }
