@@ -83,7 +83,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The backend contract (docs/contracts.md, Backend API): the subscription state model and the client the worker uses.
+        // The backend API's client (docs/contracts.md, Backend API), and the worker's state store over it.
         .target(
             name: "RelayBackend",
             dependencies: [
@@ -171,7 +171,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Webhook delivery: endpoint fan-out, Standard Webhooks signing.
+        // Webhook delivery: Standard Webhooks signing, sending, retries, dead letters, replay.
         .target(
             name: "RelayDelivery",
             dependencies: [

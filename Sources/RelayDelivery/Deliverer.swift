@@ -146,6 +146,10 @@ public final class Deliverer: Service {
             group.addTask { [self] in await runCommitter() }
             await deliverUntilShutdown()
             commitQueue.finish()
+            // The drain gave the writes their time; one still retrying (the log down) is cancelled, so its
+            // delivery stays not done and goes out again after the restart, rather than holding the
+            // shutdown of everything behind the deliverer.
+            group.cancelAll()
         }
         await engine.close()
         await consumer.close()

@@ -43,7 +43,8 @@ public struct HTTPTransferResult: Sendable {
 /// Many concurrent HTTP transfers over one libcurl multi handle, driven by one dedicated OS thread
 /// (never Swift's cooperative pool): connections are kept alive and reused across transfers, HTTP/2 is
 /// used where a TLS endpoint offers it (and multiplexed), redirects are never followed, only `http` and
-/// `https` are spoken, TLS peers are verified, and proxies from the environment are ignored.
+/// `https` are spoken, TLS peers are verified, and proxies from the environment are ignored unless the
+/// configuration says otherwise.
 ///
 /// An optional address check runs on every new connection, on the address the socket is about to
 /// connect to (after DNS, so a name that resolves differently later cannot slip past it); a refused
@@ -64,6 +65,10 @@ public final class HTTPTransferEngine: Sendable {
         public var userAgent: String = "revenue-relay"
         /// Lower-case names of the response headers to keep; nil keeps all (at most 100).
         public var keptResponseHeaders: Set<String>?
+        /// Whether `http_proxy`, `https_proxy` and `no_proxy` from the environment are ignored. True for
+        /// webhooks (the address check must see the endpoint's own address); API clients use the proxy
+        /// an operator set.
+        public var ignoresEnvironmentProxies = true
 
         public init() {}
     }
@@ -520,12 +525,12 @@ private final class TransferLoop: @unchecked Sendable {
             relay_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https"),
             relay_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0),
             relay_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
-            relay_curl_setopt_string(handle, CURLOPT_PROXY, ""),
             relay_curl_setopt_long(handle, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS),
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1),
             relay_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2),
             relay_curl_setopt_long(handle, CURLOPT_TCP_NODELAY, 1),
         ]
+        if configuration.ignoresEnvironmentProxies { codes.append(relay_curl_setopt_string(handle, CURLOPT_PROXY, "")) }
         // Every socket through them: the address check, close-on-exec, and epoll registrations that
         // end before the socket does.
         codes.append(relay_curl_setopt_opensocket_function(handle, engineOpenSocket))
@@ -559,7 +564,8 @@ private final class TransferLoop: @unchecked Sendable {
                 var connects = 0
                 _ = relay_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
                 result.response = HTTPClientResponse(
-                    status: status, headers: transfer.response.headers, body: transfer.response.body, newConnections: connects)
+                    status: status, headers: transfer.response.headers, body: transfer.response.body, newConnections: connects,
+                    bodyTruncated: transfer.response.truncated)
             } else if let refusal = transfer.refusal {
                 result.error = HTTPClientError(kind: .addressRefused, message: refusal)
             } else {

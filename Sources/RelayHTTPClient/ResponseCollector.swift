@@ -35,9 +35,13 @@ final class ResponseCollector {
         }
     }
 
+    /// Whether body bytes beyond `maxBody` arrived (and were discarded).
+    var truncated = false
+
     func addBody(_ bytes: UnsafeRawBufferPointer) {
         let room = maxBody - body.count
         if room > 0 { body.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes.prefix(room))) }
+        if bytes.count > room { truncated = true }
     }
 }
 

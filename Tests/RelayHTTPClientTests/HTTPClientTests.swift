@@ -35,6 +35,30 @@ import Testing
         await server.stop()
     }
 
+    @Test func requestsBeyondTheBoundWaitBeforeTheirTimeoutStarts() async throws {
+        // Two at a time, each answered after 700 ms, six requests: the last pair starts after 1.4 s. Their
+        // 2 s timeout counts from their start, so all succeed (waiting inside libcurl, they would time out).
+        let server = try await TestHTTPServer { _ in
+            try? await Task.sleep(for: .milliseconds(700))
+            return TestHTTPResponse(text: "ok")
+        }
+        let client = HTTPClient(timeout: .seconds(2), maxConcurrentTransfers: 2)
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<6 { group.addTask { try await client.send("GET", "\(server.baseURL)/\(index)").status } }
+            for try await status in group { #expect(status == 200) }
+        }
+        await server.stop()
+    }
+
+    @Test func aResponseLongerThanTheClientKeepsIsAnErrorNotACutDocument() async throws {
+        let server = try await TestHTTPServer { _ in TestHTTPResponse(body: [UInt8](repeating: 32, count: 16 * 1024 * 1024 + 10)) }
+        let client = HTTPClient()
+        await #expect { _ = try await client.send("GET", "\(server.baseURL)/big") } throws: { error in
+            (error as? HTTPClientError)?.kind == .transfer && "\(error)".contains("longer than")
+        }
+        await server.stop()
+    }
+
     @Test func connectionErrorsAreTypedAndRetriable() async throws {
         let client = HTTPClient(connectTimeout: .seconds(2), timeout: .seconds(5))
         // Port 9 (discard) on loopback: nothing listens there in a test environment.
