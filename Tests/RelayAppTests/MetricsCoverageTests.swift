@@ -137,30 +137,15 @@ import Testing
     /// An ingest and a worker on the embedded log whose remote backend answers 503.
     static func workerAgainstAnUnreachableBackend() async throws -> Set<String> {
         let backend = try await TestHTTPServer { _ in TestHTTPResponse(status: 503) }
-        var configuration = try TestRelay.configuration()
-        configuration.log.kind = .embedded
-        configuration.log.path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-log")).path
-        configuration.backend.url = backend.baseURL
-        configuration.shutdownTimeout = .seconds(2)
-        let process = try RelayProcess(configuration: configuration, roles: [.ingest, .worker], logger: testLogger(), installSignalHandlers: false)
-        let run = Task { try await process.run() }
-        let base = "http://127.0.0.1:\(await process.waitForHTTPPort())"
-        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30))
-        let now = Int64(Date().timeIntervalSince1970)
-        let body = ShutdownTests.stripeEvent(now: now)
-        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
-        let posted = try await http.send(
-            "POST", base + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", signature)],
-            body: Array(body.utf8))
-        #expect(posted.status == 200)
+        let relay = try await IngestAndWorker.start(backendURL: backend.baseURL)
+        #expect(try await postSignedStripeSubscription(to: relay.base, http: relay.http) == 200)
         let names = LockedBox<Set<String>>([])
         try await waitUntil("the worker's retry metrics") {
-            let now = emitted(try await http.send("GET", base + "/metrics").bodyText)
+            let now = emitted(try await relay.get("/metrics").bodyText)
             names.withLock { $0 = now }
             return now.contains("relay_worker_retries_total") && now.contains("relay_backend_errors_total")
         }
-        await process.triggerGracefulShutdown()
-        try await run.value
+        try await relay.stop()
         await backend.stop()
         return names.value
     }

@@ -57,13 +57,7 @@ import Testing
         }
         let ingest = String(ingestLine.dropFirst("ingest: ".count))
         let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30))
-        let now = Int64(Date().timeIntervalSince1970)
-        let body = Self.stripeEvent(now: now)
-        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
-        let posted = try await http.send(
-            "POST", ingest + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", signature)],
-            body: Array(body.utf8))
-        #expect(posted.status == 200)
+        #expect(try await postSignedStripeSubscription(to: ingest, http: http) == 200)
         try await waitUntil("the webhook transfer reached the endpoint", timeout: .seconds(60)) { silent.connections.load(ordering: .relaxed) > 0 }
 
         let signalled = ContinuousClock.now

@@ -225,38 +225,21 @@ import Testing
         // The status every backend call gets: unavailable, then answering, then refusing the key.
         let status = Atomic<Int>(503)
         let backend = try await TestHTTPServer { _ in TestHTTPResponse(status: status.load(ordering: .relaxed)) }
-        var configuration = try TestRelay.configuration()
-        configuration.log.kind = .embedded
-        configuration.log.path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-log")).path
-        configuration.backend.url = backend.baseURL
-        // The notification never succeeds against this backend: shutdown stops retrying it at the bound.
-        configuration.shutdownTimeout = .seconds(2)
-        let process = try RelayProcess(configuration: configuration, roles: [.ingest, .worker], logger: testLogger(), installSignalHandlers: false)
-        let run = Task { try await process.run() }
-        let base = "http://127.0.0.1:\(await process.waitForHTTPPort())"
-        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30))
-        try await waitUntil("ready") { try await http.send("GET", base + "/health/ready").status == 200 }
-
-        let now = Int64(Date().timeIntervalSince1970)
-        let body = ShutdownTests.stripeEvent(now: now)
-        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
-        let posted = try await http.send(
-            "POST", base + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", signature)],
-            body: Array(body.utf8))
-        #expect(posted.status == 200)
-        try await waitUntil("not ready") { try await http.send("GET", base + "/health/ready").status == 503 }
-        let notReady = try await http.send("GET", base + "/health/ready")
+        let relay = try await IngestAndWorker.start(backendURL: backend.baseURL)
+        try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
+        #expect(try await postSignedStripeSubscription(to: relay.base, http: relay.http) == 200)
+        try await waitUntil("not ready") { try await relay.get("/health/ready").status == 503 }
+        let notReady = try await relay.get("/health/ready")
         #expect(notReady.bodyText.contains("backend_unreachable"), "\(notReady.bodyText)")
 
         status.store(404, ordering: .relaxed)
-        try await waitUntil("ready again") { try await http.send("GET", base + "/health/ready").status == 200 }
+        try await waitUntil("ready again") { try await relay.get("/health/ready").status == 200 }
         // A refused API key (the notification is still retried, so calls go on): not ready, saying why.
         status.store(401, ordering: .relaxed)
         try await waitUntil("not ready: unauthorized") {
-            try await http.send("GET", base + "/health/ready").bodyText.contains("backend_unauthorized")
+            try await relay.get("/health/ready").bodyText.contains("backend_unauthorized")
         }
-        await process.triggerGracefulShutdown()
-        try await run.value
+        try await relay.stop()
         await backend.stop()
     }
 }
