@@ -152,7 +152,7 @@ public final class RelayProcess: Sendable {
         let server = RelayHTTPServer(
             listen: configuration.ingest.listen, metricsListen: configuration.metrics.listen, limits: .init(configuration.ingest),
             health: health, registry: registry,
-            ingest: ingestProducer.map { RelayHTTPServer.IngestRoutes(configuration: configuration, producer: $0) }, logger: logger)
+            ingest: ingestProducer.map { RelayHTTPServer.IngestRoutes(configuration, producer: $0) }, logger: logger)
         services.append(server.makeService(onListening: { port in listening.set(port) }))
         if let metricsServer = server.makeMetricsService(onListening: { port in metricsListening.set(port) }) {
             services.append(metricsServer)

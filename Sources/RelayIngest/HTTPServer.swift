@@ -18,13 +18,24 @@ public import RelayCore
 /// `ingest.maxConnections` open connections new ones wait in the listen backlog. Without these, a
 /// thousand idle connections used up the descriptors and the health routes stopped answering.
 public struct RelayHTTPServer: Sendable {
+    /// What the store routes need: the `ingest` section, the apps (which stores each receives), the
+    /// notifications topic, and the producer that writes it.
     public struct IngestRoutes: Sendable {
-        public var configuration: RelayConfiguration
+        public var ingest: RelayConfiguration.Ingest
+        public var apps: [RelayConfiguration.App]
+        public var topic: String
         public var producer: any RecordProducer
 
-        public init(configuration: RelayConfiguration, producer: any RecordProducer) {
-            self.configuration = configuration
+        public init(ingest: RelayConfiguration.Ingest, apps: [RelayConfiguration.App], topic: String, producer: any RecordProducer) {
+            self.ingest = ingest
+            self.apps = apps
+            self.topic = topic
             self.producer = producer
+        }
+
+        /// The routes of `configuration`'s `ingest` section, apps and notifications topic.
+        public init(_ configuration: RelayConfiguration, producer: any RecordProducer) {
+            self.init(ingest: configuration.ingest, apps: configuration.apps, topic: configuration.topics.notifications, producer: producer)
         }
     }
 
@@ -75,8 +86,7 @@ public struct RelayHTTPServer: Sendable {
         if metricsListen == nil { addMetricsRoute(router) }
         if let ingest {
             let handler = NotificationIngest(
-                configuration: ingest.configuration, producer: ingest.producer, health: health,
-                metrics: IngestMetrics(factory: PrometheusMetricsFactory(registry: registry)), logger: logger)
+                routes: ingest, health: health, metrics: IngestMetrics(factory: PrometheusMetricsFactory(registry: registry)), logger: logger)
             handler.addRoutes(to: router)
         }
         return application(router, at: listen, onListening: onListening)

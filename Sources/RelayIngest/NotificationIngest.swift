@@ -10,11 +10,23 @@ import RelayCore
 /// once the broker acknowledged it (docs/contracts.md (ingest and the raw record)). Nothing is verified here: that is the
 /// worker's job, so a store's retry never depends on our verification state.
 struct NotificationIngest: Sendable {
-    let configuration: RelayConfiguration
-    let producer: any RecordProducer
-    let health: HealthState
-    let metrics: IngestMetrics
-    let logger: Logger
+    private let apps: [String: RelayConfiguration.App]
+    private let maxBodyBytes: Int
+    private let topic: String
+    private let producer: any RecordProducer
+    private let health: HealthState
+    private let metrics: IngestMetrics
+    private let logger: Logger
+
+    init(routes: RelayHTTPServer.IngestRoutes, health: HealthState, metrics: IngestMetrics, logger: Logger) {
+        apps = Dictionary(routes.apps.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
+        maxBodyBytes = routes.ingest.maxBodyBytes
+        topic = routes.topic
+        producer = routes.producer
+        self.health = health
+        self.metrics = metrics
+        self.logger = logger
+    }
 
     func addRoutes(to router: Router<BasicRequestContext>) {
         for store in Store.allCases {
@@ -36,7 +48,7 @@ struct NotificationIngest: Sendable {
         var logger = self.logger
         logger[metadataKey: LogKey.notificationStore] = "\(store.rawValue)"
 
-        guard let appKey = context.parameters.get("app"), let app = configuration.app(appKey), app.accepts(store) else {
+        guard let appKey = context.parameters.get("app"), let app = apps[appKey], app.accepts(store) else {
             return jsonResponse(.notFound, ["error": "unknown_app", "detail": "no app with this key receives \(store.rawValue) notifications"])
         }
         logger[metadataKey: LogKey.notificationApp] = "\(app.key)"
@@ -50,7 +62,7 @@ struct NotificationIngest: Sendable {
                 .notImplemented, ["error": "unsupported_transfer_encoding", "detail": .string("Transfer-Encoding \(unsupported) is not supported; send the body plainly or chunked")])
         }
 
-        let limit = configuration.ingest.maxBodyBytes
+        let limit = maxBodyBytes
         if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
             return tooLarge(limit)
         }
@@ -78,7 +90,7 @@ struct NotificationIngest: Sendable {
         }
         let notification = RawNotification(store: store, app: app.key, receivedAtMilliseconds: receivedAt, body: body, requestHeaders: copied)
         let record = notification.record(
-            topic: configuration.topics.notifications, subject: NotificationSubject.extract(store: store, document: document))
+            topic: topic, subject: NotificationSubject.extract(store: store, document: document))
         do {
             _ = try await producer.produce(record)
         } catch {

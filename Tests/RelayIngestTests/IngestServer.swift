@@ -26,7 +26,7 @@ final class IngestServer: Sendable {
         log = try EmbeddedRecordLog.inMemory(topics: [configuration.topics.notifications], partitions: 1, logger: testLogger())
         let server = RelayHTTPServer(
             listen: configuration.ingest.listen, limits: .init(configuration.ingest), health: HealthState(), registry: PrometheusCollectorRegistry(),
-            ingest: .init(configuration: configuration, producer: try log.producer), logger: testLogger())
+            ingest: .init(configuration, producer: try log.producer), logger: testLogger())
         let ports = AsyncStream.makeStream(of: Int.self)
         let service = server.makeService { port in ports.continuation.yield(port) }
         group = ServiceGroup(configuration: .init(services: [service], logger: testLogger()))
