@@ -78,13 +78,46 @@ public final class Deliverer: Service {
         var outgoing: OutgoingRecord
     }
 
-    public init(
+    /// What the deliverer reads of the configuration: the `delivery` section, the endpoints, the topic
+    /// names and the shutdown bound.
+    public struct Settings: Sendable {
+        public var delivery: RelayConfiguration.Delivery
+        public var endpoints: [RelayConfiguration.Endpoint]
+        public var topics: RelayConfiguration.Topics
+        public var shutdownTimeout: Duration
+
+        public init(
+            delivery: RelayConfiguration.Delivery, endpoints: [RelayConfiguration.Endpoint], topics: RelayConfiguration.Topics,
+            shutdownTimeout: Duration
+        ) {
+            self.delivery = delivery
+            self.endpoints = endpoints
+            self.topics = topics
+            self.shutdownTimeout = shutdownTimeout
+        }
+
+        public init(_ configuration: RelayConfiguration) {
+            self.init(
+                delivery: configuration.delivery, endpoints: configuration.endpoints, topics: configuration.topics,
+                shutdownTimeout: configuration.shutdownTimeout)
+        }
+    }
+
+    /// The deliverer of `configuration`'s sections (`Settings`).
+    public convenience init(
         configuration: RelayConfiguration, consumer: any RecordConsumer, producer: any RecordProducer, logger: Logger,
         metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
     ) throws(DelivererSetupError) {
-        let delivery = configuration.delivery
+        try self.init(settings: Settings(configuration), consumer: consumer, producer: producer, logger: logger, metrics: metrics, options: options)
+    }
+
+    public init(
+        settings: Settings, consumer: any RecordConsumer, producer: any RecordProducer, logger: Logger,
+        metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
+    ) throws(DelivererSetupError) {
+        let delivery = settings.delivery
         var lanes: [String: EndpointLane] = [:]
-        for (index, endpoint) in configuration.endpoints.enumerated() {
+        for (index, endpoint) in settings.endpoints.enumerated() {
             let signer: WebhookSigner
             do {
                 signer = try WebhookSigner(secrets: endpoint.secrets)
@@ -115,11 +148,11 @@ public final class Deliverer: Service {
         self.consumer = consumer
         self.producer = producer
         self.lanes = lanes
-        self.topics = configuration.topics
+        self.topics = settings.topics
         self.policy = RetryPolicy(schedule: delivery.retrySchedule, throttledMinimumWait: options.throttledMinimumWait)
         self.options = options
         self.timeout = delivery.timeout
-        self.drainTimeout = configuration.shutdownTimeout / 2
+        self.drainTimeout = settings.shutdownTimeout / 2
         self.connectTimeout = min(options.connectTimeout, delivery.timeout)
         self.maxPerEndpoint = delivery.maxInFlightPerEndpoint
         self.logger = logger
