@@ -37,7 +37,7 @@ public final class Normalizer: Sendable {
     /// How many applied notification ids a state remembers.
     public static let recentNotificationLimit = 16
 
-    private let configuration: RelayConfiguration
+    private let apps: [String: RelayConfiguration.App]
     private let stateStore: any SubscriptionStateStore
     private let events: EventBuilder
     private let play: [String: any PlayPurchases]
@@ -45,17 +45,24 @@ public final class Normalizer: Sendable {
     private let logger: Logger
     private let counters: Counters
 
-    /// Reads the exchange rates. `storeAPIs` are the Play Developer API and Stripe API clients of the
-    /// apps that configure them (`GooglePlayClient.clients(for:)`, `StripeClient.clients(for:)`).
-    public init(
+    /// The normalizer of `configuration`'s apps and `money` section.
+    public convenience init(
         configuration: RelayConfiguration, stateStore: any SubscriptionStateStore, storeAPIs: StoreAPIs, logger: Logger,
         metrics: any MetricsFactory
     ) throws(ConfigurationError) {
-        self.configuration = configuration
+        try self.init(apps: configuration.apps, money: configuration.money, stateStore: stateStore, storeAPIs: storeAPIs, logger: logger, metrics: metrics)
+    }
+
+    /// Reads the exchange rates. `storeAPIs` are the Play Developer API and Stripe API clients of the
+    /// apps that configure them (`GooglePlayClient.clients(for:)`, `StripeClient.clients(for:)`).
+    public init(
+        apps: [RelayConfiguration.App], money: RelayConfiguration.Money, stateStore: any SubscriptionStateStore, storeAPIs: StoreAPIs,
+        logger: Logger, metrics: any MetricsFactory
+    ) throws(ConfigurationError) {
+        self.apps = Dictionary(apps.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
         self.stateStore = stateStore
         let counters = Counters(metrics)
-        self.events = EventBuilder(
-            money: configuration.money, rates: try ExchangeRates.load(path: configuration.money.exchangeRates), counters: counters, logger: logger)
+        self.events = EventBuilder(money: money, rates: try ExchangeRates.load(path: money.exchangeRates), counters: counters, logger: logger)
         self.play = storeAPIs.play
         self.stripe = storeAPIs.stripe
         self.logger = logger
@@ -64,7 +71,7 @@ public final class Normalizer: Sendable {
 
     /// The standardized events of one verified notification; `receivedAt` is its `relay-received-at`.
     public func normalize(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
-        guard let app = configuration.app(notification.app) else { return [] }
+        guard let app = apps[notification.app] else { return [] }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
 
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only

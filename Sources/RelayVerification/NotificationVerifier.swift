@@ -19,14 +19,24 @@ public final class NotificationVerifier: Sendable {
     ///   - chainCacheCapacity: Apple chains kept verified per app (0 disables the cache).
     ///   - keyRefetchInterval: how often an unknown Google `kid` may make the key source be read again.
     /// - Throws: a configuration error naming the key, when a root certificate or key file is unusable.
-    public init(
+    public convenience init(
         configuration: RelayConfiguration, httpClient: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15)),
+        logger: Logger, chainCacheCapacity: Int = 64, keyRefetchInterval: Duration = .seconds(60)
+    ) throws(ConfigurationError) {
+        try self.init(
+            apps: configuration.apps, httpClient: httpClient, logger: logger, chainCacheCapacity: chainCacheCapacity,
+            keyRefetchInterval: keyRefetchInterval)
+    }
+
+    /// The verifiers of `apps` (the configuration's `apps` section).
+    public init(
+        apps configuredApps: [RelayConfiguration.App], httpClient: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15)),
         logger: Logger, chainCacheCapacity: Int = 64, keyRefetchInterval: Duration = .seconds(60)
     ) throws(ConfigurationError) {
         var apps: [String: AppVerifiers] = [:]
         // Apps that name the same key source share one cache of it.
         var keySets: [String: GoogleKeySet] = [:]
-        for (index, app) in configuration.apps.enumerated() {
+        for (index, app) in configuredApps.enumerated() {
             var verifiers = AppVerifiers()
             if let apple = app.apple {
                 let unsigned = AppleVerifier.unsignedEnvironments.intersection(apple.environments)
