@@ -10,8 +10,12 @@ public struct DeliveryFanOut: Sendable {
     private let topic: String
 
     public init(configuration: RelayConfiguration) {
-        endpoints = configuration.endpoints
-        topic = configuration.topics.deliveries
+        self.init(endpoints: configuration.endpoints, topic: configuration.topics.deliveries)
+    }
+
+    public init(endpoints: [RelayConfiguration.Endpoint], topic: String) {
+        self.endpoints = endpoints
+        self.topic = topic
     }
 
     /// The endpoints that take `event` of `app`: `events` lists its type or `*`, `environments` its environment.

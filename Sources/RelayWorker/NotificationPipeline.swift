@@ -22,7 +22,8 @@ public import RelayVerification
 /// happen yet (Google's keys or the backend unreachable, the log not acknowledging): the worker retries
 /// the record, and the repeat yields the same event ids.
 public struct NotificationPipeline: NotificationProcessor {
-    private let configuration: RelayConfiguration
+    private let topics: RelayConfiguration.Topics
+    private let appKeys: Set<String>
     private let processing: NotificationProcessing
     private let fanOut: DeliveryFanOut
     private let producer: any RecordProducer
@@ -30,13 +31,24 @@ public struct NotificationPipeline: NotificationProcessor {
     private let accepted: LabeledCounters
     private let rejectedCounter: LabeledCounters
 
+    /// The pipeline of `configuration`'s topics, apps and endpoints.
     public init(
         configuration: RelayConfiguration, verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer,
         logger: Logger, metrics: any MetricsFactory
     ) {
-        self.configuration = configuration
+        self.init(
+            topics: configuration.topics, apps: configuration.apps, endpoints: configuration.endpoints, verifier: verifier,
+            normalizer: normalizer, producer: producer, logger: logger, metrics: metrics)
+    }
+
+    public init(
+        topics: RelayConfiguration.Topics, apps: [RelayConfiguration.App], endpoints: [RelayConfiguration.Endpoint],
+        verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer, logger: Logger, metrics: any MetricsFactory
+    ) {
+        self.topics = topics
+        self.appKeys = Set(apps.map(\.key))
         self.processing = NotificationProcessing(verifier: verifier, normalizer: normalizer)
-        self.fanOut = DeliveryFanOut(configuration: configuration)
+        self.fanOut = DeliveryFanOut(endpoints: endpoints, topic: topics.deliveries)
         self.producer = producer
         self.logger = logger
         self.accepted = LabeledCounters(label: "relay_notifications_accepted_total", factory: metrics)
@@ -54,7 +66,7 @@ public struct NotificationPipeline: NotificationProcessor {
             return
         }
         // App keys are bounded by the configuration; anything else is one label value.
-        let appLabel = configuration.app(notification.app) != nil ? notification.app : "unknown"
+        let appLabel = appKeys.contains(notification.app) ? notification.app : "unknown"
         // Unavailable (Google's keys, the backend, a store API): thrown, so the worker tries the record again.
         switch try await processing.process(notification) {
         case .rejected(let rejection, let verified):
@@ -72,7 +84,7 @@ public struct NotificationPipeline: NotificationProcessor {
                     RecordHeader(name: RelayHeaderName.app, value: notification.app),
                 ]
                 outgoing.append(
-                    OutgoingRecord(topic: configuration.topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
+                    OutgoingRecord(topic: topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
                 outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app))
             }
             _ = try await producer.produce(outgoing)
@@ -92,7 +104,7 @@ public struct NotificationPipeline: NotificationProcessor {
         var headers = record.headers.filter { $0.name != RelayHeaderName.rejectReason && $0.name != RelayHeaderName.rejectDetail }
         headers.append(RecordHeader(name: RelayHeaderName.rejectReason, value: rejection.reason.rawValue))
         headers.append(RecordHeader(name: RelayHeaderName.rejectDetail, value: rejection.detail))
-        let rejected = OutgoingRecord(topic: configuration.topics.rejected, key: record.key, value: record.value, headers: headers)
+        let rejected = OutgoingRecord(topic: topics.rejected, key: record.key, value: record.value, headers: headers)
         _ = try await producer.produce(rejected)
         // Label values stay bounded: known stores, configured apps, the fixed reason codes.
         let storeLabel = Store(rawValue: store) != nil ? store : "unknown"
