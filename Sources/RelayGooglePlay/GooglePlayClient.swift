@@ -169,10 +169,13 @@ extension GooglePlayClient: PlayPurchases {
     /// file is a configuration error naming the app's key.
     public static func clients(for configuration: RelayConfiguration, logger: Logger) throws(ConfigurationError) -> [String: any PlayPurchases] {
         var clients: [String: any PlayPurchases] = [:]
+        // One transfer engine (one thread, one connection cache) for every app's client; none without one.
+        guard configuration.apps.contains(where: { $0.google?.playApi != nil }) else { return [:] }
+        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15), maxConcurrentTransfers: 8)
         for (index, app) in configuration.apps.enumerated() {
             guard let api = app.google?.playApi else { continue }
             do throws(StoreAPIError) {
-                clients[app.key] = try GooglePlayClient(configuration: api, logger: logger)
+                clients[app.key] = try GooglePlayClient(configuration: api, http: http, logger: logger)
             } catch {
                 throw ConfigurationError(key: "apps[\(index)].google.playApi", message: error.message)
             }

@@ -75,8 +75,11 @@ extension StripeClient: StripeCharges {
     /// A client for each app that configures `stripe.api`, by app key.
     public static func clients(for configuration: RelayConfiguration, logger: Logger) -> [String: any StripeCharges] {
         var clients: [String: any StripeCharges] = [:]
+        // One transfer engine (one thread, one connection cache) for every app's client; none without one.
+        guard configuration.apps.contains(where: { $0.stripe?.api != nil }) else { return [:] }
+        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15), maxConcurrentTransfers: 8)
         for app in configuration.apps {
-            if let api = app.stripe?.api { clients[app.key] = StripeClient(configuration: api, logger: logger) }
+            if let api = app.stripe?.api { clients[app.key] = StripeClient(configuration: api, http: http, logger: logger) }
         }
         return clients
     }
