@@ -26,7 +26,7 @@ struct LocalStateStore: SubscriptionStateStore {
         }
     }
 
-    func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult {
+    func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
         // What the PUT route refuses with 400 is refused here too: a state stored without this check
         // could never be read again.
         if let problem = state.storageProblem {

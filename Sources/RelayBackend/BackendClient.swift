@@ -113,10 +113,8 @@ public final class BackendClient: Sendable {
         }
     }
 
-    public typealias WriteResult = StateWriteResult
-
     /// Writes `state` if the stored version is still `ifMatch` (0 when none existed).
-    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> WriteResult {
+    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
         let response = try await send(
             "PUT", Self.subscriptionPath(state.store, state.originalTransactionId),
             headers: [("If-Match", "\(ifMatch)"), ("Content-Type", "application/json")], body: state.json.serialized())

@@ -21,7 +21,7 @@ public struct BackendStateStore: SubscriptionStateStore {
         try await client.subscription(store: store, originalTransactionId: originalTransactionId)
     }
 
-    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult {
+    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
         try await client.write(state, ifMatch: ifMatch)
     }
 

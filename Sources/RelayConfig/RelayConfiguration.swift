@@ -260,6 +260,12 @@ public struct RelayConfiguration: Sendable {
 
     /// The app with this key, if configured.
     public func app(_ key: String) -> App? { apps.first { $0.key == key } }
+
+    /// The apps by key, for a stage that looks one up per request or record (keys are unique: the
+    /// parser refuses a duplicate).
+    public static func appsByKey(_ apps: [App]) -> [String: App] {
+        Dictionary(apps.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
+    }
 }
 
 extension RelayConfiguration {

@@ -19,7 +19,7 @@ struct NotificationIngest: Sendable {
     private let logger: Logger
 
     init(routes: RelayHTTPServer.IngestRoutes, health: HealthState, metrics: IngestMetrics, logger: Logger) {
-        apps = Dictionary(routes.apps.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
+        apps = RelayConfiguration.appsByKey(routes.apps)
         maxBodyBytes = routes.ingest.maxBodyBytes
         topic = routes.topic
         producer = routes.producer

@@ -87,7 +87,9 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         }
 
         let (stream, continuation) = AsyncStream.makeStream(of: ConsumedRecord.self, bufferingPolicy: .unbounded)
-        let consumed = ConsumedCounters(metrics: metrics, topics: consumer.topics)
+        let consumed = LabeledCounters(label: "relay_kafka_consumed_total", factory: metrics)
+        // Each subscribed topic shows from the start, at 0.
+        for topic in consumer.topics { consumed.increment([("topic", topic)], by: 0) }
         let dueTime = consumer.dueTime
         let now = consumer.now
         self.stream = stream
@@ -115,7 +117,7 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
                     }
                     if let message = rd_kafka_consumer_poll(client.pointer, 100) {
                         if let record = shared.handOut(message) {
-                            consumed.increment(topic: record.topic)
+                            consumed.increment([("topic", record.topic)])
                             if let due = dueTime?(record), due > now() {
                                 shared.hold(record, until: due, client.pointer)
                             } else {
@@ -622,27 +624,6 @@ final class ConsumerShared: Sendable {
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for partition in partitions { rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition) }
         body(list)
-    }
-}
-
-/// `relay_kafka_consumed_total` per subscribed topic, made once: this runs for every record.
-private final class ConsumedCounters: Sendable {
-    private let metrics: any MetricsFactory
-    private let counters: [String: Counter]
-
-    init(metrics: any MetricsFactory, topics: [String]) {
-        self.metrics = metrics
-        var counters: [String: Counter] = [:]
-        for topic in topics { counters[topic] = Self.counter(topic, metrics) }
-        self.counters = counters
-    }
-
-    func increment(topic: String) {
-        (counters[topic] ?? Self.counter(topic, metrics)).increment()
-    }
-
-    private static func counter(_ topic: String, _ metrics: any MetricsFactory) -> Counter {
-        Counter(label: "relay_kafka_consumed_total", dimensions: [("topic", topic)], factory: metrics)
     }
 }
 

@@ -16,9 +16,8 @@ public final class KafkaProducer: RecordProducer, Sendable {
     /// True once `close` began: later sends fail at once instead of queueing behind the final flush.
     private let closing = Mutex(false)
     private let logger: Logger
-    private let metrics: any MetricsFactory
-    /// `relay_kafka_produced_total{outcome="acknowledged"}` per topic, made on first use: every send counts one.
-    private let acknowledged = Mutex<[String: Counter]>([:])
+    /// `relay_kafka_produced_total{topic,outcome}`: every send counts one.
+    private let produced: LabeledCounters
 
     public init(
         configuration: KafkaConfiguration,
@@ -48,7 +47,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
         let client = try RDKafkaClient.make(kind: .producer, config: config, events: events, deliveryReports: true)
         self.client = client
         self.logger = logger
-        self.metrics = metrics
+        self.produced = LabeledCounters(label: "relay_kafka_produced_total", factory: metrics)
         self.pollThread = PollThread(
             name: "kafka-producer",
             body: { _ = rd_kafka_poll(client.pointer, 100) },
@@ -83,13 +82,12 @@ public final class KafkaProducer: RecordProducer, Sendable {
                 if let error { continuation.resume(throwing: error) }
             }
         } catch let error as KafkaError {
-            Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code.name)], factory: metrics)
-                .increment()
+            produced.increment([("topic", record.topic), ("outcome", error.code.name)])
             throw error
         } catch {
             throw KafkaError(code: .unknown, reason: "\(error)", isRetriable: false)
         }
-        acknowledgedCounter(record.topic).increment()
+        produced.increment([("topic", record.topic), ("outcome", "acknowledged")])
         return RecordPosition(topic: result.topic, partition: result.partition, offset: result.offset)
     }
 
@@ -119,25 +117,13 @@ public final class KafkaProducer: RecordProducer, Sendable {
                 }
             }
         } catch let error as KafkaError {
-            for record in records {
-                Counter(label: "relay_kafka_produced_total", dimensions: [("topic", record.topic), ("outcome", error.code.name)], factory: metrics)
-                    .increment()
-            }
+            for record in records { produced.increment([("topic", record.topic), ("outcome", error.code.name)]) }
             throw error
         } catch {
             throw KafkaError(code: .unknown, reason: "\(error)", isRetriable: false)
         }
-        for record in records { acknowledgedCounter(record.topic).increment() }
+        for record in records { produced.increment([("topic", record.topic), ("outcome", "acknowledged")]) }
         return positions
-    }
-
-    private func acknowledgedCounter(_ topic: String) -> Counter {
-        acknowledged.withLock { counters in
-            if let counter = counters[topic] { return counter }
-            let counter = Counter(label: "relay_kafka_produced_total", dimensions: [("topic", topic), ("outcome", "acknowledged")], factory: metrics)
-            counters[topic] = counter
-            return counter
-        }
     }
 
     /// Hands the record to librdkafka; returns the error when it did not take it.

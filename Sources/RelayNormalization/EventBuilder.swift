@@ -10,7 +10,7 @@ import RelayCore
 struct EventBuilder: Sendable {
     let money: RelayConfiguration.Money
     let rates: ExchangeRates
-    let counters: Counters
+    let counters: NormalizerCounters
     let logger: Logger
 
 

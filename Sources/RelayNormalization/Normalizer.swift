@@ -43,7 +43,7 @@ public final class Normalizer: Sendable {
     private let play: [String: any PlayPurchases]
     private let stripe: [String: any StripeCharges]
     private let logger: Logger
-    private let counters: Counters
+    private let counters: NormalizerCounters
 
     /// The normalizer of `configuration`'s apps and `money` section.
     public convenience init(
@@ -59,9 +59,9 @@ public final class Normalizer: Sendable {
         apps: [RelayConfiguration.App], money: RelayConfiguration.Money, stateStore: any SubscriptionStateStore, storeAPIs: StoreAPIs,
         logger: Logger, metrics: any MetricsFactory
     ) throws(ConfigurationError) {
-        self.apps = Dictionary(apps.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
+        self.apps = RelayConfiguration.appsByKey(apps)
         self.stateStore = stateStore
-        let counters = Counters(metrics)
+        let counters = NormalizerCounters(metrics)
         self.events = EventBuilder(money: money, rates: try ExchangeRates.load(path: money.exchangeRates), counters: counters, logger: logger)
         self.play = storeAPIs.play
         self.stripe = storeAPIs.stripe
@@ -396,7 +396,7 @@ struct AppliedContext {
 }
 
 /// The normalizer's metrics, each made once (the event builder counts events and missing rates).
-struct Counters: Sendable {
+struct NormalizerCounters: Sendable {
     let unmapped: LabeledCounters
     let writeConflicts: LabeledCounters
     let events: LabeledCounters

@@ -140,7 +140,7 @@ import Testing
             states.value["\(store.rawValue)/\(originalTransactionId)"]
         }
 
-        func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> BackendClient.WriteResult {
+        func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
             let key = "\(state.store.rawValue)/\(state.originalTransactionId)"
             if conflictOnFirstWrite, conflicts.withLock({ $0.insert(key).inserted }) {
                 // Another writer got there first: the version moved on under this one.
@@ -152,7 +152,7 @@ import Testing
                 }
                 return .versionMismatch
             }
-            return states.withLock { states -> BackendClient.WriteResult in
+            return states.withLock { states -> StateWriteResult in
                 let current = states[key]
                 guard (current?.version ?? 0) == ifMatch else { return .versionMismatch }
                 if let current, state.sourceTimestamp < current.sourceTimestamp { return .stale(current: current) }
