@@ -25,14 +25,11 @@ struct EventBuilder: Sendable {
         let before = SubscriptionStatus(entitlements: others + (prior.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
         let status = SubscriptionStatus(entitlements: others + (after.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
         let appUserId = after?.originalAppUserId ?? result.appUserId
-        let source: JSON = [
-            "store": .string(store.rawValue), "notificationId": notification.notificationId.map(JSON.string) ?? .null,
-            "type": notification.type.map(JSON.string) ?? .null, "subtype": notification.subtype.map(JSON.string) ?? .null,
-        ]
+        let source = EventSource(store: store, notificationId: notification.notificationId, type: notification.type, subtype: notification.subtype)
         let eventSubject = subject ?? after?.originalTransactionId ?? base
         // A notification that names neither a known subscription nor a user (a stand-alone Stripe
         // refund) cannot say the user's status: the SDK's UNKNOWN, not a made-up INACTIVE.
-        let statusJSON: JSON = after == nil && prior == nil && appUserId == nil ? ["status": "UNKNOWN", "entitlements": []] : status.json
+        let userStatus = after == nil && prior == nil && appUserId == nil ? SubscriptionStatus.unknown : status
         var events: [StandardEvent] = []
         for draft in result.events {
             let id = "\(draft.idBase ?? base):\(draft.type.rawValue)"
@@ -42,41 +39,29 @@ struct EventBuilder: Sendable {
                 taxPercentage: draft.taxPercentage,
                 storeName: storeName, money: money, rates: rates)
             if let missing = money.missingRate { countMissingRate(missing, event: id) }
-            let data: [String: JSON] = [
-                "id": .string(id), "name": .string(draft.type.rawValue),
-                "cancelReason": draft.cancelReason.map(JSON.string) ?? .null,
-                "expirationReason": draft.expirationReason.map(JSON.string) ?? .null,
-                "exchangeRate": draft.amount == nil ? .null : money.exchangeRate?.json ?? .null, "isSmallBusiness": .bool(money.isSmallBusiness),
-                "periodType": .string(draft.periodType.rawValue), "countryCode": draft.countryCode.map(JSON.string) ?? .null,
-                "price": money.price?.json ?? .null, "proceeds": money.proceeds?.json ?? .null,
-                "priceInPurchasedCurrency": money.priceInPurchasedCurrency?.json ?? .null,
-                "currencyCode": draft.amount == nil ? .null : money.currencyCode.map(JSON.string) ?? .null,
-                "taxPercentage": money.taxPercentage?.json ?? .null, "commissionPercentage": money.commissionPercentage.json,
-                "takehomePercentage": money.takehomePercentage.json, "offerCode": draft.offerCode.map(JSON.string) ?? .null,
-                "isFamilyShare": .bool(draft.isFamilyShare), "expirationAt": draft.expirationAt.map(JSON.integer) ?? .null,
-                "transactionId": draft.transactionId.map(JSON.string) ?? .null, "originalTransactionId": .string(eventSubject),
-                "originalAppUserId": appUserId.map(JSON.string) ?? .null, "store": .string(storeName),
-                "purchasedAt": draft.purchasedAt.map(JSON.integer) ?? .null, "productId": draft.productId.map(JSON.string) ?? .null,
-                "environment": .string(result.environment), "isTrialConversion": .bool(draft.isTrialConversion),
-                "newProductId": draft.newProductId.map(JSON.string) ?? .null, "bundleId": result.bundleId.map(JSON.string) ?? .null,
-                "ts": .integer(result.eventTime), "sdkEvents": .array(draft.sdkEvents.map(JSON.string)),
-                "entitlements": SubscriptionStatus.entitlementList(productEntitlements), "subscriptionStatus": statusJSON,
-                "gracePeriodExpiresAt": draft.gracePeriodExpiresAt.map(JSON.integer) ?? .null, "source": source,
-            ]
-            events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
+            let data = StoreEventData(
+                id: id, name: draft.type, cancelReason: draft.cancelReason, expirationReason: draft.expirationReason,
+                exchangeRate: draft.amount == nil ? nil : money.exchangeRate?.number, isSmallBusiness: money.isSmallBusiness,
+                periodType: draft.periodType, countryCode: draft.countryCode, price: money.price?.number, proceeds: money.proceeds?.number,
+                priceInPurchasedCurrency: money.priceInPurchasedCurrency?.number, currencyCode: draft.amount == nil ? nil : money.currencyCode,
+                taxPercentage: money.taxPercentage?.number, commissionPercentage: money.commissionPercentage.number,
+                takehomePercentage: money.takehomePercentage.number, offerCode: draft.offerCode, isFamilyShare: draft.isFamilyShare,
+                expirationAt: draft.expirationAt, transactionId: draft.transactionId, originalTransactionId: eventSubject,
+                originalAppUserId: appUserId, store: storeName, purchasedAt: draft.purchasedAt, productId: draft.productId,
+                environment: result.environment, isTrialConversion: draft.isTrialConversion, newProductId: draft.newProductId,
+                bundleId: result.bundleId, ts: result.eventTime, sdkEvents: draft.sdkEvents,
+                entitlements: productEntitlements.map(EntitlementReference.init(id:)), subscriptionStatus: userStatus,
+                gracePeriodExpiresAt: draft.gracePeriodExpiresAt, source: source)
+            events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .store(data)))
         }
         if before != status, let user = (after ?? prior)?.entitlementUserIds.first ?? appUserId {
             let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue)"
-            let data: [String: JSON] = [
-                "id": .string(id), "name": .string(EventType.subscriptionStatusDidChange.rawValue), "appUserId": .string(user),
-                "originalAppUserId": appUserId.map(JSON.string) ?? .null, "from": before.json, "to": status.json,
-                "store": .string(storeName), "environment": .string(result.environment), "originalTransactionId": .string(eventSubject),
-                "productId": (after ?? prior).map { JSON.string($0.productId) } ?? .null, "ts": .integer(result.eventTime),
-                "sdkEvents": [.string(SDKEvent.subscriptionStatusDidChange)],
-                "entitlements": SubscriptionStatus.entitlementList(status.entitlements), "subscriptionStatus": status.json, "source": source,
-            ]
+            let data = StatusChangeData(
+                id: id, appUserId: user, originalAppUserId: appUserId, from: before, to: status, store: storeName,
+                environment: result.environment, originalTransactionId: eventSubject, productId: (after ?? prior)?.productId,
+                ts: result.eventTime, sdkEvents: [SDKEvent.subscriptionStatusDidChange], source: source)
             events.append(
-                event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: data))
+                event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .statusChange(data)))
         }
         for event in events {
             counters.events.increment([("store", store.rawValue), ("type", event.type.rawValue)])
@@ -85,14 +70,11 @@ struct EventBuilder: Sendable {
     }
 
     private func event(
-        _ type: EventType, id: String, subject: String, environment: String, app: RelayConfiguration.App, receivedAt: Int64, data: [String: JSON]
+        _ type: EventType, id: String, subject: String, environment: String, app: RelayConfiguration.App, receivedAt: Int64, data: EventData
     ) -> StandardEvent {
         StandardEvent(
             type: type, id: id, subject: subject, environment: environment,
-            payload: [
-                "object": "event", "type": .string(type.rawValue), "projectId": .integer(Int64(app.projectId)),
-                "applicationId": .integer(Int64(app.applicationId)), "timestamp": .integer(receivedAt), "data": .object(data),
-            ])
+            payload: EventPayload(type: type, projectId: app.projectId, applicationId: app.applicationId, timestamp: receivedAt, data: data))
     }
 
     /// The entitlements of an event's product: a state's (after, then before the notification) when it

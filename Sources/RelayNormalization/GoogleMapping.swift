@@ -295,7 +295,7 @@ private struct SubscriptionFacts {
     var environment: String
     var orderId: String?
     var offerCode: String?
-    var cancelReason: String?
+    var cancelReason: Reason?
     /// Canceled because a plan change replaced it (no cancellation or expiration event).
     var replaced: Bool
     /// The `productId:basePlanId` this purchase replaced (`lineItems[].itemReplacement`), when Play says.

@@ -175,5 +175,5 @@ struct MoneyFields: Equatable {
 extension Decimal {
     /// The JSON number for this decimal: the double nearest to its decimal text (3.49 stays 3.49;
     /// `NSDecimalNumber.doubleValue` can land one ulp off on Linux and print 3.4899999999999998).
-    var json: JSON { .number(Double(description) ?? NSDecimalNumber(decimal: self).doubleValue) }
+    var number: Double { Double(description) ?? NSDecimalNumber(decimal: self).doubleValue }
 }

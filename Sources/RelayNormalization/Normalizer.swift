@@ -113,7 +113,7 @@ public final class Normalizer: Sendable {
                 try await stateStore.subscription(store: notification.store, originalTransactionId: subject)
             }
             if let id = notification.notificationId, let recent = current?.recentNotifications.last(where: { $0.id == id }),
-                let context = AppliedContext(recent.context)
+                let context = try? recent.context.decode(as: AppliedContext.self)
             {
                 // Seen before: the same events, from what was recorded when it was applied.
                 var replay = input
@@ -157,7 +157,7 @@ public final class Normalizer: Sendable {
             if let id = notification.notificationId {
                 let context = AppliedContext(
                     receivedAt: receivedAt, prior: current, others: others, api: input.api, transactionsRead: result.transactionsRead)
-                state.recentNotifications.append(.init(id: id, context: context.json))
+                state.recentNotifications.append(.init(id: id, context: JSON(encoding: context)))
                 state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
             }
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
@@ -374,24 +374,28 @@ struct AppliedContext {
         self.api = api
     }
 
-    init?(_ json: JSON) {
-        guard let receivedAt = json["receivedAt"]?.int64Value else { return nil }
-        self.receivedAt = receivedAt
-        if let prior = json["prior"], !prior.isNull {
-            guard let state = try? SubscriptionState(json: prior) else { return nil }
-            self.prior = state
-        } else {
-            self.prior = nil
-        }
-        self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        // "play": what earlier versions recorded (Google's answers only).
-        if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
+    enum CodingKeys: String, CodingKey {
+        case receivedAt, prior, others, api
+        /// What earlier versions recorded instead of `api` (Google's answers only).
+        case play
+    }
+}
+
+extension AppliedContext: Codable {
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        receivedAt = try container.decode(Int64.self, forKey: .receivedAt)
+        prior = try container.decodeIfPresent(SubscriptionState.self, forKey: .prior)
+        others = (try? container.decodeIfPresent([String].self, forKey: .others)) ?? []
+        api = try container.decodeIfPresent(StoreAPIData.self, forKey: .api) ?? container.decodeIfPresent(StoreAPIData.self, forKey: .play)
     }
 
-    var json: JSON {
-        var json: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
-        if let api { json["api"] = api.json }
-        return .object(json)
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(receivedAt, forKey: .receivedAt)
+        try container.encode(prior, forKey: .prior)
+        try container.encode(others, forKey: .others)
+        try container.encodeIfPresent(api, forKey: .api)
     }
 }
 

@@ -1,7 +1,7 @@
 public import RelayCore
 
 /// The standardized event types (docs/contracts.md, the standardized event).
-public enum EventType: String, Sendable, CaseIterable {
+public enum EventType: String, Sendable, CaseIterable, Codable {
     case initialPurchase = "initial_purchase"
     case renewal
     case cancellation
@@ -16,6 +16,18 @@ public enum EventType: String, Sendable, CaseIterable {
     case subscriptionStatusDidChange = "subscription_status_did_change"
 }
 
+/// Cancellation and expiration reasons: Superwall's documented values (RevenueCat's less its Play-only
+/// `SUBSCRIPTION_PAUSED`, so receivers that decode Superwall's set strictly keep working).
+public enum Reason: String, Sendable, CaseIterable, Codable {
+    case unsubscribe = "UNSUBSCRIBE"
+    case billingError = "BILLING_ERROR"
+    case developerInitiated = "DEVELOPER_INITIATED"
+    case priceIncrease = "PRICE_INCREASE"
+    case customerSupport = "CUSTOMER_SUPPORT"
+    case productUnavailable = "PRODUCT_UNAVAILABLE"
+    case unknown = "UNKNOWN"
+}
+
 /// One standardized event: the webhook payload of docs/contracts.md, the standardized event, and the value of a `relay.events`
 /// record.
 public struct StandardEvent: Sendable, Equatable {
@@ -26,10 +38,9 @@ public struct StandardEvent: Sendable, Equatable {
     public var subject: String
     /// `PRODUCTION` or `SANDBOX` (endpoints filter on it).
     public var environment: String
-    /// The whole payload: `{"object": "event", "type", "projectId", "applicationId", "timestamp", "data"}`.
-    public var payload: JSON
+    public var payload: EventPayload
 
-    public init(type: EventType, id: String, subject: String, environment: String, payload: JSON) {
+    public init(type: EventType, id: String, subject: String, environment: String, payload: EventPayload) {
         self.type = type
         self.id = id
         self.subject = subject
@@ -37,27 +48,263 @@ public struct StandardEvent: Sendable, Equatable {
         self.payload = payload
     }
 
-    public var data: JSON { payload["data"] ?? .null }
+    /// The payload's bytes, as records and webhooks carry them (members sorted, so equal events are equal bytes).
+    public var body: [UInt8] { WireCoding.encode(payload) }
+}
+
+/// `{"object": "event", "type", "projectId", "applicationId", "timestamp", "data"}`.
+public struct EventPayload: Sendable, Equatable, Codable {
+    public var object = "event"
+    public var type: EventType
+    public var projectId: Int
+    public var applicationId: Int
+    /// When the relay received the notification (Unix ms).
+    public var timestamp: Int64
+    public var data: EventData
+
+    public init(type: EventType, projectId: Int, applicationId: Int, timestamp: Int64, data: EventData) {
+        self.type = type
+        self.projectId = projectId
+        self.applicationId = applicationId
+        self.timestamp = timestamp
+        self.data = data
+    }
+}
+
+/// An event's `data`: a store event's, or a `subscription_status_did_change`'s. Decoding tells them
+/// apart by `name`.
+public enum EventData: Sendable, Equatable, Codable {
+    case store(StoreEventData)
+    case statusChange(StatusChangeData)
+
+    public var id: String {
+        switch self {
+        case .store(let data): data.id
+        case .statusChange(let data): data.id
+        }
+    }
+
+    public var storeEvent: StoreEventData? {
+        if case .store(let data) = self { return data }
+        return nil
+    }
+
+    public var statusChange: StatusChangeData? {
+        if case .statusChange(let data) = self { return data }
+        return nil
+    }
+
+    private enum NameKey: String, CodingKey { case name }
+
+    public init(from decoder: any Decoder) throws {
+        let name = try decoder.container(keyedBy: NameKey.self).decode(EventType.self, forKey: .name)
+        self = name == .subscriptionStatusDidChange ? .statusChange(try StatusChangeData(from: decoder)) : .store(try StoreEventData(from: decoder))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .store(let data): try data.encode(to: encoder)
+        case .statusChange(let data): try data.encode(to: encoder)
+        }
+    }
+}
+
+/// `data` of every event but `subscription_status_did_change`. Every member is always present, `null`
+/// when the store does not say (receivers written for Superwall's format expect the keys).
+public struct StoreEventData: Sendable, Equatable, Codable {
+    public var id: String
+    public var name: EventType
+    public var cancelReason: Reason?
+    public var expirationReason: Reason?
+    /// Units of the purchased currency per USD; null when the event moves no money or no rate is known.
+    public var exchangeRate: Double?
+    public var isSmallBusiness: Bool
+    public var periodType: SubscriptionState.PeriodType
+    public var countryCode: String?
+    /// USD, tax included; negative for refunds.
+    public var price: Double?
+    public var proceeds: Double?
+    public var priceInPurchasedCurrency: Double?
+    public var currencyCode: String?
+    public var taxPercentage: Double?
+    public var commissionPercentage: Double
+    public var takehomePercentage: Double
+    public var offerCode: String?
+    public var isFamilyShare: Bool
+    public var expirationAt: Int64?
+    public var transactionId: String?
+    public var originalTransactionId: String
+    public var originalAppUserId: String?
+    /// `APP_STORE`, `PLAY_STORE`, `STRIPE` or `PADDLE`.
+    public var store: String
+    public var purchasedAt: Int64?
+    public var productId: String?
+    public var environment: String
+    public var isTrialConversion: Bool
+    public var newProductId: String?
+    public var bundleId: String?
+    /// The store's time of the notification (Unix ms).
+    public var ts: Int64
+    public var sdkEvents: [String]
+    /// The entitlements of the event's product.
+    public var entitlements: [EntitlementReference]
+    /// The user's status after the event.
+    public var subscriptionStatus: SubscriptionStatus
+    public var gracePeriodExpiresAt: Int64?
+    public var source: EventSource
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(name, forKey: .name)
+        try container.encode(cancelReason, forKey: .cancelReason)
+        try container.encode(expirationReason, forKey: .expirationReason)
+        try container.encode(exchangeRate, forKey: .exchangeRate)
+        try container.encode(isSmallBusiness, forKey: .isSmallBusiness)
+        try container.encode(periodType.rawValue, forKey: .periodType)
+        try container.encode(countryCode, forKey: .countryCode)
+        try container.encode(price, forKey: .price)
+        try container.encode(proceeds, forKey: .proceeds)
+        try container.encode(priceInPurchasedCurrency, forKey: .priceInPurchasedCurrency)
+        try container.encode(currencyCode, forKey: .currencyCode)
+        try container.encode(taxPercentage, forKey: .taxPercentage)
+        try container.encode(commissionPercentage, forKey: .commissionPercentage)
+        try container.encode(takehomePercentage, forKey: .takehomePercentage)
+        try container.encode(offerCode, forKey: .offerCode)
+        try container.encode(isFamilyShare, forKey: .isFamilyShare)
+        try container.encode(expirationAt, forKey: .expirationAt)
+        try container.encode(transactionId, forKey: .transactionId)
+        try container.encode(originalTransactionId, forKey: .originalTransactionId)
+        try container.encode(originalAppUserId, forKey: .originalAppUserId)
+        try container.encode(store, forKey: .store)
+        try container.encode(purchasedAt, forKey: .purchasedAt)
+        try container.encode(productId, forKey: .productId)
+        try container.encode(environment, forKey: .environment)
+        try container.encode(isTrialConversion, forKey: .isTrialConversion)
+        try container.encode(newProductId, forKey: .newProductId)
+        try container.encode(bundleId, forKey: .bundleId)
+        try container.encode(ts, forKey: .ts)
+        try container.encode(sdkEvents, forKey: .sdkEvents)
+        try container.encode(entitlements, forKey: .entitlements)
+        try container.encode(subscriptionStatus, forKey: .subscriptionStatus)
+        try container.encode(gracePeriodExpiresAt, forKey: .gracePeriodExpiresAt)
+        try container.encode(source, forKey: .source)
+    }
+}
+
+/// `data` of `subscription_status_did_change`: the user's access before and after.
+public struct StatusChangeData: Sendable, Equatable, Codable {
+    public var id: String
+    public var name: EventType
+    public var appUserId: String
+    public var originalAppUserId: String?
+    public var from: SubscriptionStatus
+    public var to: SubscriptionStatus
+    public var store: String
+    public var environment: String
+    public var originalTransactionId: String
+    public var productId: String?
+    public var ts: Int64
+    public var sdkEvents: [String]
+    public var entitlements: [EntitlementReference]
+    public var subscriptionStatus: SubscriptionStatus
+    public var source: EventSource
+
+    public init(
+        id: String, appUserId: String, originalAppUserId: String?, from: SubscriptionStatus, to: SubscriptionStatus, store: String,
+        environment: String, originalTransactionId: String, productId: String?, ts: Int64, sdkEvents: [String], source: EventSource
+    ) {
+        self.id = id
+        self.name = .subscriptionStatusDidChange
+        self.appUserId = appUserId
+        self.originalAppUserId = originalAppUserId
+        self.from = from
+        self.to = to
+        self.store = store
+        self.environment = environment
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.ts = ts
+        self.sdkEvents = sdkEvents
+        self.entitlements = to.entitlements
+        self.subscriptionStatus = to
+        self.source = source
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(name, forKey: .name)
+        try container.encode(appUserId, forKey: .appUserId)
+        try container.encode(originalAppUserId, forKey: .originalAppUserId)
+        try container.encode(from, forKey: .from)
+        try container.encode(to, forKey: .to)
+        try container.encode(store, forKey: .store)
+        try container.encode(environment, forKey: .environment)
+        try container.encode(originalTransactionId, forKey: .originalTransactionId)
+        try container.encode(productId, forKey: .productId)
+        try container.encode(ts, forKey: .ts)
+        try container.encode(sdkEvents, forKey: .sdkEvents)
+        try container.encode(entitlements, forKey: .entitlements)
+        try container.encode(subscriptionStatus, forKey: .subscriptionStatus)
+        try container.encode(source, forKey: .source)
+    }
+}
+
+/// The store notification an event came from.
+public struct EventSource: Sendable, Equatable, Codable {
+    public var store: Store
+    public var notificationId: String?
+    public var type: String?
+    public var subtype: String?
+
+    public init(store: Store, notificationId: String?, type: String?, subtype: String?) {
+        self.store = store
+        self.notificationId = notificationId
+        self.type = type
+        self.subtype = subtype
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(store.rawValue, forKey: .store)
+        try container.encode(notificationId, forKey: .notificationId)
+        try container.encode(type, forKey: .type)
+        try container.encode(subtype, forKey: .subtype)
+    }
+}
+
+/// `{"id": "pro", "type": "SERVICE_LEVEL"}`.
+public struct EntitlementReference: Sendable, Equatable, Codable {
+    public var id: String
+    public var type = "SERVICE_LEVEL"
+
+    public init(id: String) { self.id = id }
 }
 
 /// The SDK's `subscriptionStatus` shape: `{"status": "UNKNOWN"|"INACTIVE"|"ACTIVE", "entitlements": [...]}`.
-public struct SubscriptionStatus: Sendable, Equatable {
-    /// Entitlement identifiers, sorted.
-    public var entitlements: [String]
-
-    public init(entitlements: some Sequence<String>) {
-        self.entitlements = Array(Set(entitlements)).sorted()
+public struct SubscriptionStatus: Sendable, Equatable, Codable {
+    public enum Status: String, Sendable, Codable {
+        case unknown = "UNKNOWN"
+        case inactive = "INACTIVE"
+        case active = "ACTIVE"
     }
 
-    public var status: String { entitlements.isEmpty ? "INACTIVE" : "ACTIVE" }
+    public var status: Status
+    /// Sorted by id.
+    public var entitlements: [EntitlementReference]
 
-    public var json: JSON {
-        ["status": .string(status), "entitlements": Self.entitlementList(entitlements)]
+    public init(entitlements identifiers: some Sequence<String>) {
+        entitlements = Set(identifiers).sorted().map(EntitlementReference.init(id:))
+        status = entitlements.isEmpty ? .inactive : .active
     }
 
-    /// `[{"id": "pro", "type": "SERVICE_LEVEL"}, ...]`.
-    static func entitlementList(_ identifiers: [String]) -> JSON {
-        .array(identifiers.map { ["id": .string($0), "type": "SERVICE_LEVEL"] })
+    /// A notification that names neither a known subscription nor a user cannot say the user's status.
+    public static let unknown = SubscriptionStatus(status: .unknown, entitlements: [])
+
+    private init(status: Status, entitlements: [EntitlementReference]) {
+        self.status = status
+        self.entitlements = entitlements
     }
 }
 

@@ -13,8 +13,8 @@ struct EventDraft {
     var purchasedAt: Int64?
     var expirationAt: Int64?
     var gracePeriodExpiresAt: Int64?
-    var cancelReason: String?
-    var expirationReason: String?
+    var cancelReason: Reason?
+    var expirationReason: Reason?
     var isTrialConversion = false
     var isFamilyShare = false
     var offerCode: String?
@@ -97,18 +97,27 @@ struct StoreAPIData {
         self.replacedProductId = replacedProductId
         self.charge = charge
     }
+}
 
-    init(_ json: JSON) {
+extension StoreAPIData: Codable {
+    enum CodingKeys: String, CodingKey { case subscription, product, replacedProductId, charge }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        // The API answers pass through as the store sent them; a recorded null is no answer.
+        func answer(_ key: CodingKeys) throws -> JSON? { try container.decodeIfPresent(JSON.self, forKey: key).flatMap { $0.isNull ? nil : $0 } }
         self.init(
-            subscription: json.present("subscription"), product: json.present("product"), replacedProductId: json.text("replacedProductId"),
-            charge: json.present("charge"))
+            subscription: try answer(.subscription), product: try answer(.product),
+            replacedProductId: try container.decodeIfPresent(String.self, forKey: .replacedProductId).flatMap { $0.isEmpty ? nil : $0 },
+            charge: try answer(.charge))
     }
 
-    var json: JSON {
-        [
-            "subscription": subscription ?? .null, "product": product ?? .null, "replacedProductId": replacedProductId.map(JSON.string) ?? .null,
-            "charge": charge ?? .null,
-        ]
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(subscription, forKey: .subscription)
+        try container.encode(product, forKey: .product)
+        try container.encode(replacedProductId, forKey: .replacedProductId)
+        try container.encode(charge, forKey: .charge)
     }
 }
 
@@ -133,19 +142,6 @@ extension Amount {
         self.init(value, currency)
     }
 }
-
-/// Cancellation and expiration reasons: Superwall's documented values (RevenueCat's less its Play-only
-/// `SUBSCRIPTION_PAUSED`, so receivers that decode Superwall's set strictly keep working).
-enum Reason {
-    static let unsubscribe = "UNSUBSCRIBE"
-    static let billingError = "BILLING_ERROR"
-    static let developerInitiated = "DEVELOPER_INITIATED"
-    static let priceIncrease = "PRICE_INCREASE"
-    static let customerSupport = "CUSTOMER_SUPPORT"
-    static let productUnavailable = "PRODUCT_UNAVAILABLE"
-    static let unknown = "UNKNOWN"
-}
-
 
 extension JSON {
     /// A member that is a string or an integer, as text (ids arrive as either).

@@ -338,7 +338,7 @@ private struct SubscriptionFacts {
     var appUserId: String?
     var latestInvoice: String?
     var offerCode: String?
-    var cancelReason: String?
+    var cancelReason: Reason?
 
     init(_ subscription: JSON) {
         stripeStatus = subscription.text("status") ?? ""

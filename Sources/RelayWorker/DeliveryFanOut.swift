@@ -26,10 +26,9 @@ public struct DeliveryFanOut: Sendable {
         }
     }
 
-    /// The delivery records of `event`: its payload as the webhook body, unsigned (signing happens at
-    /// send time, so every attempt carries a fresh timestamp).
-    public func records(for event: StandardEvent, app: String) -> [OutgoingRecord] {
-        let body = event.payload.serialized()
+    /// The delivery records of `event`: `body` (its encoded payload) as the webhook body, unsigned
+    /// (signing happens at send time, so every attempt carries a fresh timestamp).
+    public func records(for event: StandardEvent, app: String, body: [UInt8]) -> [OutgoingRecord] {
         return endpoints(for: event, app: app).map { endpoint in
             DeliveryRecord.fresh(
                 topic: topic, endpoint: endpoint.id, subject: event.subject, body: body, eventID: event.id, eventType: event.type.rawValue,

@@ -83,9 +83,10 @@ public struct NotificationPipeline: NotificationProcessor {
                     RecordHeader(name: RelayHeaderName.eventType, value: event.type.rawValue),
                     RecordHeader(name: RelayHeaderName.app, value: notification.app),
                 ]
-                outgoing.append(
-                    OutgoingRecord(topic: topics.events, key: Array(event.subject.utf8), value: event.payload.serialized(), headers: headers))
-                outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app))
+                // Encoded once: the events record and every delivery carry the same bytes.
+                let body = event.body
+                outgoing.append(OutgoingRecord(topic: topics.events, key: Array(event.subject.utf8), value: body, headers: headers))
+                outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app, body: body))
             }
             _ = try await producer.produce(outgoing)
             logger.info(

@@ -11,7 +11,7 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "revenue-relay-bench",
         abstract: "revenue-relay benchmarks (run from the repository root, built with -c release).",
-        subcommands: [AppleVerify.self, Deliver.self, Receiver.self, EngineBench.self, LogBench.self, LogCrashChild.self, E2EBench.self, E2ERelay.self]
+        subcommands: [AppleVerify.self, Deliver.self, Receiver.self, EngineBench.self, LogBench.self, LogCrashChild.self, E2EBench.self, E2ERelay.self, CodecBench.self]
     )
 }
 
@@ -106,22 +106,6 @@ struct AppleVerify: AsyncParsableCommand {
         }
     }
 
-    /// Operations per second of `body` on this thread over `seconds` (after a short warm-up).
-    func measure(seconds: Double, _ body: (Int) -> Void) -> Double {
-        for index in 0..<200 { body(index) }
-        let clock = ContinuousClock()
-        let start = clock.now
-        let deadline = start + .milliseconds(Int64(seconds * 1000))
-        var count = 0
-        while clock.now < deadline {
-            for _ in 0..<50 {
-                body(count)
-                count += 1
-            }
-        }
-        let elapsed = clock.now - start
-        return Double(count) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
-    }
 
     /// `openssl speed -seconds N ecdsap256`'s verify/s, on one core like the measurements above.
     func opensslVerifyRate() -> Double? {
@@ -145,4 +129,21 @@ struct AppleVerify: AsyncParsableCommand {
         else { return nil }
         return Double(last)
     }
+}
+
+/// Operations per second of `body` on this thread over `seconds` (after a short warm-up).
+func measure(seconds: Double, _ body: (Int) -> Void) -> Double {
+    for index in 0..<200 { body(index) }
+    let clock = ContinuousClock()
+    let start = clock.now
+    let deadline = start + .milliseconds(Int64(seconds * 1000))
+    var count = 0
+    while clock.now < deadline {
+        for _ in 0..<50 {
+            body(count)
+            count += 1
+        }
+    }
+    let elapsed = clock.now - start
+    return Double(count) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
 }

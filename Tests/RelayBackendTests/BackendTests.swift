@@ -191,7 +191,7 @@ final class TestBackend: Sendable {
         // Bad requests get 400 with a JSON error.
         let http = HTTPClient()
         let path = "\(backend.url)/subscriptions-api/internal/v1/subscriptions/apple/1000"
-        let noIfMatch = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key")], body: testSubscriptionState().json.serialized())
+        let noIfMatch = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key")], body: WireCoding.encode(testSubscriptionState()))
         #expect(noIfMatch.status == 400)
         #expect(try JSON.parse(noIfMatch.body)["error"] == "bad_request")
         let badBody = try await http.send("PUT", path, headers: [("Authorization", "Bearer test-key"), ("If-Match", "0")], body: Array(#"{"store":"apple"}"#.utf8))
@@ -277,7 +277,7 @@ final class TestBackend: Sendable {
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
         let stateProperties = try #require(((schemas["SubscriptionState"] as? [String: Any])?["properties"] as? [String: Any])?.keys)
-        #expect(Set(stateProperties) == Set(testSubscriptionState().json.objectValue!.keys))
+        #expect(Set(stateProperties) == Set(JSON(encoding: testSubscriptionState()).objectValue!.keys))
 
         let backend = try await TestBackend()
         let http = HTTPClient()
@@ -288,9 +288,9 @@ final class TestBackend: Sendable {
             ("get", "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}", "/config-api/read/v1-application-id/8/entitlements/1", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [], nil),
-            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], testSubscriptionState(at: 2_000).json.serialized()),
-            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], testSubscriptionState(at: 3_000).json.serialized()),
-            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "2")], testSubscriptionState(at: 1).json.serialized()),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], WireCoding.encode(testSubscriptionState(at: 2_000))),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "1")], WireCoding.encode(testSubscriptionState(at: 3_000))),
+            ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "2")], WireCoding.encode(testSubscriptionState(at: 1))),
             ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/user-1/entitlements", [auth], nil),
             ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/nobody/entitlements", [auth], nil),
         ]

@@ -19,12 +19,12 @@ import Testing
         broken.append(emptyTransaction)
         for candidate in broken {
             #expect(candidate.storageProblem != nil)
-            #expect((try? SubscriptionState(json: candidate.json)) == nil)
+            #expect((try? WireCoding.decode(SubscriptionState.self, from: WireCoding.encode(candidate))) == nil)
         }
         var fine = testSubscriptionState()
         fine.recentNotifications = [.init(id: "n-1", context: .null)]
         fine.transactions = [.init(id: "t-1", productId: "", purchasedAt: nil, periodType: .normal)]
         #expect(fine.storageProblem == nil)
-        #expect((try? SubscriptionState(json: fine.json)) != nil)
+        #expect((try? WireCoding.decode(SubscriptionState.self, from: WireCoding.encode(fine))) != nil)
     }
 }

@@ -82,8 +82,8 @@ import Testing
             logger: testLogger(), metrics: NOOPMetricsHandler.instance)
         let events = try await normalizer.normalize(notification, receivedAt: 1_893_456_001_000)
         #expect(events.first?.type == .initialPurchase)
-        #expect(events.first?.data["ts"] == 1_893_456_001_000)  // `created` out of range: the receive time
-        #expect(events.first?.data["expirationAt"] == .null)
+        #expect(events.first?.payload.data.storeEvent?.ts == 1_893_456_001_000)  // `created` out of range: the receive time
+        #expect(events.first.map { JSON(encoding: $0.payload) }?["data"]?["expirationAt"] == .null)
     }
 
     func googleNotification(token: String = "token-n") -> VerifiedNotification {

@@ -67,7 +67,8 @@ import Testing
             produced.append(events)
 
             if let expected = step["expect"]?.arrayValue {
-                let payloads = events.map(\.payload)
+                // What receivers get: the encoded bytes, read back.
+                let payloads = try events.map { try JSON.parse($0.body) }
                 if payloads.count != expected.count {
                     Issue.record("\(label): expected \(expected.count) events \(expected.map { $0["type"]?.text ?? "?" }), got \(events.map(\.type.rawValue))")
                 } else {
@@ -78,13 +79,13 @@ import Testing
             }
             if let same = step["sameEventsAs"]?.int64Value.map(Int.init) {
                 let earlier = try #require(produced.indices.contains(same) ? produced[same] : nil)
-                #expect(events.map(\.payload.text) == earlier.map(\.payload.text), "\(label): not the same events as step \(same)")
+                #expect(events.map(\.body) == earlier.map(\.body), "\(label): not the same events as step \(same)")
             }
             for event in events {
                 // Invariants of every event: the id names its type, and it carries what receivers key on.
                 #expect(event.id.hasSuffix(":\(event.type.rawValue)"), "\(label): id \(event.id)")
-                #expect(event.payload["data"]?["id"]?.stringValue == event.id)
-                #expect(event.payload["object"] == "event")
+                #expect(event.payload.data.id == event.id)
+                #expect(event.payload.object == "event")
                 #expect(["PRODUCTION", "SANDBOX"].contains(event.environment))
             }
             #expect(Set(events.map(\.id)).count == events.count, "\(label): duplicate event ids \(events.map(\.id))")
@@ -92,7 +93,7 @@ import Testing
             if let pattern = step["state"] {
                 let subject = try #require(pattern["originalTransactionId"]?.stringValue ?? document["subject"]?.stringValue, "\(label): state needs a subject")
                 let stored = try await harness.client.subscription(store: store, originalTransactionId: subject)
-                for problem in mismatches(pattern, stored?.json, path: "state") { Issue.record("\(label): \(problem)") }
+                for problem in mismatches(pattern, stored.map(JSON.init(encoding:)), path: "state") { Issue.record("\(label): \(problem)") }
             }
             if let expected = step["entitlements"]?.arrayValue {
                 let user = try #require(document["user"]?.stringValue, "\(label): entitlements need the scenario's \"user\"")

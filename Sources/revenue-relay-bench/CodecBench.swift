@@ -1,0 +1,65 @@
+import ArgumentParser
+import RelayCore
+import RelayNormalization
+
+/// What the typed wire models cost on the hot path: a subscription state read and written once per
+/// notification, and each event encoded once. Next to each, the `JSON` value type's own parse or
+/// serialization of the same bytes: the floor of the hand-written code the models replaced.
+struct CodecBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "codec", abstract: "Microseconds per encode and decode of the state and the event payload, Foundation's coders against JSON.")
+
+    @Option(help: "Seconds per measurement.")
+    var seconds: Double = 2
+
+    func run() async throws {
+        let state = Self.state()
+        let stateBytes = WireCoding.encode(state)
+        let stateJSON = try JSON.parse(stateBytes)
+        let payload = try WireCoding.decode(EventPayload.self, from: Array(Self.eventText.utf8))
+        let payloadBytes = WireCoding.encode(payload)
+        let payloadJSON = try JSON.parse(payloadBytes)
+        let rows: [(String, Double)] = [
+            ("state decode (WireCoding, \(stateBytes.count) B)", measure(seconds: seconds) { _ in _ = try? WireCoding.decode(SubscriptionState.self, from: stateBytes) }),
+            ("state parse (JSON.parse, same bytes)", measure(seconds: seconds) { _ in _ = try? JSON.parse(stateBytes) }),
+            ("state encode (WireCoding)", measure(seconds: seconds) { _ in _ = WireCoding.encode(state) }),
+            ("state serialize (JSON.serialized)", measure(seconds: seconds) { _ in _ = stateJSON.serialized() }),
+            ("event encode (WireCoding, \(payloadBytes.count) B)", measure(seconds: seconds) { _ in _ = WireCoding.encode(payload) }),
+            ("event serialize (JSON.serialized)", measure(seconds: seconds) { _ in _ = payloadJSON.serialized() }),
+        ]
+        print("| operation | µs each |")
+        print("| --- | ---: |")
+        for (name, rate) in rows { print("| \(name) | \(String(format: "%.1f", 1_000_000 / rate)) |") }
+    }
+
+    /// A renewing subscription as the worker keeps it: ten remembered notifications, each with the
+    /// prior state in its context, and five recorded payments.
+    static func state() -> SubscriptionState {
+        var prior = SubscriptionState(
+            store: .apple, originalTransactionId: "2000000100000001", applicationId: 1, originalAppUserId: "user-1", appUserIds: ["user-1"],
+            productId: "com.example.pro.monthly", status: .active, expiresAt: 1_900_000_000_000, lastTransactionId: "2000000100000009",
+            sourceTimestamp: 1_890_000_000_000)
+        prior.transactions = (0..<5).map {
+            .init(id: "200000010000000\($0)", productId: "com.example.pro.monthly", purchasedAt: 1_890_000_000_000 + Int64($0), periodType: .normal, amount: "9.99", currency: "USD")
+        }
+        var state = prior
+        state.version = 12
+        state.recentNotifications = (0..<10).map { index in
+            .init(id: "c5f0a1b2-0000-4000-8000-00000000000\(index)", context: ["receivedAt": .integer(1_890_000_000_000), "prior": JSON(encoding: prior), "others": []])
+        }
+        return state
+    }
+
+    static let eventText = """
+        {"applicationId":1,"data":{"bundleId":"com.example.app","cancelReason":null,"commissionPercentage":0.15,"countryCode":"US","currencyCode":"USD",\
+        "entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"environment":"PRODUCTION","exchangeRate":1.0,"expirationAt":1900000000000,\
+        "expirationReason":null,"gracePeriodExpiresAt":null,"id":"apple:c5f0a1b2-0000-4000-8000-000000000001:renewal","isFamilyShare":false,\
+        "isSmallBusiness":false,"isTrialConversion":false,"name":"renewal","newProductId":null,"offerCode":null,"originalAppUserId":"user-1",\
+        "originalTransactionId":"2000000100000001","periodType":"NORMAL","price":9.99,"priceInPurchasedCurrency":9.99,\
+        "proceeds":8.49,"productId":"com.example.pro.monthly","purchasedAt":1890000000000,"sdkEvents":[],\
+        "source":{"notificationId":"c5f0a1b2-0000-4000-8000-000000000001","store":"apple","subtype":null,"type":"DID_RENEW"},"store":"APP_STORE",\
+        "subscriptionStatus":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"takehomePercentage":0.85,\
+        "taxPercentage":null,"transactionId":"2000000100000009","ts":1890000000000},"object":"event","projectId":1,"timestamp":1890000000000,\
+        "type":"renewal"}
+        """
+}
