@@ -117,12 +117,12 @@ public final class BackendClient: Sendable {
     public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
         let response = try await send(
             "PUT", Self.subscriptionPath(state.store, state.originalTransactionId),
-            headers: [("If-Match", "\(ifMatch)"), ("Content-Type", "application/json")], body: WireCoding.encode(state))
+            headers: [("If-Match", "\(ifMatch)"), ("Content-Type", "application/json")], body: state.json.serialized())
         switch response.status {
         case 200: return .written(try Self.state(response))
         case 412: return .versionMismatch
         case 409:
-            guard let current = (try? WireCoding.decode(StaleWriteBody.self, from: response.body))?.current else {
+            guard let current = try? JSON.parse(response.body)["current"].map({ try SubscriptionState(json: $0) }) ?? nil else {
                 throw BackendError(kind: .invalidResponse, message: "409 without the current state")
             }
             return .stale(current: current)
@@ -241,7 +241,7 @@ public final class BackendClient: Sendable {
 
     private static func state(_ response: HTTPClientResponse) throws(BackendError) -> SubscriptionState {
         do {
-            return try WireCoding.decode(SubscriptionState.self, from: response.body)
+            return try SubscriptionState(json: try JSON.parse(response.body))
         } catch {
             throw BackendError(kind: .invalidResponse, message: "the subscription state is not valid: \(error)")
         }
@@ -255,9 +255,4 @@ public final class BackendClient: Sendable {
         default: BackendError(kind: .invalidResponse, message: "\(what): unexpected HTTP \(response.status)")
         }
     }
-}
-
-/// The 409 answer to a write older than the stored state: the stored state, to re-apply on.
-struct StaleWriteBody: Decodable {
-    var current: SubscriptionState?
 }

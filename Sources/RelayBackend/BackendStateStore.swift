@@ -35,7 +35,7 @@ public struct BackendStateStore: SubscriptionStateStore {
         guard let document = try await client.entitlements(appUserId: appUserId) else { return [] }
         var result: [SubscriptionState] = []
         for entry in document["customerInfo"]?["subscriptions"]?.arrayValue ?? [] {
-            guard entry["isActive"]?.boolValue == true, let state = (try? entry.decode(as: SubscriptionState.self)) ?? Self.sdkSubscription(entry) else {
+            guard entry["isActive"]?.boolValue == true, let state = (try? SubscriptionState(json: entry)) ?? Self.sdkSubscription(entry) else {
                 continue
             }
             if state.store == store && state.originalTransactionId == originalTransactionId { continue }

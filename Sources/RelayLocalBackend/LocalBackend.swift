@@ -64,7 +64,7 @@ public struct LocalBackend: Sendable {
             guard let state = try await backend.database.subscription(store: store, originalTransactionId: id) else {
                 return errorResponse(.notFound, "not_found", "no state for \(store.rawValue)/\(id)")
             }
-            return json(.ok, JSON(encoding: state), etag: state.version)
+            return json(.ok, state.json, etag: state.version)
         }
         router.put("\(Self.internalPrefix)/:store/:originalTransactionId") { request, context in
             guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
@@ -76,26 +76,28 @@ public struct LocalBackend: Sendable {
             let body = try await request.body.collect(upTo: 1 << 20)
             let state: SubscriptionState
             do {
-                state = try WireCoding.decode(SubscriptionState.self, from: body.readableBytesView)
+                state = try SubscriptionState(json: try JSON.parse(Array(body.readableBytesView)))
             } catch let decoding as WireDecodingError {
-                return errorResponse(.badRequest, "bad_request", decoding.field == "$" && decoding.message == "not valid JSON" ? "the body is not JSON" : "\(decoding)")
+                return errorResponse(.badRequest, "bad_request", "\(decoding)")
+            } catch {
+                return errorResponse(.badRequest, "bad_request", "the body is not JSON")
             }
             guard state.store == store, state.originalTransactionId == id else {
                 return errorResponse(.badRequest, "bad_request", "the body's store and originalTransactionId must match the path")
             }
             switch try await backend.database.write(state, ifMatch: ifMatch) {
             case .written(let stored):
-                return json(.ok, JSON(encoding: stored), etag: stored.version)
+                return json(.ok, stored.json, etag: stored.version)
             case .versionMismatch(let current):
                 return json(
                     .preconditionFailed,
                     ["error": "version_mismatch", "detail": .string("the stored version is \(current?.version ?? 0); read it again and re-apply"),
-                     "current": current.map(JSON.init(encoding:)) ?? .null])
+                     "current": current?.json ?? .null])
             case .stale(let current):
                 return json(
                     .conflict,
                     ["error": "stale_write", "detail": .string("the stored state is from a newer notification (sourceTimestamp \(current.sourceTimestamp))"),
-                     "current": JSON(encoding: current)])
+                     "current": current.json])
             }
         }
         router.get("/subscriptions-api/public/v1/users/:appUserId/entitlements") { _, context in
@@ -142,7 +144,7 @@ public struct LocalBackend: Sendable {
                 if let expiry = subscription.gracePeriodExpiresAt ?? subscription.expiresAt { grant.expiresAt = max(grant.expiresAt ?? expiry, expiry) }
                 grants[identifier] = grant
             }
-            var entry = JSON(encoding: subscription).objectValue ?? [:]
+            var entry = subscription.json.objectValue ?? [:]
             entry["recentNotifications"] = nil  // the worker's bookkeeping, not the customer's
             entry["isActive"] = .bool(active)
             entry["willRenew"] = .bool(subscription.autoRenew && active)

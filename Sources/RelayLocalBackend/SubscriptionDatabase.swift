@@ -151,7 +151,7 @@ public final class SubscriptionDatabase: Sendable {
                     state = excluded.state, updated_at = excluded.updated_at
                 """
         ).execute(
-            arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, String(decoding: WireCoding.encode(stored), as: UTF8.self), now])
+            arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, stored.json.text, now])
         try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?")
             .execute(arguments: [stored.store.rawValue, stored.originalTransactionId])
         for user in stored.entitlementUserIds {
@@ -187,6 +187,6 @@ public final class SubscriptionDatabase: Sendable {
     }
 
     private static func decode(_ text: String) throws -> SubscriptionState {
-        try WireCoding.decode(SubscriptionState.self, from: text.utf8)
+        try SubscriptionState(json: try JSON.parse(text))
     }
 }
