@@ -288,52 +288,26 @@ final class RecordSink: Sendable {
     }
 }
 
-/// Per-partition tracking shared by the poll thread, the rebalance callback and `markDone` callers.
+/// Per-partition tracking shared by the poll thread, the rebalance callback and `markDone` callers: the
+/// `ConsumerBookkeeping` state machine behind a mutex, whose actions this performs with librdkafka.
 final class ConsumerShared: Sendable {
-    struct Assigned {
-        var generation: UInt64
-        var tracker = OffsetTracker()
-    }
-
-    struct State {
-        var partitions: [TopicPartition: Assigned] = [:]
-        var nextGeneration: UInt64 = 1
-        var inFlight = 0
-        /// Back-pressure is on: every assigned partition that has started delivering is to be paused.
-        var paused = false
-        /// The partitions currently paused by us for back-pressure.
-        var pausedPartitions: Set<TopicPartition> = []
-        /// The poll thread is waiting for completions to make room.
-        var waitingForRoom = false
-        /// Since when `maxInFlight` records have been out without a pause.
-        var overLimitSince: ContinuousClock.Instant?
-        /// Records not yet due, per partition (paused at them), in log order, with their due times.
-        var held: [TopicPartition: [(record: ConsumedRecord, due: Int64)]] = [:]
-        /// `consume(_:)` was cancelled: every partition stays paused until close.
-        var intakeStopped = false
-    }
-
-    private let state = Mutex(State())
+    private let state: Mutex<ConsumerBookkeeping>
     /// The group has assigned this member partitions (or an empty set) at least once.
     let everAssigned = Atomic<Bool>(false)
-    private let maxInFlight: Int
     private let room = DispatchSemaphore(value: 0)
-    /// Polling resumes below this many records out.
-    private var resumeMark: Int { max(1, maxInFlight * 3 / 4) }
-    /// How long the poll thread may wait for room before it pauses the partitions and polls on.
-    static let pauseAfter: Duration = .seconds(10)
     private let logger: Logger
     private let inFlightGauge: Gauge
 
     init(maxInFlight: Int, logger: Logger, metrics: any MetricsFactory) {
-        self.maxInFlight = maxInFlight
+        self.state = Mutex(ConsumerBookkeeping(maxInFlight: maxInFlight))
         self.logger = logger
         self.inFlightGauge = Gauge(label: "relay_kafka_consumer_in_flight", dimensions: [], factory: metrics)
     }
 
     var inFlightCount: Int { state.withLock { $0.inFlight } }
 
-    /// Turns a polled message into a record, tracking its offset. Nil for errors and events.
+    /// Turns a polled message into a record, tracking its offset. Nil for errors and events, and for an
+    /// offset already handed out in this assignment.
     func handOut(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> ConsumedRecord? {
         let value = message.pointee
         guard value.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
@@ -344,19 +318,12 @@ final class ConsumerShared: Sendable {
         }
         let topic = String(cString: rd_kafka_topic_name(value.rkt))
         let key = TopicPartition(topic: topic, partition: value.partition)
-        let generation = state.withLock { state -> UInt64? in
-            if state.partitions[key] == nil {
-                state.partitions[key] = Assigned(generation: state.nextGeneration)
-                state.nextGeneration += 1
-            }
-            // A refetched offset is already done or still in flight: handing it out again could let
-            // its copy store an offset past the unfinished original.
-            guard state.partitions[key]!.tracker.handOut(value.offset) else { return nil }
-            state.inFlight += 1
-            inFlightGauge.record(state.inFlight)
-            return state.partitions[key]!.generation
+        let decision = state.withLock { state in
+            let decision = state.handOut(key, offset: value.offset)
+            if case .deliver = decision { inFlightGauge.record(state.inFlight) }
+            return decision
         }
-        guard let generation else { return nil }
+        guard case .deliver(let generation) = decision else { return nil }
         return ConsumedRecord(
             topic: topic, partition: value.partition, offset: value.offset,
             key: value.key.map { Array(UnsafeRawBufferPointer(start: $0, count: value.key_len)) },
@@ -392,92 +359,44 @@ final class ConsumerShared: Sendable {
 
     /// Holds back a record that is not yet due and pauses its partition at it (poll thread only).
     func hold(_ record: ConsumedRecord, until due: Int64, _ rk: OpaquePointer) {
-        let key = TopicPartition(topic: record.topic, partition: record.partition)
-        let pause = state.withLock { state -> Bool in
-            // Only records of this assignment: a revoked partition's record is dropped (its next owner reads it).
-            guard state.partitions[key]?.generation == record.assignmentGeneration else { return false }
-            let first = state.held[key] == nil
-            state.held[key, default: []].append((record, due))
-            return first
-        }
-        if pause { Self.withList([key]) { _ = rd_kafka_pause_partitions(rk, $0) } }
+        perform(state.withLock { $0.hold(record, until: due) }, rk)
     }
 
     /// The held records that are due now, in log order per partition; resumes the partitions that hold
     /// nothing any more (unless back-pressure keeps them paused). Poll thread only.
     func releaseDue(now: Int64, _ rk: OpaquePointer) -> [ConsumedRecord] {
-        let (released, toResume) = state.withLock { state -> ([ConsumedRecord], [TopicPartition]) in
-            guard !state.held.isEmpty else { return ([], []) }
-            var released: [ConsumedRecord] = []
-            var toResume: [TopicPartition] = []
-            for (key, queue) in state.held {
-                var remaining = queue[...]
-                while let first = remaining.first, first.due <= now {
-                    released.append(first.record)
-                    remaining = remaining.dropFirst()
-                }
-                guard remaining.count != queue.count else { continue }
-                if remaining.isEmpty {
-                    state.held[key] = nil
-                    if state.paused { state.pausedPartitions.insert(key) } else { toResume.append(key) }
-                } else {
-                    state.held[key] = Array(remaining)
-                }
-            }
-            return (released, toResume)
-        }
-        if !toResume.isEmpty { Self.withList(toResume) { _ = rd_kafka_resume_partitions(rk, $0) } }
-        return released
+        let release = state.withLock { $0.releaseDue(now: now) }
+        perform(release.resume, rk)
+        return release.records
     }
 
     /// Records held back because they are not yet due.
-    var heldCount: Int { state.withLock { $0.held.values.reduce(0) { $0 + $1.count } } }
+    var heldCount: Int { state.withLock { $0.heldCount } }
 
     func isAssigned(_ record: ConsumedRecord) -> Bool {
         let key = TopicPartition(topic: record.topic, partition: record.partition)
-        return state.withLock { $0.partitions[key]?.generation == record.assignmentGeneration }
+        return state.withLock { $0.isAssigned(key, generation: record.assignmentGeneration) }
     }
 
     func markDone(_ record: ConsumedRecord, _ rk: OpaquePointer) {
         let key = TopicPartition(topic: record.topic, partition: record.partition)
-        let wake = state.withLock { state -> Bool in
-            // A record from a partition since revoked (or revoked and assigned again) is not ours to store.
-            guard var assigned = state.partitions[key], assigned.generation == record.assignmentGeneration else { return false }
-            let (store, wasPending) = assigned.tracker.markDone(record.offset)
-            state.partitions[key] = assigned
-            if wasPending {
-                state.inFlight -= 1
-                inFlightGauge.record(state.inFlight)
-            }
+        let signalRoom = state.withLock { state -> Bool in
+            let completion = state.markDone(key, offset: record.offset, generation: record.assignmentGeneration)
+            if completion.inFlightChanged { inFlightGauge.record(state.inFlight) }
             // Stored under the lock so that two completions can never store out of order.
-            if let store { Self.storeOffset(rk, key, store, logger: logger) }
-            guard state.waitingForRoom, state.inFlight < resumeMark else { return false }
-            state.waitingForRoom = false
-            return true
+            if let offset = completion.storeOffset { Self.storeOffset(rk, key, offset, logger: logger) }
+            return completion.signalRoom
         }
-        if wake { room.signal() }
+        if signalRoom { room.signal() }
     }
 
     /// Whether the poll thread should not poll now because `maxInFlight` records are out; if so, waits
     /// up to `timeout` for completions to make room (below three quarters of it) and returns true.
-    /// After `pauseAfter` of waiting it returns false, so polling goes on (group membership, rebalances)
-    /// and `applyBackPressure` pauses the partitions instead.
+    /// After `ConsumerBookkeeping.pauseAfter` of waiting it returns false, so polling goes on (group
+    /// membership, rebalances) and `applyBackPressure` pauses the partitions instead.
     func waitForRoom(timeout: Duration) -> Bool {
-        let wait = state.withLock { state -> Bool in
-            // Hysteresis: polling stops at maxInFlight and starts again below three quarters of it.
-            let limit = state.overLimitSince == nil ? maxInFlight : resumeMark
-            guard state.inFlight >= limit, !state.paused else {
-                state.overLimitSince = nil
-                return false
-            }
-            let now = ContinuousClock.now
-            let since = state.overLimitSince ?? now
-            state.overLimitSince = since
-            guard now - since < Self.pauseAfter else { return false }
-            state.waitingForRoom = true
-            return true
-        }
-        guard wait else { return false }
+        let now = ContinuousClock.now
+        guard state.withLock({ $0.checkRoom(now: now) }) == .waitForRoom else { return false }
         _ = room.wait(timeout: .now() + .milliseconds(Int(timeout.wholeMilliseconds)))
         return true
     }
@@ -507,16 +426,7 @@ final class ConsumerShared: Sendable {
         switch error {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             everAssigned.store(true, ordering: .relaxed)
-            let paused = state.withLock { state -> Bool in
-                for key in keys {
-                    state.inFlight -= state.partitions[key]?.tracker.undoneCount ?? 0
-                    state.held[key] = nil
-                    state.partitions[key] = Assigned(generation: state.nextGeneration)
-                    state.nextGeneration += 1
-                    if state.paused { state.pausedPartitions.insert(key) } else { state.pausedPartitions.remove(key) }
-                }
-                return state.paused
-            }
+            let fetch = state.withLock { $0.assign(keys) }
             if cooperative {
                 if let failure = rd_kafka_incremental_assign(rk, partitions) { logAndDestroy(failure, "incremental assign") }
             } else {
@@ -524,17 +434,12 @@ final class ConsumerShared: Sendable {
             }
             // librdkafka keeps an application pause on a partition across unassign and reassign, so
             // set the state we want explicitly (fetching has not started yet, so either is safe).
-            if paused {
-                _ = rd_kafka_pause_partitions(rk, partitions)
-            } else {
-                _ = rd_kafka_resume_partitions(rk, partitions)
-            }
+            perform(fetch, rk)
             logger.info("partitions assigned", metadata: ["kafka.partitions": "\(description)"])
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             let lost = rd_kafka_assignment_lost(rk) != 0
-            let paused = dropTracking(keys)
             // Leave no application pause behind on a partition that may come back to us later.
-            if paused { _ = rd_kafka_resume_partitions(rk, partitions) }
+            perform(dropTracking(keys), rk)
             if cooperative {
                 if let failure = rd_kafka_incremental_unassign(rk, partitions) { logAndDestroy(failure, "incremental unassign") }
             } else {
@@ -552,18 +457,12 @@ final class ConsumerShared: Sendable {
         }
     }
 
-    /// Forgets revoked partitions: what was done is stored already; what was not is dropped and will be
-    /// redelivered to the partition's next owner. Returns whether any of them was paused by us.
-    private func dropTracking(_ keys: [TopicPartition]) -> Bool {
+    /// Forgets revoked partitions (`ConsumerBookkeeping.revoke`); what to resume of them.
+    private func dropTracking(_ keys: [TopicPartition]) -> ConsumerBookkeeping.FetchAction {
         state.withLock { state in
-            var anyPaused = false
-            for key in keys {
-                if let assigned = state.partitions.removeValue(forKey: key) { state.inFlight -= assigned.tracker.undoneCount }
-                if state.pausedPartitions.remove(key) != nil { anyPaused = true }
-                if state.held.removeValue(forKey: key) != nil { anyPaused = true }
-            }
+            let fetch = state.revoke(keys)
             inFlightGauge.record(state.inFlight)
-            return anyPaused
+            return fetch
         }
     }
 
@@ -573,54 +472,45 @@ final class ConsumerShared: Sendable {
         logger.error("rebalance step failed", metadata: ["kafka.step": "\(what)", LogKey.error: "\(text)"])
     }
 
-    /// Second stage of back-pressure, when `maxInFlight` records stayed out for `pauseAfter` (an
-    /// endpoint or the log is stuck): pauses the assigned partitions so polling can go on without
-    /// handing out more, and resumes them at half of it. Pausing drops librdkafka's prefetched records
-    /// (they are fetched again on resume), which is why it is not the first stage.
-    ///
-    /// Only partitions that delivered a record in this assignment are paused: pausing makes
-    /// librdkafka's consumed position the resume point, and before the first record that position may
-    /// still be one from an earlier ownership of the partition. Partitions that start delivering while
-    /// back-pressure is on are paused on the next poll, so the overshoot is at most a fetch each.
-    /// Pauses every assigned partition, and (through `paused`) every one assigned later, once the
-    /// intake stopped (poll thread only).
+    /// Pauses every assigned partition, and (through the bookkeeping's `paused`) every one assigned
+    /// later, once the intake stopped (poll thread only).
     func pauseForStoppedIntake(_ rk: OpaquePointer) {
-        let keys = state.withLock { state -> [TopicPartition] in
-            guard !state.intakeStopped else { return [] }
-            state.intakeStopped = true
-            state.paused = true
-            state.pausedPartitions.formUnion(state.partitions.keys)
-            return Array(state.partitions.keys)
-        }
-        if !keys.isEmpty { Self.withList(keys) { _ = rd_kafka_pause_partitions(rk, $0) } }
+        perform(state.withLock { $0.stopIntake() }, rk)
     }
 
+    /// Second stage of back-pressure (`ConsumerBookkeeping.applyBackPressure`): pauses the partitions
+    /// that delivered once `maxInFlight` records stayed out for `pauseAfter`, resumes them at half of it
+    /// (poll thread only).
     func applyBackPressure(_ rk: OpaquePointer) {
-        let (toPause, toResume) = state.withLock { state -> ([TopicPartition], [TopicPartition]) in
-            if !state.paused && state.inFlight >= maxInFlight
-                && state.overLimitSince.map({ ContinuousClock.now - $0 >= Self.pauseAfter }) ?? false
-            {
-                state.paused = true
-                logger.debug("consumer paused for back-pressure")
-            } else if state.paused && state.inFlight <= maxInFlight / 2 {
-                state.paused = false
-                // A partition holding a record that is not yet due stays paused until it is.
-                let resumed = Array(state.pausedPartitions.subtracting(state.held.keys))
-                state.pausedPartitions = []
-                logger.debug("consumer resumed")
-                return ([], resumed)
-            }
-            guard state.paused else { return ([], []) }
-            let started = state.partitions.filter { $0.value.tracker.hasHandedOut && !state.pausedPartitions.contains($0.key) }.map(\.key)
-            state.pausedPartitions.formUnion(started)
-            return (started, [])
+        let now = ContinuousClock.now
+        switch state.withLock({ $0.applyBackPressure(now: now) }) {
+        case .none:
+            break
+        case .pause(let partitions, let turnedOn):
+            if turnedOn { logger.debug("consumer paused for back-pressure") }
+            Self.withList(partitions) { _ = rd_kafka_pause_partitions(rk, $0) }
+        case .resume(let partitions):
+            logger.debug("consumer resumed")
+            Self.withList(partitions) { _ = rd_kafka_resume_partitions(rk, $0) }
         }
-        if !toPause.isEmpty { Self.withList(toPause) { _ = rd_kafka_pause_partitions(rk, $0) } }
-        if !toResume.isEmpty { Self.withList(toResume) { _ = rd_kafka_resume_partitions(rk, $0) } }
     }
 
-    private static func withList(_ partitions: [TopicPartition], _ body: (UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void) {
-        guard let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else { return }
+    /// Pauses or resumes partitions in librdkafka.
+    private func perform(_ action: ConsumerBookkeeping.FetchAction, _ rk: OpaquePointer) {
+        switch action {
+        case .none:
+            break
+        case .pause(let partitions):
+            Self.withList(partitions) { _ = rd_kafka_pause_partitions(rk, $0) }
+        case .resume(let partitions):
+            Self.withList(partitions) { _ = rd_kafka_resume_partitions(rk, $0) }
+        }
+    }
+
+    private static func withList(
+        _ partitions: some Collection<TopicPartition>, _ body: (UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void
+    ) {
+        guard !partitions.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else { return }
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for partition in partitions { rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition) }
         body(list)
