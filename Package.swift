@@ -141,6 +141,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The App Store Server API over libcurl: ES256 tokens signed with an App Store Connect key (OpenSSL),
+        // transaction and notification history, subscription statuses, consumption answers.
+        .target(
+            name: "RelayAppStoreAPI",
+            dependencies: [
+                "RelayCore", "RelayHTTPClient", "RelayCrypto",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The embedded durable record log (SQLite): one machine, no broker.
         .target(
             name: "RelayEmbeddedLog",
@@ -289,6 +299,14 @@ let package = Package(
             dependencies: [
                 "RelayCrypto", "RelayGooglePlay", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient", "RelayVerification",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayAppStoreAPITests",
+            dependencies: [
+                "RelayCrypto", "RelayAppStoreAPI", "RelayTestSupport", "RelayCore", "RelayHTTPClient",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
