@@ -101,3 +101,9 @@ struct EventBuilder: Sendable {
             metadata: ["currency": "\(currency)", "event.id": "\(event)"])
     }
 }
+
+extension SubscriptionState {
+    /// Whether the state gives access, judged by its status alone: transitions come from the store's
+    /// notifications, so a renewal a few seconds after the old period's end is not an outage.
+    var grantsAccess: Bool { status == .active || status == .inGracePeriod }
+}

@@ -1,6 +1,5 @@
 public import RelayConfig
 public import RelayCore
-public import RelayNormalization
 
 /// Fan-out (docs/contracts.md, Topics), the worker's last step: one delivery record per endpoint whose `app`, `events` and
 /// `environments` match a standardized event, keyed `<endpoint id>:<subject>` so one endpoint's

@@ -1,6 +1,5 @@
 import ArgumentParser
 import RelayCore
-import RelayNormalization
 
 /// What the wire models cost on the hot path: a subscription state read and written once per
 /// notification (by hand over `JSON`, and through Foundation's coders), and each event encoded once

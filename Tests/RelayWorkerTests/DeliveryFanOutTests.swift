@@ -1,6 +1,5 @@
 import RelayConfig
 import RelayCore
-import RelayNormalization
 import RelayWorker
 import Testing
 

@@ -1,5 +1,4 @@
 import RelayCore
-import RelayNormalization
 import Testing
 
 @Suite struct EventPayloadTests {

@@ -1,5 +1,3 @@
-public import RelayCore
-
 /// The standardized event types (docs/contracts.md, the standardized event).
 public enum EventType: String, Sendable, CaseIterable, Codable {
     case initialPurchase = "initial_purchase"
@@ -152,6 +150,52 @@ public struct StoreEventData: Sendable, Equatable, Codable {
     public var subscriptionStatus: SubscriptionStatus
     public var gracePeriodExpiresAt: Int64?
     public var source: EventSource
+
+    public init(
+        id: String, name: EventType, cancelReason: Reason?, expirationReason: Reason?, exchangeRate: Double?,
+        isSmallBusiness: Bool, periodType: SubscriptionState.PeriodType, countryCode: String?, price: Double?,
+        proceeds: Double?, priceInPurchasedCurrency: Double?, currencyCode: String?, taxPercentage: Double?,
+        commissionPercentage: Double, takehomePercentage: Double, offerCode: String?, isFamilyShare: Bool,
+        expirationAt: Int64?, transactionId: String?, originalTransactionId: String, originalAppUserId: String?, store: String,
+        purchasedAt: Int64?, productId: String?, environment: String, isTrialConversion: Bool, newProductId: String?,
+        bundleId: String?, ts: Int64, sdkEvents: [String], entitlements: [EntitlementReference],
+        subscriptionStatus: SubscriptionStatus, gracePeriodExpiresAt: Int64?, source: EventSource
+    ) {
+        self.id = id
+        self.name = name
+        self.cancelReason = cancelReason
+        self.expirationReason = expirationReason
+        self.exchangeRate = exchangeRate
+        self.isSmallBusiness = isSmallBusiness
+        self.periodType = periodType
+        self.countryCode = countryCode
+        self.price = price
+        self.proceeds = proceeds
+        self.priceInPurchasedCurrency = priceInPurchasedCurrency
+        self.currencyCode = currencyCode
+        self.taxPercentage = taxPercentage
+        self.commissionPercentage = commissionPercentage
+        self.takehomePercentage = takehomePercentage
+        self.offerCode = offerCode
+        self.isFamilyShare = isFamilyShare
+        self.expirationAt = expirationAt
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId
+        self.originalAppUserId = originalAppUserId
+        self.store = store
+        self.purchasedAt = purchasedAt
+        self.productId = productId
+        self.environment = environment
+        self.isTrialConversion = isTrialConversion
+        self.newProductId = newProductId
+        self.bundleId = bundleId
+        self.ts = ts
+        self.sdkEvents = sdkEvents
+        self.entitlements = entitlements
+        self.subscriptionStatus = subscriptionStatus
+        self.gracePeriodExpiresAt = gracePeriodExpiresAt
+        self.source = source
+    }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
@@ -306,10 +350,4 @@ public struct SubscriptionStatus: Sendable, Equatable, Codable {
         self.status = status
         self.entitlements = entitlements
     }
-}
-
-extension SubscriptionState {
-    /// Whether the state gives access, judged by its status alone: transitions come from the store's
-    /// notifications, so a renewal a few seconds after the old period's end is not an outage.
-    var grantsAccess: Bool { status == .active || status == .inGracePeriod }
 }
