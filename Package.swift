@@ -112,6 +112,8 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -349,8 +351,10 @@ let package = Package(
         .testTarget(
             name: "RelayLocalBackendTests",
             dependencies: [
-                "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore",
+                "RelayLocalBackend", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

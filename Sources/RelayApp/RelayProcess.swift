@@ -79,8 +79,9 @@ public final class RelayProcess: Sendable {
         let health = HealthState()
         let listening = Eventual<Int>()
         let metricsListening = Eventual<Int>()
-        // Only the roles that append or consume open the log (an embedded log takes its owner lock).
-        let usesLog = roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer)
+        // Only the roles that append or consume open the log (an embedded log takes its owner lock); the
+        // backend consumes relay.events into its events store.
+        let usesLog = roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer) || roles.contains(.backend)
         let log: any RecordLog =
             usesLog
             ? try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
@@ -91,6 +92,7 @@ public final class RelayProcess: Sendable {
         let backendAddress = BackendAddress(roles.contains(.backend) ? nil : configuration.backend.url)
         let backendClient = BackendClient(configuration: configuration.backend, address: backendAddress, logger: logger, metrics: metrics)
         var stateStore: any SubscriptionStateStore = BackendStateStore(client: backendClient)
+        var eventStore: EventStore?
         if roles.contains(.backend) {
             // First to start, last to stop: the worker uses it until it has stopped.
             let database: SubscriptionDatabase
@@ -102,6 +104,7 @@ public final class RelayProcess: Sendable {
             let backend = try LocalBackend(configuration: configuration, database: database)
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
+            eventStore = backend.events
             let host = configuration.backend.listen.host
             let reachableHost = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
             services.append(
@@ -114,6 +117,11 @@ public final class RelayProcess: Sendable {
         if usesLog {
             services.append(RecordLogService(log: log))
             health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
+        }
+        if let eventStore {
+            let (group, topics) = configuration.consumerGroups[2]
+            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: 2_048))
+            services.append(EventRecorder(consumer: consumer, store: eventStore, logger: logger, metrics: metrics))
         }
         var ingestProducer: (any RecordProducer)?
         if roles.contains(.ingest) {

@@ -20,11 +20,13 @@ public struct RelayConfiguration: Sendable {
     public var log: Log
 
     /// The relay's consumer groups and the topics each reads: `relay-worker` the notifications,
-    /// `relay-deliverer` the deliveries and retry topics.
+    /// `relay-deliverer` the deliveries and retry topics, `relay-backend` the events (the local backend's events store).
     public var consumerGroups: [(group: String, topics: [String])] {
         [
             ("relay-worker", [topics.notifications]),
             ("relay-deliverer", topics.delivererTopics(retrySteps: delivery.retrySchedule.count)),
+            // The local backend's events store (EventRecorder.consumerGroup).
+            ("relay-backend", [topics.events]),
         ]
     }
     /// The topic names, the same on either log (`topics`, or as before `kafka.topics`).

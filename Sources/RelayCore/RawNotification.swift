@@ -8,6 +8,9 @@ public enum RelayHeaderName {
     /// On `relay.events` records: the event's `data.id` and `type` (so consumers can route without parsing).
     public static let eventId = "relay-event-id"
     public static let eventType = "relay-event-type"
+    /// On `relay.events` records of an import (`revenue-relay import`): `true`. Such events are recorded
+    /// as historical and are not delivered unless the import asked for it.
+    public static let historical = "relay-historical"
     /// Request headers copied verbatim into the record when present.
     public static let copiedRequestHeaders = ["stripe-signature", "paddle-signature", "authorization"]
 }

@@ -14,6 +14,8 @@ public struct LocalBackend: Sendable {
 
     private let configuration: RelayConfiguration
     private let database: SubscriptionDatabase
+    /// The recorded standardized events (the events and revenue routes).
+    public let events: EventStore
     private let apiKey: String
     private let clock: @Sendable () -> Int64
     /// Each application's products, built once from the configuration (read for every notification).
@@ -29,6 +31,7 @@ public struct LocalBackend: Sendable {
         }
         self.configuration = configuration
         self.database = database
+        self.events = EventStore(database: database)
         self.apiKey = apiKey
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
@@ -49,6 +52,7 @@ public struct LocalBackend: Sendable {
     }
 
     func addRoutes(to router: Router<BasicRequestContext>) {
+        addEventRoutes(to: router)
         let backend = self
         router.get("/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion") { _, context in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {
@@ -187,7 +191,7 @@ struct BearerAuthentication: RouterMiddleware {
     }
 }
 
-private func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = nil) -> Response {
+func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = nil) -> Response {
     var headers: HTTPFields = [.contentType: "application/json"]
     if let etag { headers[.eTag] = "\(etag)" }
     return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: value.serialized())))
@@ -196,6 +200,6 @@ private func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = n
 private let badSubscriptionPath = errorResponse(
     .badRequest, "bad_request", "the path must be /subscriptions-api/internal/v1/subscriptions/{apple|google|stripe|paddle}/{originalTransactionId}")
 
-private func errorResponse(_ status: HTTPResponse.Status, _ code: String, _ detail: String) -> Response {
+func errorResponse(_ status: HTTPResponse.Status, _ code: String, _ detail: String) -> Response {
     json(status, ["error": .string(code), "detail": .string(detail)])
 }

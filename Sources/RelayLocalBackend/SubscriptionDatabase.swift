@@ -12,7 +12,8 @@ public import RelayCore
 /// Concurrent writes are group-committed (one transaction, one fsync, for every write waiting when the
 /// writer gets to them), each still checked against its own `If-Match` version in order.
 public final class SubscriptionDatabase: Sendable {
-    private let pool: DatabasePool
+    /// Shared with the events store (`EventStore`): one database, one writer.
+    let pool: DatabasePool
     private let checkpointer: WALCheckpointer
     private let writes = Mutex(WriteQueue())
     private let writer = DispatchQueue(label: "backend-writer")
@@ -64,6 +65,9 @@ public final class SubscriptionDatabase: Sendable {
                     );
                     CREATE INDEX subscription_user_by_subscription ON subscription_user (store, original_transaction_id);
                     """)
+        }
+        migrator.registerMigration("v2: the events store") { db in
+            try EventStore.createSchema(db)
         }
         return migrator
     }
@@ -176,6 +180,23 @@ public final class SubscriptionDatabase: Sendable {
                         """),
                 arguments: [appUserId, excluding?.store.rawValue ?? "", excluding?.originalTransactionId ?? ""])
             return try rows.map { row in try Self.decode(row[0]) }
+        }
+    }
+
+    /// Every subscription of any of these users, each once (one that several of them own too), in one read.
+    public func subscriptions(ofUsers appUserIds: [String]) async throws -> [SubscriptionState] {
+        guard !appUserIds.isEmpty else { return [] }
+        return try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT DISTINCT s.store, s.original_transaction_id, s.state FROM subscription_user u
+                        JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
+                        WHERE u.app_user_id IN (\(Array(repeating: "?", count: appUserIds.count).joined(separator: ", ")))
+                        ORDER BY s.store, s.original_transaction_id
+                        """),
+                arguments: StatementArguments(appUserIds))
+            return try rows.map { row in try Self.decode(row[2]) }
         }
     }
 

@@ -78,4 +78,39 @@ public final class RawConnection: Sendable {
             }
         }
     }
+
+    /// Reads until the peer closes or `limit` passes, keeping nothing but counts: the bytes received
+    /// and how often `marker` occurred (across reads too). For answers too large to hold.
+    public func count(_ marker: String, within limit: Duration) async -> (bytes: Int, occurrences: Int) {
+        let fd = self.fd
+        let pattern = Array(marker.utf8)
+        return await withCheckedContinuation { continuation in
+            startDedicatedThread(named: "test-raw-conn") {
+                let deadline = ContinuousClock.now + limit
+                var buffer = [UInt8](repeating: 0, count: 65_536)
+                var total = 0
+                var occurrences = 0
+                var matched = 0
+                while ContinuousClock.now < deadline {
+                    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    guard poll(&poller, 1, 50) > 0 else { continue }
+                    let count = recv(fd, &buffer, buffer.count, 0)
+                    if count <= 0 { break }
+                    total += count
+                    for byte in buffer.prefix(count) {
+                        if byte == pattern[matched] {
+                            matched += 1
+                            if matched == pattern.count {
+                                occurrences += 1
+                                matched = 0
+                            }
+                        } else {
+                            matched = byte == pattern[0] ? 1 : 0
+                        }
+                    }
+                }
+                continuation.resume(returning: (total, occurrences))
+            }
+        }
+    }
 }

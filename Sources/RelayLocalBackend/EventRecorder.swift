@@ -1,0 +1,110 @@
+public import CoreMetrics
+public import Logging
+public import RelayCore
+public import ServiceLifecycle
+import Synchronization
+
+/// Records every event of `relay.events` in the events store (consumer group `relay-backend`), with
+/// at-least-once semantics: a record is marked done once its row is committed, and recording is
+/// idempotent on the event id, so a record read twice is one row.
+///
+/// Records are written in batches (one transaction and one fsync for whatever arrived while the last
+/// batch committed, up to 512), so recording keeps up with the worker without a commit per event. A
+/// failing write (the disk) is retried with backoff, holding back only the recorder. A record that is
+/// not a standardized event is logged, counted and marked done: it can never be recorded.
+public final class EventRecorder: Service {
+    public static let consumerGroup = "relay-backend"
+
+    private let consumer: any RecordConsumer
+    private let store: EventStore
+    private let logger: Logger
+    private let recorded: Counter
+    private let invalid: Counter
+    private let retryBackoff: (initial: Duration, maximum: Duration)
+
+    public init(
+        consumer: any RecordConsumer, store: EventStore, logger: Logger, metrics: any MetricsFactory,
+        retryBackoff: (initial: Duration, maximum: Duration) = (.milliseconds(100), .seconds(30))
+    ) {
+        self.consumer = consumer
+        self.store = store
+        self.logger = logger
+        self.recorded = Counter(label: "relay_events_recorded_total", dimensions: [], factory: metrics)
+        self.invalid = Counter(label: "relay_events_record_invalid_total", dimensions: [], factory: metrics)
+        self.retryBackoff = retryBackoff
+    }
+
+    public func run() async throws {
+        let pending = Pending()
+        // Rung after each record; the writer takes everything pending at each ring (rings coalesce).
+        let (doorbell, ring) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        await withDiscardingTaskGroup { group in
+            group.addTask { [self] in
+                for await _ in doorbell {
+                    while true {
+                        let batch = pending.take(upTo: 512)
+                        guard !batch.isEmpty else { break }
+                        // Cancelled (shutdown past its bound): what is not recorded stays not done and is read again.
+                        guard await write(batch) else { return }
+                    }
+                }
+            }
+            for await record in consumer.records.cancelOnGracefulShutdown() {
+                pending.append(record)
+                ring.yield()
+            }
+            // Intake stopped: the writer records what is pending, then ends.
+            ring.finish()
+        }
+        await consumer.close()
+        logger.info("event recorder stopped")
+    }
+
+    /// Records read and not yet written.
+    private final class Pending: Sendable {
+        private let records = Mutex<[ConsumedRecord]>([])
+
+        func append(_ record: ConsumedRecord) { records.withLock { $0.append(record) } }
+
+        func take(upTo limit: Int) -> [ConsumedRecord] {
+            records.withLock { records in
+                let batch = Array(records.prefix(limit))
+                records.removeFirst(batch.count)
+                return batch
+            }
+        }
+    }
+
+    /// Records `batch` and marks its records done; false when cancelled before it could.
+    private func write(_ batch: [ConsumedRecord]) async -> Bool {
+        let entries = batch.map { record in
+            EventStore.Entry(
+                app: record.headers.first(named: RelayHeaderName.app)?.stringValue ?? "",
+                body: record.value,
+                historical: record.headers.first(named: RelayHeaderName.historical)?.stringValue == "true")
+        }
+        var backoff = Backoff(initial: retryBackoff.initial, maximum: retryBackoff.maximum)
+        while true {
+            do {
+                let result = try await store.record(entries)
+                recorded.increment(by: result.inserted)
+                for (index, error) in result.invalid {
+                    invalid.increment()
+                    let record = batch[index]
+                    logger.warning(
+                        "a relay.events record is not a standardized event; not recorded",
+                        metadata: [
+                            LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
+                            LogKey.error: "\(error)",
+                        ])
+                }
+                for record in batch { consumer.markDone(record) }
+                return true
+            } catch {
+                if Task.isCancelled { return false }
+                logger.warning("recording events failed; retrying", metadata: [LogKey.error: "\(error)", "events": "\(batch.count)"])
+                do { try await Task.sleep(for: backoff.next()) } catch { return false }
+            }
+        }
+    }
+}

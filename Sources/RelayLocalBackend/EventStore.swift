@@ -1,0 +1,295 @@
+import Dispatch
+import Foundation
+import GRDB
+public import RelayCore
+
+/// Every standardized event the relay produced, in the local backend's database: recorded from
+/// `relay.events` by `EventRecorder` (or by an import), queried by the events routes and
+/// `revenue-relay events`, summed by the revenue route.
+///
+/// Recording is idempotent on the event id (`data.id`): a replayed or repeated event is the same row.
+/// Each row keeps the payload exactly as delivered, beside the columns the filters and sums read.
+public final class EventStore: Sendable {
+    private let pool: DatabasePool
+    /// Writes run here, off Swift's cooperative pool: a commit waits for its fsync.
+    private let writer = DispatchQueue(label: "backend-events-writer")
+
+    public init(database: SubscriptionDatabase) {
+        pool = database.pool
+    }
+
+    static func createSchema(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE event (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    id TEXT NOT NULL UNIQUE,
+                    app TEXT NOT NULL,
+                    project_id INTEGER NOT NULL,
+                    application_id INTEGER NOT NULL,
+                    type TEXT NOT NULL,
+                    store TEXT NOT NULL,
+                    environment TEXT NOT NULL,
+                    original_transaction_id TEXT NOT NULL,
+                    app_user_id TEXT,
+                    product_id TEXT,
+                    ts INTEGER NOT NULL,
+                    received_at INTEGER NOT NULL,
+                    currency TEXT,
+                    price_usd REAL,
+                    proceeds_usd REAL,
+                    price_local REAL,
+                    historical INTEGER NOT NULL DEFAULT 0,
+                    payload TEXT NOT NULL
+                );
+                CREATE INDEX event_by_app_time ON event (app, ts);
+                CREATE INDEX event_by_user ON event (app_user_id, seq);
+                CREATE INDEX event_by_subscription ON event (original_transaction_id, seq);
+                """)
+    }
+
+    /// One event to record: its payload's bytes as delivered, the app key it belongs to, and whether
+    /// it came from an import of the store's history rather than a live notification.
+    public struct Entry: Sendable {
+        public var app: String
+        public var body: [UInt8]
+        public var historical: Bool
+
+        public init(app: String, body: [UInt8], historical: Bool = false) {
+            self.app = app
+            self.body = body
+            self.historical = historical
+        }
+    }
+
+    /// Why an entry was not recorded: its body is not a standardized event.
+    public struct InvalidEvent: Error, Sendable, CustomStringConvertible {
+        public var reason: String
+        public var description: String { "not a standardized event: \(reason)" }
+    }
+
+    /// Records `entries` in one transaction (one fsync) and returns how many were new; an id already
+    /// recorded is left as it is. An entry whose body is not a standardized event is skipped and
+    /// returned in `invalid` (with its index), never stored half.
+    public func record(_ entries: [Entry]) async throws -> (inserted: Int, invalid: [(Int, InvalidEvent)]) {
+        var rows: [StatementArguments] = []
+        var invalid: [(Int, InvalidEvent)] = []
+        for (index, entry) in entries.enumerated() {
+            do {
+                rows.append(try Self.row(entry))
+            } catch let error as InvalidEvent {
+                invalid.append((index, error))
+            }
+        }
+        guard !rows.isEmpty else { return (0, invalid) }
+        let prepared = rows
+        let inserted = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int, any Error>) in
+            writer.async { [pool] in
+                continuation.resume(
+                    with: Result {
+                        try pool.write { db in
+                            let statement = try db.cachedStatement(
+                                sql: """
+                                    INSERT OR IGNORE INTO event (id, app, project_id, application_id, type, store, environment,
+                                        original_transaction_id, app_user_id, product_id, ts, received_at, currency, price_usd,
+                                        proceeds_usd, price_local, historical, payload)
+                                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                    """)
+                            var count = 0
+                            for row in prepared {
+                                try statement.execute(arguments: row)
+                                count += db.changesCount
+                            }
+                            return count
+                        }
+                    })
+            }
+        }
+        return (inserted, invalid)
+    }
+
+    private static func row(_ entry: Entry) throws -> StatementArguments {
+        let payload: EventPayload
+        do {
+            payload = try WireCoding.decode(EventPayload.self, from: entry.body)
+        } catch {
+            throw InvalidEvent(reason: "\(error)")
+        }
+        let id: String
+        let store: Store
+        let environment: String
+        let subject: String
+        let user: String?
+        let product: String?
+        let ts: Int64
+        var money: (currency: String?, price: Double?, proceeds: Double?, local: Double?) = (nil, nil, nil, nil)
+        switch payload.data {
+        case .store(let data):
+            (id, store, environment, subject, user, product, ts) = (
+                data.id, data.source.store, data.environment, data.originalTransactionId, data.originalAppUserId, data.productId, data.ts
+            )
+            money = (data.currencyCode, data.price, data.proceeds, data.priceInPurchasedCurrency)
+        case .statusChange(let data):
+            (id, store, environment, subject, user, product, ts) = (
+                data.id, data.source.store, data.environment, data.originalTransactionId, data.appUserId, data.productId, data.ts
+            )
+        }
+        return [
+            id, entry.app, payload.projectId, payload.applicationId, payload.type.rawValue, store.rawValue, environment, subject, user,
+            product, ts, payload.timestamp, money.currency, money.price, money.proceeds, money.local, entry.historical,
+            String(decoding: entry.body, as: UTF8.self),
+        ]
+    }
+
+    // MARK: Reading
+
+    /// The recorded events that match `filter`, after `cursor` (a previous page's `next`), oldest
+    /// recorded first: at most `limit` payloads (JSON text as delivered) and the cursor of the next page,
+    /// nil when this page reached the end.
+    public func page(_ filter: EventFilter, after cursor: Int64?, limit: Int) async throws -> (payloads: [String], next: Int64?) {
+        let (clause, arguments) = filter.sql(after: cursor)
+        return try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT seq, payload FROM event WHERE \(clause) ORDER BY seq LIMIT ?", arguments: arguments + [limit + 1])
+            let page = rows.prefix(limit)
+            let next: Int64? = rows.count > limit ? page.last?["seq"] : nil
+            return (page.map { $0["payload"] }, next)
+        }
+    }
+
+    /// Revenue in USD from the recorded events that match `filter`, grouped by `groupBy`, summed by SQL.
+    public func revenue(_ filter: EventFilter, groupBy: [RevenueGrouping]) async throws -> RevenueReport {
+        let (clause, arguments) = filter.sql(after: nil)
+        let keys = groupBy.map(\.column)
+        let select = (keys + [
+            "ROUND(COALESCE(SUM(CASE WHEN price_usd > 0 THEN price_usd END), 0), 2) AS gross",
+            "ROUND(COALESCE(SUM(CASE WHEN price_usd < 0 THEN -price_usd END), 0), 2) AS refunds",
+            "ROUND(COALESCE(SUM(price_usd), 0), 2) AS net",
+            "ROUND(COALESCE(SUM(proceeds_usd), 0), 2) AS proceeds",
+            "COUNT(CASE WHEN price_usd > 0 THEN 1 END) AS purchases",
+            "COUNT(CASE WHEN price_usd < 0 THEN 1 END) AS refund_count",
+        ]).joined(separator: ", ")
+        // Events that move no money (a status change, a cancellation without refund) have a null
+        // price; a price the relay could not convert (no exchange rate) is null too and counted apart.
+        let grouping = keys.isEmpty ? "" : " GROUP BY \(keys.map { $0.components(separatedBy: " AS ").last! }.joined(separator: ", "))"
+        let ordering = keys.isEmpty ? "" : " ORDER BY \(keys.map { $0.components(separatedBy: " AS ").last! }.joined(separator: ", "))"
+        let sql = "SELECT \(select) FROM event WHERE \(clause) AND price_usd IS NOT NULL\(grouping)\(ordering)"
+        let unconverted = "SELECT COUNT(*) FROM event WHERE \(clause) AND price_usd IS NULL AND price_local IS NOT NULL"
+        return try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
+                RevenueReport.Row(
+                    group: Dictionary(uniqueKeysWithValues: groupBy.map { ($0.rawValue, row[$0.alias] as String?) }),
+                    gross: row["gross"], refunds: row["refunds"], net: row["net"], proceeds: row["proceeds"],
+                    purchases: row["purchases"], refundCount: row["refund_count"])
+            }
+            let missing = try Int.fetchOne(db, sql: unconverted, arguments: arguments) ?? 0
+            return RevenueReport(groupBy: groupBy, rows: rows, eventsWithoutRate: missing)
+        }
+    }
+
+    /// How many events are recorded (for tests and `revenue-relay events --count`).
+    public func count(_ filter: EventFilter = EventFilter()) async throws -> Int {
+        let (clause, arguments) = filter.sql(after: nil)
+        return try await pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM event WHERE \(clause)", arguments: arguments) ?? 0 }
+    }
+}
+
+/// Which recorded events a query wants; every member narrows (nil: any).
+public struct EventFilter: Sendable, Equatable {
+    public var app: String?
+    public var appUserId: String?
+    public var originalTransactionId: String?
+    /// Event types (`renewal`, ...): any of them.
+    public var types: [EventType] = []
+    public var store: Store?
+    /// `PRODUCTION` or `SANDBOX`.
+    public var environment: String?
+    /// The store's event time (`data.ts`), Unix milliseconds: at or after `since`, before `until`.
+    public var since: Int64?
+    public var until: Int64?
+    /// Whether events imported from a store's history are included. Default: yes.
+    public var historical: Bool?
+
+    public init(
+        app: String? = nil, appUserId: String? = nil, originalTransactionId: String? = nil, types: [EventType] = [], store: Store? = nil,
+        environment: String? = nil, since: Int64? = nil, until: Int64? = nil, historical: Bool? = nil
+    ) {
+        self.app = app
+        self.appUserId = appUserId
+        self.originalTransactionId = originalTransactionId
+        self.types = types
+        self.store = store
+        self.environment = environment
+        self.since = since
+        self.until = until
+        self.historical = historical
+    }
+
+    func sql(after cursor: Int64?) -> (String, StatementArguments) {
+        var clauses = ["1 = 1"]
+        var arguments: StatementArguments = []
+        func add(_ clause: String, _ value: some DatabaseValueConvertible) {
+            clauses.append(clause)
+            arguments += [value]
+        }
+        if let cursor { add("seq > ?", cursor) }
+        if let app { add("app = ?", app) }
+        if let appUserId { add("app_user_id = ?", appUserId) }
+        if let originalTransactionId { add("original_transaction_id = ?", originalTransactionId) }
+        if !types.isEmpty {
+            clauses.append("type IN (\(types.map { _ in "?" }.joined(separator: ", ")))")
+            arguments += StatementArguments(types.map(\.rawValue))
+        }
+        if let store { add("store = ?", store.rawValue) }
+        if let environment { add("environment = ?", environment) }
+        if let since { add("ts >= ?", since) }
+        if let until { add("ts < ?", until) }
+        if let historical { add("historical = ?", historical) }
+        return (clauses.joined(separator: " AND "), arguments)
+    }
+}
+
+/// What revenue is grouped by.
+public enum RevenueGrouping: String, Sendable, CaseIterable {
+    /// The UTC day of the store's event time (`2026-11-24`).
+    case day
+    case month
+    case product
+    case store
+    /// The currency the customer paid in.
+    case currency
+    case app
+
+    var alias: String { rawValue }
+
+    var column: String {
+        switch self {
+        case .day: "strftime('%Y-%m-%d', ts / 1000, 'unixepoch') AS day"
+        case .month: "strftime('%Y-%m', ts / 1000, 'unixepoch') AS month"
+        case .product: "product_id AS product"
+        case .store: "store AS store"
+        case .currency: "currency AS currency"
+        case .app: "app AS app"
+        }
+    }
+}
+
+/// Revenue in USD: gross (purchases and renewals), refunds, net (gross less refunds), proceeds (what
+/// the developer keeps after the store's commission and tax, refunds subtracted), per group.
+public struct RevenueReport: Sendable, Equatable {
+    public struct Row: Sendable, Equatable {
+        /// The group's value per grouping (`day`: `2026-11-24`, `product`: the product id, ...); null when the events lack it.
+        public var group: [String: String?]
+        public var gross: Double
+        public var refunds: Double
+        public var net: Double
+        public var proceeds: Double
+        public var purchases: Int
+        public var refundCount: Int
+    }
+
+    public var groupBy: [RevenueGrouping]
+    public var rows: [Row]
+    /// Events that moved money in a currency without an exchange rate: not in the sums.
+    public var eventsWithoutRate: Int
+}
