@@ -223,7 +223,7 @@ let package = Package(
         .executableTarget(
             name: "revenue-relay",
             dependencies: [
-                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification", "RelayNormalization", "RelayDelivery", "RelayWorker",
+                "RelayApp", "RelayConfig", "RelayCore", "RelayVerification", "RelayNormalization", "RelayDelivery", "RelayWorker", "RelayHTTPClient",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -371,7 +371,7 @@ let package = Package(
         .testTarget(
             name: "RelayAppTests",
             dependencies: [
-                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend",
+                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend", "RelayLocalBackend",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -1,0 +1,233 @@
+import ArgumentParser
+import Foundation
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+
+/// The filters `events` and `revenue` share: the query parameters of the events route.
+struct EventFilterOptions: ParsableArguments {
+    @Option(help: "Only this app key.")
+    var app: String?
+
+    @Option(help: "Only this app user id.")
+    var user: String?
+
+    @Option(name: .customLong("original-transaction-id"), help: "Only this subscription (its originalTransactionId).")
+    var originalTransactionId: String?
+
+    @Option(help: "Only these event types, comma-separated (renewal,initial_purchase,...).")
+    var type: String?
+
+    @Option(help: "Only this store: apple, google, stripe or paddle.")
+    var store: String?
+
+    @Option(help: "PRODUCTION, SANDBOX or ALL.")
+    var environment: String?
+
+    @Option(help: "Events at or after this store time: a date (2026-11-01), an RFC 3339 time or Unix milliseconds.")
+    var since: String?
+
+    @Option(help: "Events before this store time.")
+    var until: String?
+
+    var query: [(String, String)] {
+        [
+            ("app", app), ("appUserId", user), ("originalTransactionId", originalTransactionId), ("type", type), ("store", store),
+            ("environment", environment), ("since", since), ("until", until),
+        ].compactMap { name, value in value.map { (name, $0) } }
+    }
+}
+
+/// Where the backend is: `--backend-url`, else the configuration's `backend.url`, with its `backend.apiKey`.
+struct BackendOptions: ParsableArguments {
+    @Option(help: "The configuration file (backend.url and backend.apiKey).")
+    var config: String
+
+    @Option(name: .customLong("backend-url"), help: "The backend's URL instead of backend.url (dev: its backend.listen address).")
+    var backendURL: String?
+
+    func endpoint() throws -> (url: String, apiKey: String) {
+        let configuration = try loadConfiguration(config)
+        guard let apiKey = configuration.backend.apiKey, !apiKey.isEmpty else {
+            FileHandle.standardError.write(Data("revenue-relay: backend.apiKey is not set in \(config)\n".utf8))
+            throw Exit.badConfiguration
+        }
+        var url = backendURL ?? configuration.backend.url
+        while url.hasSuffix("/") { url.removeLast() }
+        return (url, apiKey)
+    }
+
+    /// GETs `path?query` from the backend; exits 69 when it cannot be reached or answers other than 200.
+    func get(_ path: String, _ query: [(String, String)], http: HTTPClient, endpoint: (url: String, apiKey: String)) async throws -> [UInt8] {
+        let queryText = query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        let url = endpoint.url + path + (queryText.isEmpty ? "" : "?" + queryText)
+        let response: HTTPClientResponse
+        do {
+            response = try await http.send("GET", url, headers: [("Authorization", "Bearer \(endpoint.apiKey)")])
+        } catch {
+            FileHandle.standardError.write(Data("revenue-relay: the backend at \(endpoint.url) cannot be reached: \(error)\n".utf8))
+            throw Exit.unavailable
+        }
+        switch response.status {
+        case 200: return response.body
+        case 400:
+            let detail = (try? JSON.parse(response.body))?["detail"]?.stringValue ?? "bad request"
+            FileHandle.standardError.write(Data("revenue-relay: \(detail)\n".utf8))
+            throw Exit.badArguments
+        case 401, 403:
+            FileHandle.standardError.write(Data("revenue-relay: the backend at \(endpoint.url) refused backend.apiKey\n".utf8))
+            throw Exit.badConfiguration
+        default:
+            FileHandle.standardError.write(Data("revenue-relay: the backend at \(endpoint.url) answered \(response.status)\n".utf8))
+            throw Exit.unavailable
+        }
+    }
+}
+
+/// `revenue-relay events`: every recorded event that matches, as JSON lines or CSV, paged from the
+/// backend's events route (a page of 1,000 at a time, so any number of events streams through).
+struct Events: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Export the recorded standardized events from the backend, as JSON lines or CSV.")
+
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case jsonl
+        case csv
+    }
+
+    @OptionGroup var backend: BackendOptions
+    @OptionGroup var filter: EventFilterOptions
+
+    @Option(help: "jsonl (one event payload per line) or csv (one row per event).")
+    var format: Format = .jsonl
+
+    @Option(help: "Write to this file instead of standard output.")
+    var output: String?
+
+    /// The CSV columns, from each event's payload.
+    static let columns = [
+        "id", "type", "projectId", "applicationId", "store", "environment", "ts", "originalTransactionId", "appUserId", "productId",
+        "transactionId", "price", "proceeds", "currencyCode", "priceInPurchasedCurrency", "cancelReason", "expirationReason",
+    ]
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let endpoint = try backend.endpoint()
+        let sink: FileHandle
+        if let output {
+            guard FileManager.default.createFile(atPath: output, contents: nil) , let handle = FileHandle(forWritingAtPath: output) else {
+                FileHandle.standardError.write(Data("revenue-relay: cannot write \(output)\n".utf8))
+                throw Exit.badArguments
+            }
+            sink = handle
+        } else {
+            sink = FileHandle.standardOutput
+        }
+        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60))
+        if format == .csv { sink.write(Data((Self.columns.joined(separator: ",") + "\n").utf8)) }
+        var cursor: String?
+        var count = 0
+        repeat {
+            var query = filter.query + [("limit", "1000")]
+            if let cursor { query.append(("cursor", cursor)) }
+            let page = try JSON.parse(try await backend.get("/subscriptions-api/internal/v1/events", query, http: http, endpoint: endpoint))
+            var text = ""
+            for event in page["events"]?.arrayValue ?? [] {
+                text += format == .csv ? Self.csvRow(event) : event.text
+                text += "\n"
+                count += 1
+            }
+            sink.write(Data(text.utf8))
+            cursor = page["nextCursor"]?.stringValue
+        } while cursor != nil
+        if output != nil {
+            try sink.close()
+            FileHandle.standardError.write(Data("revenue-relay: \(count) events written to \(output!)\n".utf8))
+        }
+    }
+
+    static func csvRow(_ event: JSON) -> String {
+        let data = event["data"] ?? .null
+        return columns.map { column -> String in
+            let value: JSON? = switch column {
+            case "type", "projectId", "applicationId": event[column]
+            case "store": data["source"]?["store"]
+            case "ts": data["ts"]?.int64Value.map { .string(Timestamp.rfc3339(milliseconds: $0)) }
+            case "appUserId": data["appUserId"] ?? data["originalAppUserId"]
+            default: data[column]
+            }
+            return csvField(value)
+        }.joined(separator: ",")
+    }
+
+    /// RFC 4180: quoted when it holds a comma, a quote or a line break; quotes doubled.
+    static func csvField(_ value: JSON?) -> String {
+        let text: String = switch value {
+        case nil, .null?: ""
+        case .string(let string)?: string
+        case let other?: other.text
+        }
+        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+}
+
+/// `revenue-relay revenue`: gross, refunds, net and proceeds in USD from the recorded events, grouped.
+struct Revenue: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Revenue in USD from the recorded events: gross, refunds, net and proceeds, grouped by day, month, product, store, currency or app.")
+
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case table
+        case csv
+        case json
+    }
+
+    @OptionGroup var backend: BackendOptions
+    @OptionGroup var filter: EventFilterOptions
+
+    @Option(name: .customLong("group-by"), help: "Comma-separated: day, month, product, store, currency, app.")
+    var groupBy: String?
+
+    @Option(help: "table, csv or json.")
+    var format: Format = .table
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let endpoint = try backend.endpoint()
+        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60))
+        var query = filter.query
+        if let groupBy { query.append(("groupBy", groupBy)) }
+        let body = try await backend.get("/subscriptions-api/internal/v1/revenue", query, http: http, endpoint: endpoint)
+        let report = try JSON.parse(body)
+        if format == .json {
+            printLine(report.text)
+            return
+        }
+        let groups = report["groupBy"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let header = groups + ["gross", "refunds", "net", "proceeds", "purchases", "refundCount"]
+        func cells(_ object: JSON?, label: String?) -> [String] {
+            let keys = groups.map { key in label ?? (object?[key]?.stringValue ?? "-") }
+            let sums = ["gross", "refunds", "net", "proceeds"].map { key in String(format: "%.2f", object?[key]?.doubleValue ?? 0) }
+            let counts = ["purchases", "refundCount"].map { key in String(object?[key]?.int64Value ?? 0) }
+            return keys + sums + counts
+        }
+        var rows = (report["rows"]?.arrayValue ?? []).map { cells($0, label: nil) }
+        if format == .csv {
+            printLine(header.joined(separator: ","))
+            for row in rows { printLine(row.map { Events.csvField(.string($0)) }.joined(separator: ",")) }
+            return
+        }
+        rows.append(cells(report["total"], label: "total"))
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
+        func line(_ row: [String]) -> String {
+            row.enumerated().map { column, text in
+                column < groups.count ? text.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+                    : String(repeating: " ", count: widths[column] - text.count) + text
+            }.joined(separator: "  ")
+        }
+        printLine(line(header))
+        for row in rows { printLine(line(row)) }
+        printLine("USD; \(report["eventsWithoutRate"]?.int64Value ?? 0) events without an exchange rate are not included")
+    }
+}
