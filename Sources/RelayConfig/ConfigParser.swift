@@ -171,7 +171,7 @@ enum ConfigParser {
     static let appleEnvironments = ["Sandbox", "Production", "Xcode", "LocalTesting"]
 
     static func apple(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Apple {
-        let map = try node.mapping(known: ["bundleId", "appAppleId", "environments", "rootCertificates"])
+        let map = try node.mapping(known: ["bundleId", "appAppleId", "environments", "rootCertificates", "serverApi", "consumption", "grandfathering"])
         let environments = try map.optional("environments") { (node) throws(ConfigurationError) in try node.stringList() } ?? ["Production"]
         for (index, environment) in environments.enumerated() where !appleEnvironments.contains(environment) {
             throw ConfigurationError(key: "\(node.path).environments[\(index)]", message: "expected one of \(appleEnvironments.joined(separator: ", "))")
@@ -186,9 +186,69 @@ enum ConfigParser {
         if environments.contains(where: { $0 == "Sandbox" || $0 == "Production" }) && roots.isEmpty {
             throw ConfigurationError(key: "\(node.path).rootCertificates", message: "at least one root certificate is required to verify signed notifications")
         }
+        let serverApi = try map.optional("serverApi") { (node) throws(ConfigurationError) -> RelayConfiguration.AppStoreServerAPI in
+            let map = try node.mapping(known: ["keyId", "issuerId", "privateKey", "environment", "baseUrl"])
+            let environment = try map.optional("environment") { (node) throws(ConfigurationError) -> String in
+                let text = try node.nonEmptyString()
+                guard text == "Production" || text == "Sandbox" else { throw node.error("expected Production or Sandbox") }
+                return text
+            } ?? "Production"
+            return RelayConfiguration.AppStoreServerAPI(
+                keyId: try map.required("keyId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+                issuerId: try map.required("issuerId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+                privateKey: try map.required("privateKey") { (node) throws(ConfigurationError) in try node.path(mustExist: true) },
+                environment: environment, baseUrl: try map.optional("baseUrl", httpURL))
+        }
+        let consumption = try map.optional("consumption") { (node) throws(ConfigurationError) -> RelayConfiguration.ConsumptionAnswer in
+            let map = try node.mapping(known: ["customerConsented", "sampleContentProvided", "refundPreference"])
+            let consented = try map.required("customerConsented") { (node) throws(ConfigurationError) in try node.bool() }
+            guard consented else {
+                throw ConfigurationError(
+                    key: "\(node.path).customerConsented",
+                    message: "Apple accepts consumption data only with the customer's consent; remove consumption to leave requests unanswered")
+            }
+            let preference = try map.optional("refundPreference") { (node) throws(ConfigurationError) -> String in
+                let text = try node.nonEmptyString()
+                guard ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"].contains(text) else { throw node.error("expected DECLINE, GRANT_FULL or GRANT_PRORATED") }
+                return text
+            }
+            return RelayConfiguration.ConsumptionAnswer(
+                customerConsented: consented,
+                sampleContentProvided: try map.optional("sampleContentProvided") { (node) throws(ConfigurationError) in try node.bool() } ?? false,
+                refundPreference: preference)
+        }
+        if consumption != nil && serverApi == nil {
+            throw ConfigurationError(key: "\(node.path).consumption", message: "answering consumption requests needs serverApi (an App Store Connect key)")
+        }
+        let grandfathering = try map.optional("grandfathering") { (node) throws(ConfigurationError) in
+            try list(node) { (node) throws(ConfigurationError) -> RelayConfiguration.GrandfatheringRule in
+                let map = try node.mapping(known: ["entitlements", "originalAppVersionBelow", "purchasedBefore"])
+                let entitlements = try map.required("entitlements") { (node) throws(ConfigurationError) in try node.stringList() }
+                guard !entitlements.isEmpty else { throw ConfigurationError(key: "\(node.path).entitlements", message: "name at least one entitlement") }
+                let version = try map.optional("originalAppVersionBelow") { (node) throws(ConfigurationError) -> String in
+                    let text = try node.nonEmptyString()
+                    guard text.split(separator: ".", omittingEmptySubsequences: false).allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }) else {
+                        throw node.error("expected a version of dot-separated numbers, such as 2.0 or 145")
+                    }
+                    return text
+                }
+                let before = try map.optional("purchasedBefore") { (node) throws(ConfigurationError) -> Int64 in
+                    let text = try node.nonEmptyString()
+                    guard let milliseconds = Timestamp.milliseconds(text.count == 10 ? text + "T00:00:00Z" : text) else {
+                        throw node.error("expected a date (2025-01-01) or an RFC 3339 time")
+                    }
+                    return milliseconds
+                }
+                guard version != nil || before != nil else {
+                    throw ConfigurationError(key: node.path, message: "give originalAppVersionBelow, purchasedBefore or both")
+                }
+                return RelayConfiguration.GrandfatheringRule(entitlements: entitlements, originalAppVersionBelow: version, purchasedBefore: before)
+            }
+        } ?? []
         return RelayConfiguration.Apple(
             bundleId: try map.required("bundleId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
-            appAppleId: appAppleId, environments: environments, rootCertificates: roots)
+            appAppleId: appAppleId, environments: environments, rootCertificates: roots, serverApi: serverApi, consumption: consumption,
+            grandfathering: grandfathering)
     }
 
     static func google(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Google {

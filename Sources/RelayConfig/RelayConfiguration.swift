@@ -161,12 +161,81 @@ public struct RelayConfiguration: Sendable {
         public var environments: [String]
         /// Absolute paths of DER or PEM root certificates.
         public var rootCertificates: [String]
+        /// The App Store Server API (`import apple`, `recover apple`, `reconcile apple`, consumption answers).
+        public var serverApi: AppStoreServerAPI?
+        /// How to answer CONSUMPTION_REQUEST notifications; nil: they are not answered.
+        public var consumption: ConsumptionAnswer?
+        /// Paid-app customers who keep access (`POST .../users/{id}/app-transaction`).
+        public var grandfathering: [GrandfatheringRule]
 
-        public init(bundleId: String, appAppleId: Int64?, environments: [String], rootCertificates: [String]) {
+        public init(
+            bundleId: String, appAppleId: Int64?, environments: [String], rootCertificates: [String], serverApi: AppStoreServerAPI? = nil,
+            consumption: ConsumptionAnswer? = nil, grandfathering: [GrandfatheringRule] = []
+        ) {
             self.bundleId = bundleId
             self.appAppleId = appAppleId
             self.environments = environments
             self.rootCertificates = rootCertificates
+            self.serverApi = serverApi
+            self.consumption = consumption
+            self.grandfathering = grandfathering
+        }
+    }
+
+    /// An App Store Connect API key for the App Store Server API (`apps[].apple.serverApi`).
+    public struct AppStoreServerAPI: Sendable {
+        /// The key's id (10 characters, from App Store Connect → Users and Access → Integrations).
+        public var keyId: String
+        /// The issuer id (a UUID) shown above the keys.
+        public var issuerId: String
+        /// The absolute path of the downloaded `SubscriptionKey_<keyId>.p8`.
+        public var privateKey: String
+        /// `Production` or `Sandbox`: which App Store the API calls reach.
+        public var environment: String
+        /// Overrides Apple's URL for the environment (a proxy; tests).
+        public var baseUrl: String?
+
+        public init(keyId: String, issuerId: String, privateKey: String, environment: String = "Production", baseUrl: String? = nil) {
+            self.keyId = keyId
+            self.issuerId = issuerId
+            self.privateKey = privateKey
+            self.environment = environment
+            self.baseUrl = baseUrl
+        }
+    }
+
+    /// What the relay tells Apple when a customer asks for a refund (`apps[].apple.consumption`), sent
+    /// with Send Consumption Information for each CONSUMPTION_REQUEST. Off unless configured.
+    public struct ConsumptionAnswer: Sendable {
+        /// The customer agreed to share consumption data (your terms must say so): Apple refuses the answer otherwise.
+        public var customerConsented: Bool
+        /// Whether the app offers a free trial or sample of what was bought.
+        public var sampleContentProvided: Bool
+        /// `DECLINE`, `GRANT_FULL`, `GRANT_PRORATED`, or nil to state no preference.
+        public var refundPreference: String?
+
+        public init(customerConsented: Bool, sampleContentProvided: Bool = false, refundPreference: String? = nil) {
+            self.customerConsented = customerConsented
+            self.sampleContentProvided = sampleContentProvided
+            self.refundPreference = refundPreference
+        }
+    }
+
+    /// Entitlements granted without a subscription to a customer whose signed AppTransaction meets the
+    /// rule: who bought the app before it became free with subscriptions (`apps[].apple.grandfathering`).
+    /// Each condition given must hold.
+    public struct GrandfatheringRule: Sendable {
+        public var entitlements: [String]
+        /// The app version (`CFBundleVersion` on iOS) first downloaded was below this one, compared as
+        /// dot-separated numbers (`2.0` > `1.9.3`).
+        public var originalAppVersionBelow: String?
+        /// The app was first downloaded before this time (Unix milliseconds).
+        public var purchasedBefore: Int64?
+
+        public init(entitlements: [String], originalAppVersionBelow: String? = nil, purchasedBefore: Int64? = nil) {
+            self.entitlements = entitlements
+            self.originalAppVersionBelow = originalAppVersionBelow
+            self.purchasedBefore = purchasedBefore
         }
     }
 

@@ -153,6 +153,49 @@ import Testing
         let absolute = try parse("backend: { database: /var/lib/relay.sqlite }")
         #expect(absolute.backend.database == "/var/lib/relay.sqlite")
     }
+
+    @Test func theAppStoreServerAPIConsumptionAnswersAndGrandfatheringRulesAreChecked() throws {
+        // The private key must exist: a committed PEM stands in for a .p8 here (only its path is checked).
+        let base = """
+            apps:
+              - key: demo
+                projectId: 1
+                applicationId: 1
+                apple:
+                  bundleId: com.example.app
+                  environments: [Sandbox]
+                  rootCertificates: [certs/AppleRootCA-G3.der]
+            """
+        let key = "serverApi: { keyId: ABC123DEFG, issuerId: 57246542-96fe-1a63-e053-0824d011072a, privateKey: dev/apple-test-root.pem }"
+        let full = try parse(base + """
+
+                  \(key)
+                  consumption: { customerConsented: true, refundPreference: DECLINE }
+                  grandfathering:
+                    - { entitlements: [pro], originalAppVersionBelow: "2.0" }
+                    - { entitlements: [pro, extras], purchasedBefore: 2025-01-01 }
+            """)
+        let apple = try #require(full.apps.first?.apple)
+        #expect(apple.serverApi?.keyId == "ABC123DEFG" && apple.serverApi?.environment == "Production" && apple.serverApi?.privateKey.hasSuffix("config/dev/apple-test-root.pem") == true)
+        #expect(apple.consumption?.refundPreference == "DECLINE" && apple.consumption?.sampleContentProvided == false)
+        #expect(apple.grandfathering.map(\.entitlements) == [["pro"], ["pro", "extras"]])
+        #expect(apple.grandfathering.last?.purchasedBefore == 1_735_689_600_000)
+        #expect(try parse(base).apps.first?.apple?.consumption == nil)
+
+        for (extra, key) in [
+            ("serverApi: { keyId: A, issuerId: B, privateKey: missing.p8 }", "apps[0].apple.serverApi.privateKey"),
+            ("serverApi: { keyId: A, issuerId: B, privateKey: dev/apple-test-root.pem, environment: Xcode }", "apps[0].apple.serverApi.environment"),
+            ("consumption: { customerConsented: true }", "apps[0].apple.consumption"),
+            ("\(key)\n      consumption: { customerConsented: false }", "apps[0].apple.consumption.customerConsented"),
+            ("\(key)\n      consumption: { customerConsented: true, refundPreference: MAYBE }", "apps[0].apple.consumption.refundPreference"),
+            ("grandfathering: [{ entitlements: [pro] }]", "apps[0].apple.grandfathering[0]"),
+            ("grandfathering: [{ entitlements: [pro], originalAppVersionBelow: two }]", "apps[0].apple.grandfathering[0].originalAppVersionBelow"),
+            ("grandfathering: [{ entitlements: [], purchasedBefore: 2025-01-01 }]", "apps[0].apple.grandfathering[0].entitlements"),
+        ] {
+            #expect(error(base + "\n      " + extra)?.key == key, "\(extra)")
+        }
+    }
+
 }
 
 /// The deployment files ship what the process needs (these broke silently before: a user without its
