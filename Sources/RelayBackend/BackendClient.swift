@@ -154,8 +154,10 @@ public final class BackendClient: Sendable {
     }
 
     /// The user's entitlements document (`{"entitlements": [...], "customerInfo": {...}}`), or nil (404).
-    public func entitlements(appUserId: String) async throws(BackendError) -> JSON? {
-        let response = try await send("GET", "/subscriptions-api/public/v1/users/\(Self.pathSegment(appUserId))/entitlements")
+    /// With `deviceId`, the SDK's query: the user's and the device's subscriptions together.
+    public func entitlements(appUserId: String, deviceId: String? = nil) async throws(BackendError) -> JSON? {
+        let query = deviceId.map { "?deviceId=\(PercentEncoding.encode($0))" } ?? ""
+        let response = try await send("GET", "/subscriptions-api/public/v1/users/\(Self.pathSegment(appUserId))/entitlements\(query)")
         switch response.status {
         case 200:
             guard let document = try? JSON.parse(response.body), document["entitlements"]?.arrayValue != nil else {

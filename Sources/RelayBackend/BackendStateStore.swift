@@ -25,34 +25,38 @@ public struct BackendStateStore: SubscriptionStateStore {
         try await client.write(state, ifMatch: ifMatch)
     }
 
-    /// From the entitlements route's `customerInfo.subscriptions`: each entry that `isActive`, read as a
-    /// subscription state (the local backend serves whole states), or else from the SDK's fields
-    /// (`productId` or `productIdentifier`, `store`, `originalTransactionId` or `transactionId`), which is
-    /// all the product mapping needs.
+    /// From the entitlements route's customer info: each `subscriptions` and `nonSubscriptions` entry that
+    /// is active (a one-time purchase without `isActive`: not revoked), read as the subscription state the
+    /// local backend writes beside the SDK's members (its `store` the SDK's `APP_STORE` or the state's
+    /// `apple`), or else from the SDK's fields (`productId` or `productIdentifier`, `store`,
+    /// `originalTransactionId` or `transactionId`), which is all the product mapping needs.
     public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {
         guard let document = try await client.entitlements(appUserId: appUserId) else { return [] }
+        let info = document["customerInfo"]
+        let subscriptions = (info?["subscriptions"]?.arrayValue ?? []).filter { $0["isActive"]?.boolValue == true }
+        let purchases = (info?["nonSubscriptions"]?.arrayValue ?? []).filter {
+            $0["isActive"]?.boolValue ?? ($0["isRevoked"]?.boolValue == false)
+        }
         var result: [SubscriptionState] = []
-        for entry in document["customerInfo"]?["subscriptions"]?.arrayValue ?? [] {
-            guard entry["isActive"]?.boolValue == true, let state = (try? SubscriptionState(json: entry)) ?? Self.sdkSubscription(entry) else {
-                continue
-            }
+        for entry in subscriptions + purchases {
+            guard let state = (try? SubscriptionState(customerInfoEntry: entry)) ?? Self.sdkSubscription(entry) else { continue }
             if state.store == store && state.originalTransactionId == originalTransactionId { continue }
             result.append(state)
         }
         return result
     }
 
-    /// An SDK-shaped `customerInfo.subscriptions` entry as a minimal state; nil when it names no product or store.
+    /// An SDK-shaped customer info entry as a minimal state (its `subscriptionGroupId` as the product group,
+    /// which a mapping may name); nil when it names no product or store.
     static func sdkSubscription(_ entry: JSON) -> SubscriptionState? {
         guard let productId = entry["productId"]?.stringValue ?? entry["productIdentifier"]?.stringValue, let storeText = entry["store"]?.stringValue
         else { return nil }
-        let store = Store(rawValue: storeText) ?? Store.allCases.first { ProductMapping.storeName($0) == storeText }
-        guard let store else { return nil }
+        guard let store = Store(rawValue: storeText) ?? ProductStore(rawValue: storeText)?.store else { return nil }
         return SubscriptionState(
             store: store, originalTransactionId: entry["originalTransactionId"]?.stringValue ?? entry["transactionId"]?.stringValue ?? "",
-            applicationId: 0, productId: productId, status: .active, sourceTimestamp: 0)
+            applicationId: 0, productId: productId, productGroupId: entry["subscriptionGroupId"]?.stringValue, status: .active, sourceTimestamp: 0)
     }
 }
 

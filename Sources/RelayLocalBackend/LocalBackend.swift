@@ -13,7 +13,7 @@ public struct LocalBackend: Sendable {
     public static let internalPrefix = "/subscriptions-api/internal/v1/subscriptions"
 
     private let configuration: RelayConfiguration
-    private let database: SubscriptionDatabase
+    let database: SubscriptionDatabase
     /// The recorded standardized events (the events and revenue routes).
     public let events: EventStore
     private let apiKey: String
@@ -104,13 +104,26 @@ public struct LocalBackend: Sendable {
                      "current": current.json])
             }
         }
-        router.get("/subscriptions-api/public/v1/users/:appUserId/entitlements") { _, context in
+        router.get("/subscriptions-api/public/v1/users/:appUserId/entitlements") { request, context in
             guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty else {
                 return errorResponse(.badRequest, "bad_request", "appUserId is required")
             }
+            // The SDK sends its device id too (`?deviceId=`): what was bought on the device before the user
+            // logged in counts as theirs. The union, each subscription once.
+            var users = [user]
+            if let device = request.uri.queryParameters.get("deviceId"), !device.isEmpty, device != user { users.append(device) }
             // An id the backend has never seen (an SDK asking for a fresh install's device id before any
             // purchase) is a user without entitlements: 200 with empty lists, not 404.
-            return json(.ok, backend.entitlements(of: try await backend.database.subscriptions(ofUser: user)))
+            return wire(.ok, backend.entitlements(of: try await backend.database.subscriptions(ofUsers: users)))
+        }
+        router.get("/subscriptions-api/public/v1/products") { request, _ in
+            // Every application's products, or one application's (`?applicationId=`).
+            guard let text = request.uri.queryParameters.get("applicationId") else { return wire(.ok, backend.products(applicationId: nil)) }
+            guard let applicationId = Int(text) else { return errorResponse(.badRequest, "bad_request", "applicationId must be an integer") }
+            guard backend.productMapping(applicationId: applicationId) != nil else {
+                return errorResponse(.notFound, "not_found", "no application \(applicationId)")
+            }
+            return wire(.ok, backend.products(applicationId: applicationId))
         }
     }
 
@@ -127,49 +140,24 @@ public struct LocalBackend: Sendable {
         mappings[applicationId]
     }
 
-    /// `{"entitlements": [active ones], "customerInfo": {"subscriptions", "nonSubscriptions", "entitlements"}}`.
-    func entitlements(of subscriptions: [SubscriptionState]) -> JSON {
-        let now = clock()
-        struct Grant {
-            var active = false
-            var productIds: [String] = []
-            var expiresAt: Int64?
-        }
-        var grants: [String: Grant] = [:]
-        var subscriptionList: [JSON] = []
-        for subscription in subscriptions {
-            let active = subscription.isActive(at: now)
-            let mapping = productMapping(applicationId: subscription.applicationId) ?? ProductMapping(products: [])
-            let entitlements = mapping.entitlements(of: subscription)
-            for identifier in entitlements {
-                var grant = grants[identifier] ?? Grant()
-                grant.active = grant.active || active
-                if !grant.productIds.contains(subscription.productId) { grant.productIds.append(subscription.productId) }
-                if let expiry = subscription.gracePeriodExpiresAt ?? subscription.expiresAt { grant.expiresAt = max(grant.expiresAt ?? expiry, expiry) }
-                grants[identifier] = grant
-            }
-            var entry = subscription.json.objectValue ?? [:]
-            entry["recentNotifications"] = nil  // the worker's bookkeeping, not the customer's
-            entry["isActive"] = .bool(active)
-            entry["willRenew"] = .bool(subscription.autoRenew && active)
-            entry["entitlements"] = .array(entitlements.map(JSON.string))
-            subscriptionList.append(.object(entry))
-        }
-        let identifiers = grants.keys.sorted()
-        return [
-            "entitlements": .array(identifiers.filter { grants[$0]!.active }.map { ["identifier": .string($0), "type": "SERVICE_LEVEL"] }),
-            "customerInfo": [
-                "subscriptions": .array(subscriptionList),
-                "nonSubscriptions": [],
-                "entitlements": .array(identifiers.map { identifier in
-                    let grant = grants[identifier]!
-                    return [
-                        "identifier": .string(identifier), "type": "SERVICE_LEVEL", "isActive": .bool(grant.active),
-                        "productIds": .array(grant.productIds.map(JSON.string)), "expiresAt": grant.expiresAt.map(JSON.integer) ?? .null,
-                    ]
-                }),
-            ],
-        ]
+    /// `{"entitlements": [active ones], "customerInfo": {"subscriptions", "nonSubscriptions", "entitlements"}}`
+    /// in the SDK's shapes, over these states (CustomerInfoBuilder says how).
+    func entitlements(of subscriptions: [SubscriptionState]) -> UserEntitlements {
+        CustomerInfoBuilder(mapping: { productMapping(applicationId: $0) }, now: clock()).document(subscriptions)
+    }
+
+    /// The configured products with what they unlock, by application id then as configured; one
+    /// application's when `applicationId` is given.
+    func products(applicationId: Int?) -> ProductCatalog {
+        let applications = applicationId.map { [$0] } ?? mappings.keys.sorted()
+        return ProductCatalog(
+            data: applications.flatMap { application in
+                (mappings[application]?.products ?? []).map { product in
+                    CatalogProduct(
+                        identifier: product.productId, store: ProductStore(name: product.store), applicationId: application,
+                        entitlements: product.entitlements.map(EntitlementIdentifier.init))
+                }
+            })
     }
 }
 
@@ -195,6 +183,12 @@ func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = nil) -> R
     var headers: HTTPFields = [.contentType: "application/json"]
     if let etag { headers[.eTag] = "\(etag)" }
     return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: value.serialized())))
+}
+
+/// A typed model's JSON (`WireCoding`: sorted members, slashes unescaped).
+private func wire(_ status: HTTPResponse.Status, _ model: some Encodable) -> Response {
+    Response(
+        status: status, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: WireCoding.encode(model))))
 }
 
 private let badSubscriptionPath = errorResponse(

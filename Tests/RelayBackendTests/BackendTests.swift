@@ -168,6 +168,18 @@ final class TestBackend: Sendable {
         // A subscription without an app user id belongs to its anonymous id.
         _ = try await client.write(testSubscriptionState("anon", user: nil), ifMatch: 0)
         #expect(try await client.entitlements(appUserId: "$RelayAnonymous:apple:anon")?["entitlements"]?.arrayValue?.count == 1)
+        #expect(try await client.entitlements(appUserId: "nobody", deviceId: "$RelayAnonymous:apple:anon")?["entitlements"]?.arrayValue?.count == 1)
+        // The worker over a remote backend reads the active entries back as whole states (`store` is the SDK's
+        // APP_STORE there): subscriptions and one-time purchases alike, but never the one it is processing.
+        var lifetime = testSubscriptionState("lifetime", product: "com.example.plus", expiresAt: nil)
+        lifetime.autoRenew = false
+        _ = try await client.write(lifetime, ifMatch: 0)
+        #expect(try await client.entitlements(appUserId: "user-1")?["customerInfo"]?["nonSubscriptions"]?.arrayValue?.count == 1)
+        let store = BackendStateStore(client: client)
+        let others = try await store.otherActiveSubscriptions(appUserId: "user-1", excluding: .apple, originalTransactionId: "active-one")
+        #expect(others == [try #require(try await client.subscription(store: .apple, originalTransactionId: "lifetime"))])
+        let besideLifetime = try await store.otherActiveSubscriptions(appUserId: "user-1", excluding: .apple, originalTransactionId: "lifetime")
+        #expect(besideLifetime == [try #require(try await client.subscription(store: .apple, originalTransactionId: "active-one"))])
         await backend.stop()
     }
 
