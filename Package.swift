@@ -213,6 +213,7 @@ let package = Package(
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
                 "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayStripe", "RelayDelivery", "RelayEmbeddedLog",
+                "RelayAppStoreAPI",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -251,7 +252,7 @@ let package = Package(
         .target(
             name: "RelayTestSupport",
             dependencies: [
-                "RelayCrypto", "RelayKafka", "RelayHTTPClient", "RelayCore", "RelayConfig", "RelayVerification",
+                "RelayCrypto", "RelayKafka", "RelayHTTPClient", "RelayCore", "RelayConfig", "RelayVerification", "RelayAppStoreAPI",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -371,7 +372,8 @@ let package = Package(
         .testTarget(
             name: "RelayAppTests",
             dependencies: [
-                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend", "RelayLocalBackend",
+                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend", "RelayLocalBackend", "RelayAppStoreAPI",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

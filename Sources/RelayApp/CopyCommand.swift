@@ -7,7 +7,8 @@ import RelayEmbeddedLog
 /// not finished yet to Kafka, so `run` on Kafka goes on where the embedded log stopped:
 ///
 /// - the notifications topic after `relay-worker`'s stored offsets, the deliveries and retry topics after
-///   `relay-deliverer`'s (records keep their headers, so a retry is still held until its due time);
+///   `relay-deliverer`'s (records keep their headers, so a retry is still held until its due time), the
+///   events after `relay-backend`'s (what the events store has not recorded yet);
 /// - the dead-letter topic and the replay ledger whole (dead letters stay replayable; a replay already done
 ///   is recognized by endpoint and event, since positions change);
 /// - with `history`, the events and rejected topics whole too (for sinks that read them from the start).
@@ -29,10 +30,14 @@ public enum CopyCommand {
     ) async throws -> [TopicSummary] {
         let source = try EmbeddedRecordLog.open(configuration: configuration, directory: directory, owner: true, logger: logger)
         let topics = configuration.topics
-        let consumedBy = Dictionary(uniqueKeysWithValues: configuration.consumerGroups.flatMap { group in group.topics.map { ($0, group.group) } })
+        var consumedBy = Dictionary(uniqueKeysWithValues: configuration.consumerGroups.flatMap { group in group.topics.map { ($0, group.group) } })
         var order = configuration.consumerGroups.flatMap(\.topics)
         order += [topics.deadLetter, topics.replayed]
-        if history { order += [topics.events, topics.rejected] }
+        if history {
+            // Whole, not only what the backend has not recorded yet (recording again is idempotent).
+            consumedBy[topics.events] = nil
+            order += [topics.rejected]
+        }
         let producer = try destination.producer
         var summaries: [TopicSummary] = []
         do {

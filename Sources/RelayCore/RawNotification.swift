@@ -11,6 +11,14 @@ public enum RelayHeaderName {
     /// On `relay.events` records of an import (`revenue-relay import`): `true`. Such events are recorded
     /// as historical and are not delivered unless the import asked for it.
     public static let historical = "relay-historical"
+    /// On raw notification records the relay's own commands synthesized: where the body comes from.
+    /// `apple-api` (`RawNotification.appleAPISource`): a transaction from the App Store Server API
+    /// (`revenue-relay import apple`, `reconcile apple`), verified by its signed transaction instead of a
+    /// signedPayload. The ingest never sets it: records it writes are always store notifications.
+    public static let source = "relay-source"
+    /// On raw notification records: `false` makes the worker write no delivery records for the events
+    /// (an import that must not reach the webhooks). Absent or anything else: delivered.
+    public static let deliver = "relay-deliver"
     /// Request headers copied verbatim into the record when present.
     public static let copiedRequestHeaders = ["stripe-signature", "paddle-signature", "authorization"]
 }
@@ -25,13 +33,29 @@ public struct RawNotification: Sendable {
     public var body: [UInt8]
     /// The signature-carrying request headers (lower-case names).
     public var requestHeaders: [String: String]
+    /// `relay-source`: nil for a store notification as received; `appleAPISource` for a record built
+    /// from the App Store Server API.
+    public var source: String?
+    /// `relay-historical: true`: the events are imported history (copied onto the events records).
+    public var historical: Bool
+    /// `relay-deliver: false` makes this false: the events are produced and recorded, not delivered.
+    public var deliver: Bool
 
-    public init(store: Store, app: String, receivedAtMilliseconds: Int64, body: [UInt8], requestHeaders: [String: String]) {
+    /// The `relay-source` of records synthesized from the App Store Server API.
+    public static let appleAPISource = "apple-api"
+
+    public init(
+        store: Store, app: String, receivedAtMilliseconds: Int64, body: [UInt8], requestHeaders: [String: String], source: String? = nil,
+        historical: Bool = false, deliver: Bool = true
+    ) {
         self.store = store
         self.app = app
         self.receivedAtMilliseconds = receivedAtMilliseconds
         self.body = body
         self.requestHeaders = requestHeaders
+        self.source = source
+        self.historical = historical
+        self.deliver = deliver
     }
 
     /// The Kafka record for this notification: key `{store}:{subject}`, value the body, relay headers.
@@ -48,6 +72,9 @@ public struct RawNotification: Sendable {
                 headers.append(RecordHeader(name: name, value: value))
             }
         }
+        if let source { headers.append(RecordHeader(name: RelayHeaderName.source, value: source)) }
+        if historical { headers.append(RecordHeader(name: RelayHeaderName.historical, value: "true")) }
+        if !deliver { headers.append(RecordHeader(name: RelayHeaderName.deliver, value: "false")) }
         return OutgoingRecord(topic: topic, key: Array("\(store.rawValue):\(subject)".utf8), value: body, headers: headers)
     }
 
@@ -83,6 +110,10 @@ public struct RawNotification: Sendable {
         for name in RelayHeaderName.copiedRequestHeaders {
             if let value = record.headers.first(named: name)?.stringValue { requestHeaders[name] = value }
         }
-        self.init(store: store, app: app, receivedAtMilliseconds: receivedAt, body: record.value, requestHeaders: requestHeaders)
+        let source = record.headers.first(named: RelayHeaderName.source).map { $0.stringValue ?? "" }
+        self.init(
+            store: store, app: app, receivedAtMilliseconds: receivedAt, body: record.value, requestHeaders: requestHeaders, source: source,
+            historical: record.headers.first(named: RelayHeaderName.historical)?.stringValue == "true",
+            deliver: record.headers.first(named: RelayHeaderName.deliver)?.stringValue != "false")
     }
 }

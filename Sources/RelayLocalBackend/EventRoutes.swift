@@ -88,6 +88,7 @@ enum EventQueryParameters {
         filter.app = parameters["app"].map(String.init)
         filter.appUserId = parameters["appUserId"].map(String.init)
         filter.originalTransactionId = parameters["originalTransactionId"].map(String.init)
+        filter.notificationId = parameters["notificationId"].map(String.init)
         if let text = parameters["type"] {
             for name in text.split(separator: ",") {
                 guard let type = EventType(rawValue: String(name)) else {

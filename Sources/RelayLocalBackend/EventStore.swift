@@ -40,11 +40,13 @@ public final class EventStore: Sendable {
                     proceeds_usd REAL,
                     price_local REAL,
                     historical INTEGER NOT NULL DEFAULT 0,
+                    notification_id TEXT,
                     payload TEXT NOT NULL
                 );
                 CREATE INDEX event_by_app_time ON event (app, ts);
                 CREATE INDEX event_by_user ON event (app_user_id, seq);
                 CREATE INDEX event_by_subscription ON event (original_transaction_id, seq);
+                CREATE INDEX event_by_notification ON event (notification_id, seq);
                 """)
     }
 
@@ -92,8 +94,8 @@ public final class EventStore: Sendable {
                                 sql: """
                                     INSERT OR IGNORE INTO event (id, app, project_id, application_id, type, store, environment,
                                         original_transaction_id, app_user_id, product_id, ts, received_at, currency, price_usd,
-                                        proceeds_usd, price_local, historical, payload)
-                                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                        proceeds_usd, price_local, historical, notification_id, payload)
+                                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                                     """)
                             var count = 0
                             for row in prepared {
@@ -122,6 +124,7 @@ public final class EventStore: Sendable {
         let user: String?
         let product: String?
         let ts: Int64
+        let notificationId: String?
         var money: (currency: String?, price: Double?, proceeds: Double?, local: Double?) = (nil, nil, nil, nil)
         switch payload.data {
         case .store(let data):
@@ -129,15 +132,17 @@ public final class EventStore: Sendable {
                 data.id, data.source.store, data.environment, data.originalTransactionId, data.originalAppUserId, data.productId, data.ts
             )
             money = (data.currencyCode, data.price, data.proceeds, data.priceInPurchasedCurrency)
+            notificationId = data.source.notificationId
         case .statusChange(let data):
             (id, store, environment, subject, user, product, ts) = (
                 data.id, data.source.store, data.environment, data.originalTransactionId, data.appUserId, data.productId, data.ts
             )
+            notificationId = data.source.notificationId
         }
         return [
             id, entry.app, payload.projectId, payload.applicationId, payload.type.rawValue, store.rawValue, environment, subject, user,
             product, ts, payload.timestamp, money.currency, money.price, money.proceeds, money.local, entry.historical,
-            String(decoding: entry.body, as: UTF8.self),
+            notificationId, String(decoding: entry.body, as: UTF8.self),
         ]
     }
 
@@ -209,10 +214,13 @@ public struct EventFilter: Sendable, Equatable {
     public var until: Int64?
     /// Whether events imported from a store's history are included. Default: yes.
     public var historical: Bool?
+    /// Only the events of this store notification (`data.source.notificationId`: Apple's notificationUUID,
+    /// `import:<transactionId>` for an import's).
+    public var notificationId: String?
 
     public init(
         app: String? = nil, appUserId: String? = nil, originalTransactionId: String? = nil, types: [EventType] = [], store: Store? = nil,
-        environment: String? = nil, since: Int64? = nil, until: Int64? = nil, historical: Bool? = nil
+        environment: String? = nil, since: Int64? = nil, until: Int64? = nil, historical: Bool? = nil, notificationId: String? = nil
     ) {
         self.app = app
         self.appUserId = appUserId
@@ -223,6 +231,7 @@ public struct EventFilter: Sendable, Equatable {
         self.since = since
         self.until = until
         self.historical = historical
+        self.notificationId = notificationId
     }
 
     func sql(after cursor: Int64?) -> (String, StatementArguments) {
@@ -245,6 +254,7 @@ public struct EventFilter: Sendable, Equatable {
         if let since { add("ts >= ?", since) }
         if let until { add("ts < ?", until) }
         if let historical { add("historical = ?", historical) }
+        if let notificationId { add("notification_id = ?", notificationId) }
         return (clauses.joined(separator: " AND "), arguments)
     }
 }

@@ -53,6 +53,7 @@ public struct LocalBackend: Sendable {
 
     func addRoutes(to router: Router<BasicRequestContext>) {
         addEventRoutes(to: router)
+        addSubscriptionListRoutes(to: router)
         let backend = self
         router.get("/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion") { _, context in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {

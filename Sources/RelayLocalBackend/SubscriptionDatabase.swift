@@ -200,6 +200,31 @@ public final class SubscriptionDatabase: Sendable {
         }
     }
 
+    /// One page of a store's subscriptions of one application that are active (a status that still
+    /// grants or may regain access, or an expiry after `now`) or were written at or after `changedSince`
+    /// (Unix ms; nil: active ones only), in storage order after `cursor` (a previous page's `next`): at
+    /// most `limit` states and the cursor of the next page, nil at the end. Reads every row of the store
+    /// (the application id is inside the state): meant for `reconcile`, not for a request per notification.
+    public func subscriptions(
+        store: Store, applicationId: Int, activeOrChangedSince changedSince: Int64?, now: Int64, after cursor: Int64?, limit: Int
+    ) async throws -> (states: [SubscriptionState], next: Int64?) {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT rowid, state FROM subscription
+                    WHERE store = ? AND rowid > ? AND json_extract(state, '$.applicationId') = ?
+                      AND (json_extract(state, '$.status') IN ('ACTIVE', 'IN_GRACE_PERIOD', 'IN_BILLING_RETRY', 'PAUSED')
+                           OR json_extract(state, '$.expiresAt') > ? OR updated_at >= ?)
+                    ORDER BY rowid LIMIT ?
+                    """,
+                arguments: [store.rawValue, cursor ?? 0, applicationId, now, changedSince ?? Int64.max, limit + 1])
+            let page = rows.prefix(limit)
+            let next: Int64? = rows.count > limit ? page.last?["rowid"] : nil
+            return (try page.map { row in try Self.decode(row["state"]) }, next)
+        }
+    }
+
     private static func fetch(_ db: Database, store: String, id: String) throws -> SubscriptionState? {
         guard let row = try Row.fetchOne(
             db.cachedStatement(sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?"), arguments: [store, id])

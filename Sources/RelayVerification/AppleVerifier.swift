@@ -116,6 +116,65 @@ public struct AppleVerifier: Sendable {
             type: payload["notificationType"]?.stringValue, subtype: payload["subtype"]?.stringValue, environment: environment)
     }
 
+    /// Verifies a record synthesized from the App Store Server API (`relay-source: apple-api`):
+    /// `{"notificationType", "subtype"?, "notificationUUID", "eventTime"?, "signedTransactionInfo": JWS, "signedRenewalInfo"?: JWS}`.
+    /// The JWSs are verified exactly as a notification's nested ones (chain at their `signedDate`, the
+    /// transaction's environment among the app's and of the app's bundle, the renewal info of the same
+    /// environment), and the result has a notification's decoded shape: `signedDate` is `eventTime` or the transaction's,
+    /// `data.environment` and `data.bundleId` are the transaction's, the JWSs replaced by their payloads.
+    /// Only the type, the UUID and the event time are not signed: the command that wrote the record chose them.
+    public func verify(apiRecord body: [UInt8]) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(body), case .object = document,
+            let type = document["notificationType"]?.stringValue, !type.isEmpty,
+            let uuid = document["notificationUUID"]?.stringValue, !uuid.isEmpty,
+            let transactionText = document["signedTransactionInfo"]?.stringValue
+        else {
+            throw Rejection(
+                .malformed,
+                #"an apple-api record's body is not {"notificationType", "notificationUUID", "signedTransactionInfo": "<JWS>", "signedRenewalInfo"?: "<JWS>"}"#)
+        }
+        let transactionJWS = try CompactJWS(transactionText, what: "signedTransactionInfo")
+        let claimed = transactionJWS.payload["environment"]?.stringValue
+        try verify(transactionJWS, claimedEnvironment: claimed, what: "signedTransactionInfo")
+        guard let environment = claimed, environments.contains(environment) else {
+            throw Rejection(
+                .wrongEnvironment,
+                "signedTransactionInfo environment \(claimed.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
+        }
+        guard let transactionBundle = transactionJWS.payload["bundleId"]?.stringValue, transactionBundle == bundleId else {
+            let named = transactionJWS.payload["bundleId"]?.stringValue.map { "\"\($0)\"" } ?? "missing"
+            throw Rejection(.wrongBundleId, "signedTransactionInfo bundleId \(named) is not this app's \"\(bundleId)\"")
+        }
+        var data: [String: JSON] = [
+            "bundleId": .string(bundleId), "environment": .string(environment), "signedTransactionInfo": transactionJWS.payload,
+        ]
+        if let appAppleId { data["appAppleId"] = .integer(appAppleId) }
+        if let renewal = document["signedRenewalInfo"], !renewal.isNull {
+            guard let renewalText = renewal.stringValue else { throw Rejection(.malformed, "signedRenewalInfo is not a JWS string") }
+            let renewalJWS = try CompactJWS(renewalText, what: "signedRenewalInfo")
+            let renewalEnvironment = renewalJWS.payload["environment"]?.stringValue ?? environment
+            guard renewalEnvironment == environment else {
+                throw Rejection(.wrongEnvironment, "signedRenewalInfo is from \(renewalEnvironment), the transaction from \(environment)")
+            }
+            try verify(renewalJWS, claimedEnvironment: renewalEnvironment, what: "signedRenewalInfo")
+            data["signedRenewalInfo"] = renewalJWS.payload
+        }
+        var payload: [String: JSON] = [
+            "notificationType": .string(type), "notificationUUID": .string(uuid), "version": "2.0", "data": .object(data),
+        ]
+        if let subtype = document["subtype"]?.stringValue { payload["subtype"] = .string(subtype) }
+        // The event time: `eventTime` when the command gave one (an import: the purchase or the
+        // revocation), else when Apple signed the transaction. The chain was checked at the JWS's own date.
+        if let eventTime = document["eventTime"]?.int64Value {
+            payload["signedDate"] = .integer(eventTime)
+        } else if let signedDate = transactionJWS.payload["signedDate"] {
+            payload["signedDate"] = signedDate
+        }
+        return VerifiedNotification(
+            store: .apple, app: app, payload: .object(payload), notificationId: uuid, type: type, subtype: payload["subtype"]?.stringValue,
+            environment: environment)
+    }
+
     /// Verifies one standalone signed transaction or renewal info (a JWS as the App Store Server API
     /// or an app sends it): chain and signature as for notifications, its `environment` among the app's,
     /// and a transaction's `bundleId`. Returns the decoded payload.

@@ -82,10 +82,19 @@ public final class NotificationVerifier: Sendable {
         }
         let receivedAt = notification.receivedAtMilliseconds / 1000
         let unconfigured = Rejection(.unknownApp, "app \"\(notification.app)\" takes no \(notification.store.rawValue) notifications")
+        // A record the relay's own commands synthesized (never one the ingest wrote): only the App
+        // Store Server API's transactions exist, for Apple apps.
+        if let source = notification.source {
+            guard source == RawNotification.appleAPISource, notification.store == .apple else {
+                return .rejected(
+                    Rejection(.malformed, "relay-source \"\(source)\" is not known for \(notification.store.rawValue) records; only apple-api (Apple) is"))
+            }
+        }
         do {
             switch notification.store {
             case .apple:
                 guard let apple = app.apple else { return .rejected(unconfigured) }
+                if notification.source != nil { return .accepted(try apple.verify(apiRecord: notification.body)) }
                 return .accepted(try apple.verify(body: notification.body))
             case .google:
                 guard let google = app.google else { return .rejected(unconfigured) }

@@ -15,7 +15,9 @@ public import RelayVerification
 /// 3. Normalize into standardized events, updating the subscription's state in the backend
 ///    (`Normalizer`). A Google purchase the Play Developer API does not know is rejected like a forged one.
 /// 4. Produce the events to `relay.events` (key: the subscription's subject), and for each event one
-///    delivery record per matching endpoint to `relay.deliveries`, all at once, each acknowledged.
+///    delivery record per matching endpoint to `relay.deliveries`, all at once, each acknowledged. A
+///    record with `relay-historical: true` gives its events records the same header; one with
+///    `relay-deliver: false` gets no delivery records.
 ///
 /// `process` returns only when what the record caused is durable (events or the rejected record
 /// acknowledged, state written), so the worker may then store its offset. It throws when that cannot
@@ -78,15 +80,18 @@ public struct NotificationPipeline: NotificationProcessor {
             // acknowledgements awaited together: one round trip to the log per notification, not one per record.
             var outgoing: [OutgoingRecord] = []
             for event in events {
-                let headers = [
+                var headers = [
                     RecordHeader(name: RelayHeaderName.eventId, value: event.id),
                     RecordHeader(name: RelayHeaderName.eventType, value: event.type.rawValue),
                     RecordHeader(name: RelayHeaderName.app, value: notification.app),
                 ]
+                // An import's events are recorded as historical (EventRecorder reads the header).
+                if notification.historical { headers.append(RecordHeader(name: RelayHeaderName.historical, value: "true")) }
                 // Encoded once: the events record and every delivery carry the same bytes.
                 let body = event.body
                 outgoing.append(OutgoingRecord(topic: topics.events, key: Array(event.subject.utf8), value: body, headers: headers))
-                outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app, body: body))
+                // `relay-deliver: false` (an import without --deliver): recorded, never sent.
+                if notification.deliver { outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app, body: body)) }
             }
             _ = try await producer.produce(outgoing)
             logger.info(

@@ -11,7 +11,10 @@ struct RevenueRelay: AsyncParsableCommand {
         commandName: "revenue-relay",
         abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications and relays them through Kafka.",
         version: RelayVersion.current,
-        subcommands: [Dev.self, Run.self, Replay.self, Tail.self, Topics.self, Copy.self, Inspect.self, Events.self, Revenue.self]
+        subcommands: [
+            Dev.self, Run.self, Replay.self, Tail.self, Topics.self, Copy.self, Inspect.self, Events.self, Revenue.self, Import.self, Recover.self,
+            Reconcile.self,
+        ]
     )
 }
 
