@@ -285,6 +285,10 @@ final class TestBackend: Sendable {
             "/config-api/read/v1-application-id/{applicationId}/entitlements/{responseVersion}",
             "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}",
             "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements",
+            "/subscriptions-api/public/v1/products",
+            "/subscriptions-api/internal/v1/events",
+            "/subscriptions-api/internal/v1/revenue",
+            "/subscriptions-api/internal/v1/subscriptions",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -305,6 +309,14 @@ final class TestBackend: Sendable {
             ("put", "/subscriptions-api/internal/v1/subscriptions/{store}/{originalTransactionId}", "/subscriptions-api/internal/v1/subscriptions/apple/1000", [auth, ("If-Match", "2")], WireCoding.encode(testSubscriptionState(at: 1))),
             ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/user-1/entitlements", [auth], nil),
             ("get", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/entitlements", "/subscriptions-api/public/v1/users/nobody/entitlements", [auth], nil),
+            ("get", "/subscriptions-api/public/v1/products", "/subscriptions-api/public/v1/products", [auth], nil),
+            ("get", "/subscriptions-api/public/v1/products", "/subscriptions-api/public/v1/products?applicationId=99", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/events", "/subscriptions-api/internal/v1/events?limit=10", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/events", "/subscriptions-api/internal/v1/events?type=refund", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/revenue", "/subscriptions-api/internal/v1/revenue?groupBy=day", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/revenue", "/subscriptions-api/internal/v1/revenue", [], nil),
+            ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=7", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple", [auth], nil),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -314,7 +326,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400])
         await backend.stop()
     }
 }
