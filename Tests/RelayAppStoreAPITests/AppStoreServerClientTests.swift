@@ -17,43 +17,6 @@ func target(_ request: TestHTTPRequest) -> (path: String, query: [String]) {
     return (String(parts[0]), query)
 }
 
-/// Runs `body` and returns the AppStoreAPIError it threw (nil, recorded as a failure, otherwise).
-func appStoreError(_ body: () async throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) async -> AppStoreAPIError? {
-    do {
-        try await body()
-        Issue.record("expected an AppStoreAPIError, got success", sourceLocation: sourceLocation)
-    } catch let error as AppStoreAPIError {
-        return error
-    } catch {
-        Issue.record("expected an AppStoreAPIError, got \(error)", sourceLocation: sourceLocation)
-    }
-    return nil
-}
-
-/// Everything a client logged, as text.
-final class LogRecorder: Sendable {
-    private let records = LockedBox<[String]>([])
-    var text: String { records.value.joined(separator: "\n") }
-
-    var logger: Logger {
-        Logger(label: "appstore-test") { _ in Handler(records: self.records) }
-    }
-
-    private struct Handler: LogHandler {
-        let records: LockedBox<[String]>
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            records.withLock { $0.append("\(event.level) \(event.message) \(event.metadata ?? [:])") }
-        }
-    }
-}
-
 /// `text` holds no JWT (or anything JWT-looking) and no private key.
 func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) {
     #expect(!text.contains("eyJ"), "JWT in: \(text)", sourceLocation: sourceLocation)
@@ -216,7 +179,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
         let store = try await FakeAppStore { _, _ in FakeAppStore.json(["revision": "stuck", "hasMore": true, "signedTransactions": ["jws"]]) }
         let client = try store.client()
         var pages = 0
-        let error = await appStoreError {
+        let error = await caughtError(AppStoreAPIError.self) {
             for try await _ in client.transactionHistory(transactionId: "1") { pages += 1 }
         }
         #expect(error?.kind == .invalidResponse)
@@ -361,7 +324,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
     // MARK: Failures
 
     @Test func a429WithRetryAfterIsWaitedForThenSucceeds() async throws {
-        let logs = LogRecorder()
+        let logs = LogRecorder(label: "appstore-test")
         let store = try await FakeAppStore { _, index in
             index == 0
                 ? FakeAppStore.appleError(429, 4_290_000, "Rate limit exceeded.", headers: [("Retry-After", "1")])
@@ -382,7 +345,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
     @Test func aRetryAfterBeyondTheLimitIsReturnedNotWaitedFor() async throws {
         let store = try await FakeAppStore { _, _ in FakeAppStore.appleError(429, 4_290_000, "Rate limit exceeded.", headers: [("Retry-After", "120")]) }
         let started = ContinuousClock.now
-        let error = try #require(await appStoreError { _ = try await store.client().subscriptionStatuses(transactionId: "1") })
+        let error = try #require(await caughtError(AppStoreAPIError.self) { _ = try await store.client().subscriptionStatuses(transactionId: "1") })
         #expect(ContinuousClock.now - started < .seconds(5))
         #expect(error.kind == .unavailable)
         #expect(error.isRetriable)
@@ -396,7 +359,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
 
     @Test func serverErrorsAreRetriedThenUnavailable() async throws {
         let store = try await FakeAppStore { _, _ in FakeAppStore.appleError(500, 5_000_000, "An unknown error occurred.") }
-        let error = try #require(await appStoreError { _ = try await store.client().transactionHistoryPage(transactionId: "1") })
+        let error = try #require(await caughtError(AppStoreAPIError.self) { _ = try await store.client().transactionHistoryPage(transactionId: "1") })
         #expect(error.kind == .unavailable)
         #expect(error.status == 500)
         #expect(error.errorCode == 5_000_000)
@@ -412,12 +375,12 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
     }
 
     @Test func a401IsTheKeyRefusedAndNotRetried() async throws {
-        let logs = LogRecorder()
+        let logs = LogRecorder(label: "appstore-test")
         let store = try await FakeAppStore { _, _ in FakeAppStore.json(Self.emptyHistory) }
         // Signed with another key than the one Apple (the fake) holds for TESTKEY123.
         let wrongKey = try FakeAppStore.key(pem: Fixtures.text("apple/rogue-leaf.key"))
         let client = try store.client(key: wrongKey, logger: logs.logger)
-        let error = try #require(await appStoreError { _ = try await client.transactionHistoryPage(transactionId: "1") })
+        let error = try #require(await caughtError(AppStoreAPIError.self) { _ = try await client.transactionHistoryPage(transactionId: "1") })
         #expect(error.kind == .keyRefused)
         #expect(!error.isRetriable)
         #expect(error.status == 401)
@@ -430,7 +393,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
         expectNoSecrets(logs.text)
 
         // The refused token is dropped: the next call signs a new one (ES256 signatures differ each time).
-        _ = await appStoreError { _ = try await client.transactionHistoryPage(transactionId: "1") }
+        _ = await caughtError(AppStoreAPIError.self) { _ = try await client.transactionHistoryPage(transactionId: "1") }
         let sent = store.requests.map { $0.headers["authorization"] }
         #expect(sent.count == 2)
         #expect(sent[0] != sent[1])
@@ -443,7 +406,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
         let behind = try AppStoreServerClient(
             key: try FakeAppStore.key(), environment: .sandbox, baseURL: store.baseURL, http: testHTTPClient, retry: FakeAppStore.fastRetries,
             logger: testLogger(), now: { [clock = store.clock] in clock.value - 21 * 60 })
-        let error = await appStoreError { _ = try await behind.transactionHistoryPage(transactionId: "1") }
+        let error = await caughtError(AppStoreAPIError.self) { _ = try await behind.transactionHistoryPage(transactionId: "1") }
         #expect(error?.kind == .keyRefused)
         #expect(store.refusals.value == ["expired"])
         await store.stop()
@@ -451,7 +414,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
 
     @Test func a404IsNotFoundButApplesRetryable404sAreRetried() async throws {
         let store = try await FakeAppStore { _, _ in FakeAppStore.appleError(404, 4_040_010, "Transaction id not found.") }
-        let error = try #require(await appStoreError { _ = try await store.client().subscriptionStatuses(transactionId: "999") })
+        let error = try #require(await caughtError(AppStoreAPIError.self) { _ = try await store.client().subscriptionStatuses(transactionId: "999") })
         #expect(error.kind == .notFound)
         #expect(error.errorCode == 4_040_010)
         #expect(!error.isRetriable)
@@ -474,7 +437,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
     @Test func a400IsRejectedWithApplesErrorCode() async throws {
         let store = try await FakeAppStore { _, _ in FakeAppStore.appleError(400, 4_000_035, "Invalid customer consented.") }
         let error = try #require(
-            await appStoreError {
+            await caughtError(AppStoreAPIError.self) {
                 try await store.client().sendConsumptionInformation(
                     transactionId: "1", ConsumptionRequest(customerConsented: false, deliveryStatus: .delivered, sampleContentProvided: false))
             })
@@ -488,13 +451,13 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
     @Test func aBodyThatIsNotTheDocumentedJSONIsAnInvalidResponse() async throws {
         for body in ["<html>oops</html>", "[1, 2]", "{\"revision\": 7}"] {
             let store = try await FakeAppStore { _, _ in TestHTTPResponse(text: body) }
-            let error = await appStoreError { _ = try await store.client().transactionHistoryPage(transactionId: "1") }
+            let error = await caughtError(AppStoreAPIError.self) { _ = try await store.client().transactionHistoryPage(transactionId: "1") }
             #expect(error?.kind == .invalidResponse, "\(body)")
             #expect(store.requests.count == 1, "not retried")
             await store.stop()
         }
         let endless = try await FakeAppStore { _, _ in FakeAppStore.json(["hasMore": true, "signedTransactions": []]) }
-        let error = await appStoreError { _ = try await endless.client().transactionHistoryPage(transactionId: "1") }
+        let error = await caughtError(AppStoreAPIError.self) { _ = try await endless.client().transactionHistoryPage(transactionId: "1") }
         #expect(error?.kind == .invalidResponse, "hasMore without a revision")
         await endless.stop()
     }
@@ -506,7 +469,7 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
         let client = try AppStoreServerClient(
             key: try FakeAppStore.key(), environment: .production, baseURL: url, http: testHTTPClient, retry: FakeAppStore.fastRetries,
             logger: testLogger())
-        let error = await appStoreError { _ = try await client.transactionHistoryPage(transactionId: "1") }
+        let error = await caughtError(AppStoreAPIError.self) { _ = try await client.transactionHistoryPage(transactionId: "1") }
         #expect(error?.kind == .unavailable)
         #expect(error?.status == nil)
         #expect(error?.message.contains("could not be reached") == true)

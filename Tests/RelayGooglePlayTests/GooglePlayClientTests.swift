@@ -91,44 +91,6 @@ func playAPI(baseUrl: String, tokenUrl: String, serviceAccountKey: String = "goo
     return try #require(configuration.app("play")?.google?.playApi)
 }
 
-/// Runs `body` and returns the StoreAPIError it threw (nil, recorded as a failure, when it threw none
-/// or another error).
-func playAPIError(_ body: () async throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) async -> StoreAPIError? {
-    do {
-        try await body()
-        Issue.record("expected a StoreAPIError, got success", sourceLocation: sourceLocation)
-    } catch let error as StoreAPIError {
-        return error
-    } catch {
-        Issue.record("expected a StoreAPIError, got \(error)", sourceLocation: sourceLocation)
-    }
-    return nil
-}
-
-/// Everything a client logged, as text.
-final class LogRecorder: Sendable {
-    private let records = LockedBox<[String]>([])
-    var text: String { records.value.joined(separator: "\n") }
-
-    var logger: Logger {
-        Logger(label: "play-test") { _ in Handler(records: self.records) }
-    }
-
-    private struct Handler: LogHandler {
-        let records: LockedBox<[String]>
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            records.withLock { $0.append("\(event.level) \(event.message) \(event.metadata ?? [:])") }
-        }
-    }
-}
-
 @Suite struct GooglePlayClientTests {
     static let packageName = "com.example.app"
     static let serviceAccount = "relay-play@relay-test.iam.gserviceaccount.com"
@@ -237,7 +199,7 @@ final class LogRecorder: Sendable {
     @Test func aBodyThatIsNotAJSONObjectIsAnInvalidResponse() async throws {
         for body in ["<html>oops</html>", "[1, 2]", "\"text\"", ""] {
             let google = try await FakeGoogle(api: { _, _ in TestHTTPResponse(text: body) })
-            let error = await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
+            let error = await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
             #expect(error?.kind == .invalidResponse, "\(body)")
             #expect(error?.isRetriable == false)
             #expect(google.apiRequests.count == 1, "not retried")
@@ -303,7 +265,7 @@ final class LogRecorder: Sendable {
 
     @Test func a401ThatAFreshTokenDoesNotCureIsRejected() async throws {
         let google = try await FakeGoogle(api: { _, _ in FakeGoogle.apiError(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.") })
-        let error = await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let error = await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(error?.kind == .rejected)
         #expect(error?.description.contains("HTTP 401") == true)
         #expect(google.tokenRequests.count == 2)
@@ -314,7 +276,7 @@ final class LogRecorder: Sendable {
     @Test(arguments: [404, 410])
     func anUnknownOrExpiredPurchaseTokenIsNotFound(status: Int) async throws {
         let google = try await FakeGoogle(api: { _, _ in FakeGoogle.apiError(status, "NOT_FOUND", "The purchase token was not found.") })
-        let error = await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let error = await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(error?.kind == .notFound)
         #expect(error?.isRetriable == false)
         #expect(google.apiRequests.count == 1)
@@ -322,11 +284,11 @@ final class LogRecorder: Sendable {
     }
 
     @Test func aForbiddenRequestIsRejectedWithGooglesReason() async throws {
-        let logs = LogRecorder()
+        let logs = LogRecorder(label: "play-test")
         let message = "The current user has insufficient permissions to perform the requested operation."
         let google = try await FakeGoogle(api: { _, _ in FakeGoogle.apiError(403, "PERMISSION_DENIED", message) })
         let error = try #require(
-            await playAPIError { _ = try await google.client(logger: logs.logger).subscription(packageName: Self.packageName, purchaseToken: "t") })
+            await caughtError(StoreAPIError.self) { _ = try await google.client(logger: logs.logger).subscription(packageName: Self.packageName, purchaseToken: "t") })
         #expect(error.kind == .rejected)
         #expect(!error.isRetriable)
         #expect(error.message.contains("HTTP 403"))
@@ -353,7 +315,7 @@ final class LogRecorder: Sendable {
     @Test(arguments: [503, 500, 429])
     func alwaysUnavailableGivesUpAfterThreeAttempts(status: Int) async throws {
         let google = try await FakeGoogle(api: { _, _ in TestHTTPResponse(status: status, text: "busy") })
-        let error = await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let error = await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(error?.kind == .unavailable)
         #expect(error?.isRetriable == true)
         #expect(error?.message.contains("HTTP \(status)") == true)
@@ -362,12 +324,12 @@ final class LogRecorder: Sendable {
     }
 
     @Test func aRefusedGrantIsRejectedWithGooglesErrorAndNoSecrets() async throws {
-        let logs = LogRecorder()
+        let logs = LogRecorder(label: "play-test")
         let google = try await FakeGoogle(token: { _, _ in
             FakeGoogle.json(["error": "invalid_grant", "error_description": "Invalid JWT Signature."], status: 400)
         })
         let error = try #require(
-            await playAPIError { _ = try await google.client(logger: logs.logger).subscription(packageName: Self.packageName, purchaseToken: "t") })
+            await caughtError(StoreAPIError.self) { _ = try await google.client(logger: logs.logger).subscription(packageName: Self.packageName, purchaseToken: "t") })
         #expect(error.kind == .rejected)
         #expect(error.message.contains("\"invalid_grant\""))
         #expect(error.message.contains("\"Invalid JWT Signature.\""))
@@ -383,7 +345,7 @@ final class LogRecorder: Sendable {
             let assertion = String(decoding: request.body, as: UTF8.self).split(separator: "=").last.map(String.init) ?? ""
             return FakeGoogle.json(["error": "invalid_grant", "error_description": .string("bad assertion \(assertion)")], status: 400)
         })
-        let error = try #require(await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") })
+        let error = try #require(await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") })
         #expect(error.message.contains("bad assertion [assertion]"))
         expectNoSecrets(error.description, google)
         await google.stop()
@@ -391,7 +353,7 @@ final class LogRecorder: Sendable {
 
     @Test func aFailingTokenEndpointIsUnavailable() async throws {
         let google = try await FakeGoogle(token: { _, _ in TestHTTPResponse(status: 503, text: "busy") })
-        let error = await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let error = await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(error?.kind == .unavailable)
         #expect(google.tokenRequests.count == 3)
         #expect(google.apiRequests.isEmpty)
@@ -400,7 +362,7 @@ final class LogRecorder: Sendable {
 
     @Test func aTokenAnswerWithoutATokenIsAnInvalidResponse() async throws {
         let google = try await FakeGoogle(token: { _, _ in FakeGoogle.json(["expires_in": 3599, "token_type": "Bearer"]) })
-        let error = await playAPIError { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let error = await caughtError(StoreAPIError.self) { _ = try await google.client().subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(error?.kind == .invalidResponse)
         #expect(google.apiRequests.isEmpty)
         await google.stop()
@@ -412,7 +374,7 @@ final class LogRecorder: Sendable {
         await closed.stop()
         let client = try GooglePlayClient(
             configuration: try playAPI(baseUrl: url, tokenUrl: url + "/token"), http: testHTTPClient, logger: testLogger())
-        let error = await playAPIError { _ = try await client.subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let error = await caughtError(StoreAPIError.self) { _ = try await client.subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(error?.kind == .unavailable)
         #expect(error?.isRetriable == true)
 
@@ -420,7 +382,7 @@ final class LogRecorder: Sendable {
         let google = try await FakeGoogle()
         let apiDown = try GooglePlayClient(
             configuration: try playAPI(baseUrl: url, tokenUrl: google.tokenURL), http: testHTTPClient, logger: testLogger())
-        let apiError = await playAPIError { _ = try await apiDown.subscription(packageName: Self.packageName, purchaseToken: "t") }
+        let apiError = await caughtError(StoreAPIError.self) { _ = try await apiDown.subscription(packageName: Self.packageName, purchaseToken: "t") }
         #expect(apiError?.kind == .unavailable)
         #expect(apiError?.message.contains("could not be reached") == true)
         #expect(google.tokenRequests.count == 1, "the token stays cached across the retries")
@@ -452,7 +414,7 @@ final class LogRecorder: Sendable {
         for (path, mentions) in cases {
             var configuration = try playAPI(baseUrl: "http://127.0.0.1:9", tokenUrl: "http://127.0.0.1:9/token")
             configuration.serviceAccountKey = path
-            let error = await playAPIError { _ = try GooglePlayClient(configuration: configuration, logger: testLogger()) }
+            let error = await caughtError(StoreAPIError.self) { _ = try GooglePlayClient(configuration: configuration, logger: testLogger()) }
             #expect(error?.kind == .configuration, "\(path)")
             for mention in mentions { #expect(error?.message.contains(mention) == true, "\(path): \(error?.message ?? "") names \(mention)") }
             #expect(error?.message.contains("Tm90IGEga2V5") == false)
@@ -461,7 +423,7 @@ final class LogRecorder: Sendable {
 
         var unset = try playAPI(baseUrl: "http://127.0.0.1:9", tokenUrl: "http://127.0.0.1:9/token")
         unset.serviceAccountKey = nil
-        let error = await playAPIError { _ = try GooglePlayClient(configuration: unset, logger: testLogger()) }
+        let error = await caughtError(StoreAPIError.self) { _ = try GooglePlayClient(configuration: unset, logger: testLogger()) }
         #expect(error?.kind == .configuration)
         #expect(error?.message.contains("serviceAccountKey") == true)
     }
