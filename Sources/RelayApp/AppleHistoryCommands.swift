@@ -401,6 +401,8 @@ public struct AppleHistoryCommands: Sendable {
             let page = try await backend.subscriptions(applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
             cursor = page.next
             for state in page.states {
+                // A grandfathering grant is no App Store subscription: Apple has no status for it.
+                if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { continue }
                 guard state.environment == environment else {
                     summary.otherEnvironment += 1
                     continue

@@ -101,7 +101,8 @@ public final class RelayProcess: Sendable {
             } catch {
                 throw ConfigurationError(key: "backend.database", message: "cannot open \(configuration.backend.database): \(error)")
             }
-            let backend = try LocalBackend(configuration: configuration, database: database)
+            let backend = try LocalBackend(
+                configuration: configuration, database: database, appTransactions: try Self.appTransactionGrants(configuration, log: log))
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
             eventStore = backend.events
@@ -143,9 +144,14 @@ public final class RelayProcess: Sendable {
             let normalizer = try Normalizer(
                 configuration: configuration, stateStore: stateStore, storeAPIs: try StoreAPIs.configured(configuration, logger: logger),
                 logger: logger, metrics: metrics)
+            // CONSUMPTION_REQUEST answers, only for the apps that configure apple.consumption; the key files are read now.
+            let consumptionSenders = try AppStoreConsumptionSender.senders(for: configuration, logger: logger)
+            let consumption = consumptionSenders.isEmpty
+                ? nil
+                : ConsumptionResponder(apps: configuration.apps, senders: consumptionSenders, stateStore: stateStore, logger: logger, metrics: metrics)
             let pipeline = NotificationPipeline(
                 configuration: configuration, verifier: verifier, normalizer: normalizer, producer: try log.producer, logger: logger,
-                metrics: metrics)
+                metrics: metrics, consumption: consumption)
             services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
         }
         if roles.contains(.deliverer) {
@@ -181,6 +187,25 @@ public final class RelayProcess: Sendable {
         self.backendAddress = backendAddress
         self.backendClient = backendClient
         self.log = log
+    }
+
+    /// The app-transaction route's verification (each app's Apple rules) and its append to
+    /// `relay.notifications` through the log this process opened.
+    static func appTransactionGrants(_ configuration: RelayConfiguration, log: any RecordLog) throws -> AppTransactionGrants {
+        var verifiers: [String: AppleVerifier] = [:]
+        for (index, app) in configuration.apps.enumerated() {
+            guard let apple = app.apple else { continue }
+            verifiers[app.key] = try AppleVerifier(app: app.key, configuration: apple, configurationKey: "apps[\(index)].apple")
+        }
+        let producer = try log.producer
+        let byApp = verifiers
+        return AppTransactionGrants(
+            topic: configuration.topics.notifications,
+            verify: { app, text in
+                guard let verifier = byApp[app] else { return .failure(Rejection(.unknownApp, "app \"\(app)\" has no apple section")) }
+                return Result { () throws(Rejection) in try verifier.verify(appTransaction: text) }
+            },
+            append: { record in _ = try await producer.produce(record) })
     }
 
     /// The log `log.kind` names: Kafka at `bootstrapServers` (else `kafka.bootstrapServers`), or the

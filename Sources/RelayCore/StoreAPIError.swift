@@ -1,4 +1,4 @@
-/// Why a call to a store's API (Google's Play Developer API, Stripe's API) failed. `isRetriable` says
+/// Why a call to a store's API (Google's Play Developer API, Stripe's API, the App Store Server API) failed. `isRetriable` says
 /// whether trying again later can help. Messages say what to do and never contain a key, a signed
 /// assertion or an access token.
 public struct StoreAPIError: Error, Sendable, CustomStringConvertible {
@@ -6,6 +6,7 @@ public struct StoreAPIError: Error, Sendable, CustomStringConvertible {
     public enum API: String, Sendable {
         case play = "Play Developer API"
         case stripe = "Stripe API"
+        case appStore = "App Store Server API"
     }
 
     public enum Kind: String, Sendable {
@@ -26,11 +27,14 @@ public struct StoreAPIError: Error, Sendable, CustomStringConvertible {
     public var api: API
     public var kind: Kind
     public var message: String
+    /// The HTTP status, when the store answered (a 401 tells a refused key from other refusals).
+    public var status: Int?
 
-    public init(_ api: API, kind: Kind, message: String) {
+    public init(_ api: API, kind: Kind, message: String, status: Int? = nil) {
         self.api = api
         self.kind = kind
         self.message = message
+        self.status = status
     }
 
     /// Only `.unavailable` failures may succeed later.

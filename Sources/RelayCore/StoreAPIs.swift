@@ -24,3 +24,40 @@ public struct StoreAPIs: Sendable {
         self.stripe = stripe
     }
 }
+
+/// What the relay tells Apple about a purchase the customer asked to have refunded: the body of Send
+/// Consumption Information (v2), in the relay's own words so that the worker needs no App Store client.
+public struct ConsumptionInformation: Sendable, Equatable {
+    public enum DeliveryStatus: String, Sendable {
+        /// The stored purchase exists and gave access (not revoked or refunded before the request).
+        case delivered = "DELIVERED"
+        /// Anything else: the relay cannot say the content reached the customer.
+        case undeliveredOther = "UNDELIVERED_OTHER"
+    }
+
+    public var customerConsented: Bool
+    public var deliveryStatus: DeliveryStatus
+    public var sampleContentProvided: Bool
+    /// Milliunits (100000 = 100 %); nil for auto-renewable subscriptions, for which Apple refuses it.
+    public var consumptionPercentage: Int?
+    /// `DECLINE`, `GRANT_FULL`, `GRANT_PRORATED`, or nil for no preference.
+    public var refundPreference: String?
+
+    public init(
+        customerConsented: Bool, deliveryStatus: DeliveryStatus, sampleContentProvided: Bool, consumptionPercentage: Int? = nil,
+        refundPreference: String? = nil
+    ) {
+        self.customerConsented = customerConsented
+        self.deliveryStatus = deliveryStatus
+        self.sampleContentProvided = sampleContentProvided
+        self.consumptionPercentage = consumptionPercentage
+        self.refundPreference = refundPreference
+    }
+}
+
+/// The App Store Server API's Send Consumption Information, as the worker uses it to answer a
+/// `CONSUMPTION_REQUEST`. RelayApp implements it over `RelayAppStoreAPI`; tests give their own.
+public protocol ConsumptionAnswers: Sendable {
+    /// `PUT /inApps/v2/transactions/consumption/{transactionId}`. A refused key is `.rejected` with `status` 401.
+    func sendConsumptionInformation(transactionId: String, _ information: ConsumptionInformation) async throws(StoreAPIError)
+}

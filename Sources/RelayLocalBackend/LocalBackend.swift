@@ -12,19 +12,23 @@ public import RelayCore
 public struct LocalBackend: Sendable {
     public static let internalPrefix = "/subscriptions-api/internal/v1/subscriptions"
 
-    private let configuration: RelayConfiguration
+    let configuration: RelayConfiguration
     let database: SubscriptionDatabase
     /// The recorded standardized events (the events and revenue routes).
     public let events: EventStore
     private let apiKey: String
-    private let clock: @Sendable () -> Int64
+    let clock: @Sendable () -> Int64
     /// Each application's products, built once from the configuration (read for every notification).
     private let mappings: [Int: ProductMapping]
+    /// Verifies and appends grandfathering grants (the app-transaction route); nil: the route answers 404.
+    let appTransactions: AppTransactionGrants?
 
-    /// - Parameter clock: now in Unix milliseconds (which subscriptions are active).
+    /// - Parameters:
+    ///   - clock: now in Unix milliseconds (which subscriptions are active).
+    ///   - appTransactions: what the app-transaction route needs from outside this module (RelayApp wires it).
     public init(
         configuration: RelayConfiguration, database: SubscriptionDatabase,
-        clock: (@Sendable () -> Int64)? = nil
+        clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil
     ) throws(ConfigurationError) {
         guard let apiKey = configuration.backend.apiKey, !apiKey.isEmpty else {
             throw ConfigurationError(key: "backend.apiKey", message: "the local backend requires an API key")
@@ -34,9 +38,17 @@ public struct LocalBackend: Sendable {
         self.events = EventStore(database: database)
         self.apiKey = apiKey
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.appTransactions = appTransactions
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
-            ProductMapping(
-                products: apps.flatMap(\.products).map { ProductMapping.Product(productId: $0.productId, store: $0.store, entitlements: $0.entitlements) })
+            // Grandfathering rule i grants product `$grandfathered:i` (AppTransactionMapping writes it).
+            let grandfathered = apps.flatMap { app in
+                (app.apple?.grandfathering ?? []).enumerated().map { index, rule in
+                    ProductMapping.Product(productId: AppTransactionGrant.productId(rule: index), store: "APP_STORE", entitlements: rule.entitlements)
+                }
+            }
+            return ProductMapping(
+                products: apps.flatMap(\.products).map { ProductMapping.Product(productId: $0.productId, store: $0.store, entitlements: $0.entitlements) }
+                    + grandfathered)
         }
     }
 
@@ -54,6 +66,7 @@ public struct LocalBackend: Sendable {
     func addRoutes(to router: Router<BasicRequestContext>) {
         addEventRoutes(to: router)
         addSubscriptionListRoutes(to: router)
+        addAppTransactionRoutes(to: router)
         let backend = self
         router.get("/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion") { _, context in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {
@@ -153,7 +166,8 @@ public struct LocalBackend: Sendable {
         let applications = applicationId.map { [$0] } ?? mappings.keys.sorted()
         return ProductCatalog(
             data: applications.flatMap { application in
-                (mappings[application]?.products ?? []).map { product in
+                // Grandfathering grants are not products a store sells: the SDK has nothing to load for them.
+                (mappings[application]?.products ?? []).filter { !$0.productId.hasPrefix(AppTransactionGrant.productPrefix) }.map { product in
                     CatalogProduct(
                         identifier: product.productId, store: ProductStore(name: product.store), applicationId: application,
                         entitlements: product.entitlements.map(EntitlementIdentifier.init))

@@ -185,7 +185,10 @@ public final class Normalizer: Sendable {
 
     private func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         switch input.notification.store {
-        case .apple: AppleMapping.map(input, prior: prior)
+        case .apple:
+            // A grandfathering grant from the local backend, else an App Store notification.
+            input.notification.type == AppTransactionGrant.notificationType
+                ? AppTransactionMapping.map(input, prior: prior) : AppleMapping.map(input, prior: prior)
         case .google: GoogleMapping.map(input, prior: prior)
         case .stripe: StripeMapping.map(input, prior: prior)
         case .paddle: PaddleMapping.map(input, prior: prior, environment: input.app.paddle?.environment ?? "PRODUCTION")

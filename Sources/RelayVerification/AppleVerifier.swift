@@ -175,6 +175,70 @@ public struct AppleVerifier: Sendable {
             environment: environment)
     }
 
+    /// Verifies a signed AppTransaction (StoreKit's `AppTransaction.shared`, `jwsRepresentation`) with
+    /// the rules of a notification: the x5c chain to a configured root at its `signedDate`, Apple's OIDs,
+    /// ES256, `bundleId` the app's, its environment (`environment`, else `receiptType`: Production or
+    /// Sandbox) among the app's `environments`, and for Production `appAppleId` the configured one.
+    /// Returns the decoded payload.
+    public func verify(appTransaction text: String) throws(Rejection) -> JSON {
+        let jws = try CompactJWS(text, what: "signedAppTransaction")
+        guard case .object = jws.payload else { throw Rejection(.malformed, "signedAppTransaction's payload is not a JSON object") }
+        // Newer AppTransactions carry `environment`; older ones only `receiptType`, with the same values.
+        let claimed = jws.payload["environment"]?.stringValue ?? jws.payload["receiptType"]?.stringValue
+        try verify(jws, claimedEnvironment: claimed, what: "signedAppTransaction")
+        let bundle = jws.payload["bundleId"]?.stringValue
+        guard bundle == bundleId else {
+            throw Rejection(.wrongBundleId, "signedAppTransaction bundleId \(bundle.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(bundleId)\"")
+        }
+        guard let environment = claimed, environments.contains(environment) else {
+            throw Rejection(
+                .wrongEnvironment,
+                "signedAppTransaction environment \(claimed.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
+        }
+        if environment == "Production" {
+            guard let configured = appAppleId else {
+                throw Rejection(.wrongAppAppleId, "Production AppTransactions need apple.appAppleId configured for app \(app)")
+            }
+            let given = jws.payload["appAppleId"]?.int64Value
+            guard given == configured else {
+                throw Rejection(.wrongAppAppleId, "signedAppTransaction appAppleId \(given.map(String.init) ?? "missing") is not this app's \(configured)")
+            }
+        }
+        return jws.payload
+    }
+
+    /// Verifies a record the local backend appended for a grandfathered customer (`relay-source:
+    /// app-transaction`): `{"signedAppTransaction": JWS, "appUserId", "rule"}`. The AppTransaction is
+    /// verified again (`verify(appTransaction:)`); the result has type `APP_TRANSACTION`, notification id
+    /// `<subject>:<appUserId>` (so the same customer posting it again changes nothing), `signedDate` the
+    /// AppTransaction's, and `data` {appTransaction (decoded), appUserId, rule, environment, bundleId}.
+    /// The user id and the rule are not signed: whoever appends to `relay.notifications` chooses them; the
+    /// mapping checks the rule against the configuration again.
+    public func verify(appTransactionRecord body: [UInt8]) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(body), let text = document["signedAppTransaction"]?.stringValue,
+            let user = document["appUserId"]?.stringValue, !user.isEmpty, let rule = document["rule"]?.int64Value
+        else {
+            throw Rejection(.malformed, #"an app-transaction record's body is not {"signedAppTransaction": "<JWS>", "appUserId", "rule"}"#)
+        }
+        let appTransaction = try verify(appTransaction: text)
+        guard let subject = AppTransactionGrant.subject(of: appTransaction) else {
+            throw Rejection(.malformed, "signedAppTransaction has neither appTransactionId nor originalPurchaseDate")
+        }
+        let environment = appTransaction["environment"]?.stringValue ?? appTransaction["receiptType"]?.stringValue ?? ""
+        let id = "\(subject):\(user)"
+        var payload: [String: JSON] = [
+            "notificationType": .string(AppTransactionGrant.notificationType), "notificationUUID": .string(id),
+            "data": [
+                "appTransaction": appTransaction, "appUserId": .string(user), "rule": .integer(rule), "environment": .string(environment),
+                "bundleId": .string(bundleId),
+            ],
+        ]
+        if let signedDate = appTransaction["signedDate"] { payload["signedDate"] = signedDate }
+        return VerifiedNotification(
+            store: .apple, app: app, payload: .object(payload), notificationId: id, type: AppTransactionGrant.notificationType, subtype: nil,
+            environment: environment)
+    }
+
     /// Verifies one standalone signed transaction or renewal info (a JWS as the App Store Server API
     /// or an app sends it): chain and signature as for notifications, its `environment` among the app's,
     /// and a transaction's `bundleId`. Returns the decoded payload.

@@ -82,18 +82,21 @@ public final class NotificationVerifier: Sendable {
         }
         let receivedAt = notification.receivedAtMilliseconds / 1000
         let unconfigured = Rejection(.unknownApp, "app \"\(notification.app)\" takes no \(notification.store.rawValue) notifications")
-        // A record the relay's own commands synthesized (never one the ingest wrote): only the App
-        // Store Server API's transactions exist, for Apple apps.
+        // A record the relay itself synthesized (never one the ingest wrote): the App Store Server API's
+        // transactions and the local backend's grandfathering grants, for Apple apps.
         if let source = notification.source {
-            guard source == RawNotification.appleAPISource, notification.store == .apple else {
+            guard source == RawNotification.appleAPISource || source == AppTransactionGrant.source, notification.store == .apple else {
                 return .rejected(
-                    Rejection(.malformed, "relay-source \"\(source)\" is not known for \(notification.store.rawValue) records; only apple-api (Apple) is"))
+                    Rejection(
+                        .malformed,
+                        "relay-source \"\(source)\" is not known for \(notification.store.rawValue) records; only apple-api and app-transaction (Apple) are"))
             }
         }
         do {
             switch notification.store {
             case .apple:
                 guard let apple = app.apple else { return .rejected(unconfigured) }
+                if notification.source == AppTransactionGrant.source { return .accepted(try apple.verify(appTransactionRecord: notification.body)) }
                 if notification.source != nil { return .accepted(try apple.verify(apiRecord: notification.body)) }
                 return .accepted(try apple.verify(body: notification.body))
             case .google:

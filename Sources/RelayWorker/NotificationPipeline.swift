@@ -18,6 +18,8 @@ public import RelayVerification
 ///    delivery record per matching endpoint to `relay.deliveries`, all at once, each acknowledged. A
 ///    record with `relay-historical: true` gives its events records the same header; one with
 ///    `relay-deliver: false` gets no delivery records.
+/// 5. An Apple `CONSUMPTION_REQUEST` of an app with `apple.consumption` is answered to Apple
+///    (`ConsumptionResponder`), after its events are durable.
 ///
 /// `process` returns only when what the record caused is durable (events or the rejected record
 /// acknowledged, state written), so the worker may then store its offset. It throws when that cannot
@@ -32,21 +34,25 @@ public struct NotificationPipeline: NotificationProcessor {
     private let logger: Logger
     private let accepted: LabeledCounters
     private let rejectedCounter: LabeledCounters
+    private let consumption: ConsumptionResponder?
 
     /// The pipeline of `configuration`'s topics, apps and endpoints.
+    /// - Parameter consumption: answers CONSUMPTION_REQUESTs; nil answers none.
     public init(
         configuration: RelayConfiguration, verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer,
-        logger: Logger, metrics: any MetricsFactory
+        logger: Logger, metrics: any MetricsFactory, consumption: ConsumptionResponder? = nil
     ) {
         self.init(
             topics: configuration.topics, apps: configuration.apps, endpoints: configuration.endpoints, verifier: verifier,
-            normalizer: normalizer, producer: producer, logger: logger, metrics: metrics)
+            normalizer: normalizer, producer: producer, logger: logger, metrics: metrics, consumption: consumption)
     }
 
     public init(
         topics: RelayConfiguration.Topics, apps: [RelayConfiguration.App], endpoints: [RelayConfiguration.Endpoint],
-        verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer, logger: Logger, metrics: any MetricsFactory
+        verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer, logger: Logger, metrics: any MetricsFactory,
+        consumption: ConsumptionResponder? = nil
     ) {
+        self.consumption = consumption
         self.topics = topics
         self.appKeys = Set(apps.map(\.key))
         self.processing = NotificationProcessing(verifier: verifier, normalizer: normalizer)
@@ -102,6 +108,8 @@ public struct NotificationPipeline: NotificationProcessor {
                     "events": "\(events.map(\.type.rawValue).joined(separator: ","))",
                     LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
                 ])
+            // After the events are durable: a retry for an unreachable Apple repeats only what is idempotent.
+            try await consumption?.answer(verified)
         }
     }
 

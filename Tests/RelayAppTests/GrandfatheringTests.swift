@@ -1,0 +1,184 @@
+import Foundation
+import RelayApp
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+import RelayTestSupport
+import Testing
+
+/// Grandfathered access: `POST .../users/{id}/app-transaction` on the local backend of a whole relay
+/// (embedded log), with AppTransactions signed by the test Apple chain.
+@Suite(.serialized) struct GrandfatheringTests {
+    let signer = AppleSigner()
+    /// 2020-01-01T00:00:00Z, the second rule's `purchasedBefore`.
+    static let cutoff: Int64 = 1_577_836_800_000
+
+    static func configuration() throws -> RelayConfiguration {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("grandfathering"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let yaml = """
+            ingest: { listen: "127.0.0.1:0", ackTimeout: 10s }
+            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
+            apps:
+              - key: demo
+                projectId: 1
+                applicationId: 1
+                apple:
+                  bundleId: com.example.app
+                  appAppleId: 1234
+                  environments: [Sandbox]
+                  rootCertificates: ["\(Fixtures.path("apple/root.pem"))"]
+                  grandfathering:
+                    - { entitlements: [pro], originalAppVersionBelow: "2.0" }
+                    - { entitlements: [legacy], purchasedBefore: "2020-01-01" }
+                products:
+                  - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
+            delivery: { allowPrivateNetworks: true }
+            shutdownTimeout: 20s
+            """
+        return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
+    }
+
+    static func appTransaction(
+        id: String = "704289572311504712", version: String = "1.4", purchased: Int64 = 1_600_000_000_000, bundleId: String = "com.example.app",
+        environment: String = "Sandbox"
+    ) -> JSON {
+        [
+            "receiptType": .string(environment), "environment": .string(environment), "appAppleId": 1234, "bundleId": .string(bundleId),
+            "applicationVersion": "3.2", "originalApplicationVersion": .string(version), "originalPurchaseDate": .integer(purchased),
+            "receiptCreationDate": .integer(Fixtures.signedDate - 5000), "requestDate": .integer(Fixtures.signedDate),
+            "signedDate": .integer(Fixtures.signedDate), "appTransactionId": .string(id), "originalPlatform": "iOS",
+        ]
+    }
+
+    struct Harness {
+        let relay: TestRelay
+        let backendURL: String
+
+        func post(_ user: String, _ signed: String, query: String = "") async throws -> (Int, JSON) {
+            let response = try await relay.http.send(
+                "POST", backendURL + "/subscriptions-api/public/v1/users/\(user)/app-transaction\(query)",
+                headers: [("Authorization", "Bearer test-backend-key"), ("Content-Type", "application/json")],
+                body: JSON.object(["signedAppTransaction": .string(signed)]).serialized())
+            return (response.status, (try? JSON.parse(response.body)) ?? .null)
+        }
+
+        func get(_ path: String) async throws -> JSON {
+            let response = try await relay.http.send("GET", backendURL + path, headers: [("Authorization", "Bearer test-backend-key")])
+            return try JSON.parse(response.body)
+        }
+
+        func customerInfo(_ user: String) async throws -> JSON {
+            try await get("/subscriptions-api/public/v1/users/\(user)/entitlements")
+        }
+
+        /// The records of `topic` so far, read from the beginning by a fresh group.
+        func records(_ topic: String, settle: Duration = .milliseconds(800)) async throws -> [ConsumedRecord] {
+            let (consumer, collector) = try relay.reader(topic: topic)
+            try await Task.sleep(for: settle)
+            let records = collector.records
+            collector.cancel()
+            await consumer.close()
+            return records
+        }
+
+        func statusChanges(for user: String) async throws -> [JSON] {
+            try await records(relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter {
+                $0["type"] == "subscription_status_did_change" && $0["data"]?["appUserId"] == .string(user)
+            }
+        }
+
+        func stop() async throws { try await relay.stop() }
+    }
+
+    static func start() async throws -> Harness {
+        let relay = try await TestRelay(configuration: try configuration(), log: .embedded)
+        return Harness(relay: relay, backendURL: await relay.environment.process.backendAddress.value())
+    }
+
+    @Test func aVersionRuleGrantsLifetimeEntitlementsThroughThePipelineOnce() async throws {
+        let harness = try await Self.start()
+        let signed = signer.sign(Self.appTransaction())
+        let (status, answer) = try await harness.post("user-1", signed)
+        #expect(status == 202, "\(answer)")
+        #expect(answer == ["granted": true, "entitlements": ["pro"]])
+        try await waitUntil("the grant in customer info") {
+            try await harness.customerInfo("user-1")["entitlements"]?.arrayValue?.isEmpty == false
+        }
+        let info = try await harness.customerInfo("user-1")
+        #expect(info["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["pro"])
+        let entitlement = try #require(info["customerInfo"]?["entitlements"]?.arrayValue?.first)
+        #expect(entitlement["identifier"] == "pro")
+        #expect(entitlement["isActive"] == true)
+        #expect(entitlement["isLifetime"] == true, "\(entitlement)")
+        #expect(info["customerInfo"]?["nonSubscriptions"]?.arrayValue?.first?["productId"] == "$grandfathered:0", "\(info)")
+        #expect(info["customerInfo"]?["subscriptions"]?.arrayValue?.isEmpty == true)
+        let changes = try await harness.statusChanges(for: "user-1")
+        #expect(changes.count == 1, "\(changes)")
+        #expect(changes.first?["data"]?["originalTransactionId"] == "app-transaction:704289572311504712")
+
+        // Posted again: granted, nothing appended, no second status change.
+        let before = try await harness.records(harness.relay.configuration.topics.notifications).count
+        let (again, againAnswer) = try await harness.post("user-1", signed)
+        #expect(again == 202)
+        #expect(againAnswer == ["granted": true, "entitlements": ["pro"]])
+        #expect(try await harness.records(harness.relay.configuration.topics.notifications).count == before)
+        #expect(try await harness.statusChanges(for: "user-1").count == 1)
+        try await harness.stop()
+    }
+
+    @Test func aPurchaseDateRuleGrantsItsEntitlements() async throws {
+        let harness = try await Self.start()
+        // Version 2.1 misses the first rule; bought before 2020 meets the second.
+        let signed = signer.sign(Self.appTransaction(id: "800", version: "2.1", purchased: Self.cutoff - 1))
+        let (status, answer) = try await harness.post("user-2", signed, query: "?applicationId=1")
+        #expect(status == 202, "\(answer)")
+        #expect(answer == ["granted": true, "entitlements": ["legacy"]])
+        try await waitUntil("the grant in customer info") {
+            try await harness.customerInfo("user-2")["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["legacy"]
+        }
+        #expect(try await harness.statusChanges(for: "user-2").count == 1)
+        try await harness.stop()
+    }
+
+    @Test func noMatchingRuleGrantsNothingAndAppendsNothing() async throws {
+        let harness = try await Self.start()
+        // 2.0 is not below 2.0, and 2020-01-01 is not before itself.
+        let signed = signer.sign(Self.appTransaction(id: "900", version: "2.0", purchased: Self.cutoff))
+        let (status, answer) = try await harness.post("user-3", signed)
+        #expect(status == 200)
+        #expect(answer == ["granted": false])
+        #expect(try await harness.records(harness.relay.configuration.topics.notifications).isEmpty)
+        try await harness.stop()
+    }
+
+    @Test func refusedAppTransactionsAnswer400WithTheReason() async throws {
+        let harness = try await Self.start()
+        // Forged: a valid JWS whose payload was swapped (an older version claimed).
+        let genuine = signer.sign(Self.appTransaction(version: "2.5")).split(separator: ".").map(String.init)
+        let forgedPayload = Base64.encodeURL(Self.appTransaction(version: "1.0").serialized())
+        let forged = [genuine[0], forgedPayload, genuine[2]].joined(separator: ".")
+        let cases: [(String, String)] = [
+            (forged, "bad_signature"),
+            (signer.sign(Self.appTransaction(bundleId: "com.other.app")), "wrong_bundle_id"),
+            (signer.sign(Self.appTransaction(environment: "Production")), "wrong_environment"),
+            (AppleSigner(key: "apple/rogue-leaf.key", chain: ["apple/rogue-leaf.pem", "apple/rogue-intermediate.pem", "apple/rogue-root.pem"])
+                .sign(Self.appTransaction()), "untrusted_chain"),
+        ]
+        for (signed, reason) in cases {
+            let (status, answer) = try await harness.post("user-4", signed)
+            #expect(status == 400, "\(reason): \(answer)")
+            #expect(answer["error"] == "invalid_app_transaction")
+            #expect(answer["reason"] == .string(reason), "\(answer)")
+        }
+        // Without the backend key: 401.
+        let unauthorized = try await harness.relay.http.send(
+            "POST", harness.backendURL + "/subscriptions-api/public/v1/users/user-4/app-transaction",
+            body: JSON.object(["signedAppTransaction": .string(signer.sign(Self.appTransaction()))]).serialized())
+        #expect(unauthorized.status == 401)
+        // An unknown application: 404.
+        #expect(try await harness.post("user-4", signer.sign(Self.appTransaction()), query: "?applicationId=7").0 == 404)
+        #expect(try await harness.records(harness.relay.configuration.topics.notifications).isEmpty)
+        try await harness.stop()
+    }
+}

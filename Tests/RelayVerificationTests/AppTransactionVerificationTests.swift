@@ -1,0 +1,95 @@
+import Foundation
+import RelayConfig
+import RelayCore
+import RelayTestSupport
+import RelayVerification
+import Testing
+
+/// Signed AppTransactions (grandfathered access): `AppleVerifier.verify(appTransaction:)` with the
+/// notification chain rules, and the local backend's `relay-source: app-transaction` records.
+@Suite struct AppTransactionVerificationTests {
+    let signer = AppleSigner()
+
+    static func appTransaction(environment: String? = "Sandbox", receiptType: String = "Sandbox", appAppleId: Int64 = 1234, bundleId: String = "com.example.app")
+        -> JSON
+    {
+        var object: [String: JSON] = [
+            "receiptType": .string(receiptType), "appAppleId": .integer(appAppleId), "bundleId": .string(bundleId), "applicationVersion": "3.0",
+            "originalApplicationVersion": "1.2", "originalPurchaseDate": 1_600_000_000_000, "signedDate": .integer(Fixtures.signedDate),
+            "appTransactionId": "704289572311504712",
+        ]
+        if let environment { object["environment"] = .string(environment) }
+        return .object(object)
+    }
+
+    func verifier() throws -> AppleVerifier {
+        let configuration = try Fixtures.configuration()
+        return try AppleVerifier(app: "demo", configuration: try #require(configuration.apps.first?.apple))
+    }
+
+    func reason(_ text: String) throws -> RejectReason? {
+        do {
+            _ = try verifier().verify(appTransaction: text)
+            return nil
+        } catch let rejection as Rejection {
+            return rejection.reason
+        }
+    }
+
+    @Test func aSignedAppTransactionOfTheAppIsAccepted() throws {
+        let payload = try verifier().verify(appTransaction: signer.sign(Self.appTransaction()))
+        #expect(payload["originalApplicationVersion"] == "1.2")
+        // Older AppTransactions have only receiptType.
+        #expect(try reason(signer.sign(Self.appTransaction(environment: nil))) == nil)
+        #expect(try reason(signer.sign(Self.appTransaction(environment: "Production", receiptType: "Production"))) == nil)
+    }
+
+    @Test func refusedAppTransactionsNameTheirReason() throws {
+        let genuine = signer.sign(Self.appTransaction()).split(separator: ".").map(String.init)
+        let forged = [genuine[0], Base64.encodeURL(Self.appTransaction(bundleId: "com.example.app").serialized() + [0x20]), genuine[2]].joined(separator: ".")
+        #expect(try reason(forged) == .badSignature)
+        #expect(try reason(signer.sign(Self.appTransaction(bundleId: "com.other"))) == .wrongBundleId)
+        #expect(try reason(signer.sign(Self.appTransaction(environment: "Xcode", receiptType: "Xcode"))) == .wrongEnvironment)
+        #expect(try reason(signer.sign(Self.appTransaction(environment: "Production", receiptType: "Production", appAppleId: 99))) == .wrongAppAppleId)
+        let rogue = AppleSigner(key: "apple/rogue-leaf.key", chain: ["apple/rogue-leaf.pem", "apple/rogue-intermediate.pem", "apple/rogue-root.pem"])
+        #expect(try reason(rogue.sign(Self.appTransaction())) == .untrustedChain)
+        #expect(try reason("not a jws") == .malformed)
+    }
+
+    @Test func anAppTransactionRecordIsVerifiedAgainAndRoutedBySource() async throws {
+        let verifier = try NotificationVerifier(configuration: Fixtures.configuration(), logger: testLogger())
+        func verdict(_ body: [UInt8], source: String = AppTransactionGrant.source, store: Store = .apple) async throws -> Verdict {
+            try await verifier.verify(
+                RawNotification(store: store, app: "demo", receivedAtMilliseconds: Fixtures.signedDate, body: body, requestHeaders: [:], source: source))
+        }
+        let body = AppTransactionGrant.body(signedAppTransaction: signer.sign(Self.appTransaction()), appUserId: "user-1", rule: 0)
+        let notification = try #require(try await verdict(body).notification)
+        #expect(notification.type == "APP_TRANSACTION")
+        #expect(notification.notificationId == "app-transaction:704289572311504712:user-1")
+        #expect(notification.environment == "Sandbox")
+        #expect(notification.payload["data"]?["appUserId"] == "user-1")
+        #expect(notification.payload["data"]?["appTransaction"]?["originalApplicationVersion"] == "1.2")
+        #expect(notification.payload["signedDate"]?.int64Value == Fixtures.signedDate)
+
+        let forged = AppTransactionGrant.body(signedAppTransaction: signer.sign(Self.appTransaction(bundleId: "com.other")), appUserId: "u", rule: 0)
+        #expect(try await verdict(forged).rejection?.reason == .wrongBundleId)
+        #expect(try await verdict(Array(#"{"appUserId": "u"}"#.utf8)).rejection?.reason == .malformed)
+        // Only Apple records may carry it.
+        #expect(try await verdict(body, store: .stripe).rejection?.reason == .malformed)
+    }
+
+    @Test func rulesCompareVersionsAsNumbersAndDatesStrictly() {
+        let version = RelayConfiguration.GrandfatheringRule(entitlements: ["pro"], originalAppVersionBelow: "2.0")
+        #expect(version.matches(["originalApplicationVersion": "1.9.3"]))
+        #expect(version.matches(["originalApplicationVersion": "1.10"]))
+        #expect(!version.matches(["originalApplicationVersion": "2.0"]))
+        #expect(!version.matches(["originalApplicationVersion": "2"]))
+        #expect(!version.matches(["originalApplicationVersion": "10.0"]))
+        #expect(!version.matches(["originalApplicationVersion": "1.0b"]))
+        #expect(!version.matches([:]))
+        let both = RelayConfiguration.GrandfatheringRule(entitlements: ["pro"], originalAppVersionBelow: "145", purchasedBefore: 1_000)
+        #expect(both.matches(["originalApplicationVersion": "144", "originalPurchaseDate": 999]))
+        #expect(!both.matches(["originalApplicationVersion": "144", "originalPurchaseDate": 1_000]))
+        #expect(!both.matches(["originalApplicationVersion": "146", "originalPurchaseDate": 999]))
+    }
+}
