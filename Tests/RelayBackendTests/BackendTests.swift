@@ -289,6 +289,7 @@ final class TestBackend: Sendable {
             "/subscriptions-api/internal/v1/events",
             "/subscriptions-api/internal/v1/revenue",
             "/subscriptions-api/internal/v1/subscriptions",
+            "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -317,6 +318,8 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/revenue", "/subscriptions-api/internal/v1/revenue", [], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=7", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple", [auth], nil),
+            ("post", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction", "/subscriptions-api/public/v1/users/user-1/app-transaction?applicationId=7", [auth], Array(#"{"signedAppTransaction": "not.a.jws"}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction", "/subscriptions-api/public/v1/users/user-1/app-transaction?applicationId=7", [], Array(#"{"signedAppTransaction": "a.b.c"}"#.utf8)),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -326,7 +329,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401])
         await backend.stop()
     }
 }
