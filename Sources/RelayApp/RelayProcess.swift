@@ -117,7 +117,11 @@ public final class RelayProcess: Sendable {
         // and so closes after them.
         if usesLog {
             services.append(RecordLogService(log: log))
-            health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
+            // A process that only serves the backend stays ready without the log: SDKs' entitlement reads
+            // must not fail because Kafka does; its events recorder catches up (relay-backend's lag).
+            if Set(roles) != [.backend] {
+                health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
+            }
         }
         if let eventStore {
             let (group, topics) = configuration.consumerGroups[2]

@@ -69,6 +69,15 @@ public struct ConsumptionResponder: Sendable {
                 throw NotificationProcessing.Unavailable(message: "\(error)")
             }
         }
+        guard stored != nil else {
+            // A purchase this deployment never saw (made before it ran, or not imported): the relay
+            // cannot say whether it was delivered, and "not delivered" would argue for the refund.
+            count(app.key, "unknown_purchase")
+            logger.warning(
+                "CONSUMPTION_REQUEST for a purchase the relay does not hold; not answered (import the customer's history to answer such requests)",
+                metadata: [LogKey.notificationApp: "\(app.key)", LogKey.notificationId: "\(notification.notificationId ?? "-")", "transaction.id": "\(transactionId)"])
+            return
+        }
         let information = Self.information(
             configuration, transaction: transaction, stored: stored, requestedAt: notification.payload["signedDate"]?.int64Value)
         let metadata: Logger.Metadata = [

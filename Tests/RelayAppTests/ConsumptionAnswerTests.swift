@@ -70,25 +70,40 @@ import Testing
             try JSON.parse(request.body)
                 == ["customerConsented": true, "deliveryStatus": "DELIVERED", "sampleContentProvided": true, "refundPreference": "DECLINE"])
 
-        // A consumable the relay never saw: UNDELIVERED_OTHER, with a consumptionPercentage of 0.
-        var consumable = AppleSigner.transaction(originalTransactionId: "3000000000000001")
-        if case .object(var members) = consumable {
-            members["type"] = "Consumable"
-            members["transactionId"] = "3000000000000001"
-            members["expiresDate"] = nil
-            consumable = .object(members)
+        // A consumable the relay holds: DELIVERED, with a consumptionPercentage of 100 % (it cannot see partial use).
+        func consumable(_ id: String) -> JSON {
+            var transaction = AppleSigner.transaction(originalTransactionId: id)
+            if case .object(var members) = transaction {
+                members["type"] = "Consumable"
+                members["transactionId"] = .string(id)
+                members["expiresDate"] = nil
+                transaction = .object(members)
+            }
+            return transaction
         }
+        let bought = consumable("3000000000000001")
+        #expect(try await relay.post("/v1/notifications/apple/demo", body: body("ONE_TIME_CHARGE", uuid: "charge-2", transaction: bought)).status == 200)
         #expect(
-            try await relay.post("/v1/notifications/apple/demo", body: body("CONSUMPTION_REQUEST", uuid: "consumption-2", transaction: consumable)).status
+            try await relay.post("/v1/notifications/apple/demo", body: body("CONSUMPTION_REQUEST", uuid: "consumption-2", transaction: bought)).status
                 == 200)
         try await waitUntil("the second answer") { Self.put(fake).count == 2 }
         let second = Self.put(fake)[1]
         #expect(second.path == "/inApps/v2/transactions/consumption/3000000000000001")
         #expect(
             try JSON.parse(second.body) == [
-                "customerConsented": true, "deliveryStatus": "UNDELIVERED_OTHER", "sampleContentProvided": true, "consumptionPercentage": 0,
+                "customerConsented": true, "deliveryStatus": "DELIVERED", "sampleContentProvided": true, "consumptionPercentage": 100_000,
                 "refundPreference": "DECLINE",
             ])
+
+        // A purchase the relay never saw: not answered ("not delivered" would argue for the refund), counted.
+        let unknown = consumable("3000000000000002")
+        #expect(
+            try await relay.post("/v1/notifications/apple/demo", body: body("CONSUMPTION_REQUEST", uuid: "consumption-3", transaction: unknown)).status
+                == 200)
+        try await waitUntil("the unknown purchase counted") {
+            try await Self.metric(relay, "relay_consumption_answers_total", [#"app="demo""#, #"result="unknown_purchase""#]) == 1
+        }
+        #expect(Self.put(fake).count == 2)
         #expect(fake.refusals.value.isEmpty, "\(fake.refusals.value)")
         #expect(try await Self.metric(relay, "relay_consumption_answers_total", [#"app="demo""#, #"result="sent""#]) == 2)
         try await relay.stop()
@@ -114,12 +129,13 @@ import Testing
         }
         let relay = try await TestRelay(configuration: try Self.configuration(fake: fake, consumption: true), log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
+        #expect(try await relay.post("/v1/notifications/apple/demo", body: body("SUBSCRIBED", subtype: "INITIAL_BUY", uuid: "sub-1")).status == 200)
         #expect(try await relay.post("/v1/notifications/apple/demo", body: body("CONSUMPTION_REQUEST", uuid: "consumption-1")).status == 200)
         // The same subscription's next notification runs only once the request's record finished.
-        #expect(try await relay.post("/v1/notifications/apple/demo", body: body("SUBSCRIBED", subtype: "INITIAL_BUY", uuid: "sub-1")).status == 200)
+        #expect(try await relay.post("/v1/notifications/apple/demo", body: body("DID_CHANGE_RENEWAL_STATUS", subtype: "AUTO_RENEW_DISABLED", uuid: "renew-1")).status == 200)
         try await waitUntil("the next notification's events") {
             let response = try await relay.http.send(
-                "GET", backendURL + "/subscriptions-api/internal/v1/events?environment=ALL&notificationId=sub-1",
+                "GET", backendURL + "/subscriptions-api/internal/v1/events?environment=ALL&notificationId=renew-1",
                 headers: [("Authorization", "Bearer test-backend-key")])
             return !((try JSON.parse(response.body))["events"]?.arrayValue ?? []).isEmpty
         }
@@ -135,6 +151,7 @@ import Testing
             index < 3 ? FakeAppStore.appleError(503, 5_000_000, "An unknown error occurred.") : TestHTTPResponse(status: 202, text: "")
         }
         let relay = try await TestRelay(configuration: try Self.configuration(fake: fake, consumption: true), log: .embedded)
+        #expect(try await relay.post("/v1/notifications/apple/demo", body: body("SUBSCRIBED", subtype: "INITIAL_BUY", uuid: "sub-1")).status == 200)
         #expect(try await relay.post("/v1/notifications/apple/demo", body: body("CONSUMPTION_REQUEST", uuid: "consumption-1")).status == 200)
         try await waitUntil("the answer taken") {
             try await Self.metric(relay, "relay_consumption_answers_total", [#"app="demo""#, #"result="sent""#]) == 1
