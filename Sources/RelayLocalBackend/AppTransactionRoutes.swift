@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import Logging
 import RelayConfig
 public import RelayCore
 
@@ -34,7 +35,13 @@ extension LocalBackend {
     /// (`relay-source: app-transaction`) is appended to `relay.notifications`, and the worker verifies it
     /// again and writes the grant, so `subscription_status_did_change` and customer info come from the
     /// same machinery as purchases. 202 `{"granted": true, "entitlements"}` once the record is durable;
-    /// 200 `{"granted": false}` when no rule matches; 400 with the reject reason for a refused JWS.
+    /// 200 `{"granted": false}` when no rule matches; 400 with the reject reason for a refused JWS (the
+    /// verifier takes only Production AppTransactions, or Sandbox ones for an app without Production, and
+    /// never unsigned Xcode/LocalTesting ones); 403 `revoked` for a refunded app purchase.
+    ///
+    /// One AppTransaction grants one app user: a signed AppTransaction is a bearer artifact, so once its
+    /// grant (`apple/app-transaction:<id>`) belongs to a user, another user gets 409 `already_granted`
+    /// and nothing is appended (the worker, for a race of two first grants, adds nobody either).
     func addAppTransactionRoutes(to router: Router<BasicRequestContext>) {
         let backend = self
         router.post("/subscriptions-api/public/v1/users/:appUserId/app-transaction") { request, context in
@@ -67,6 +74,10 @@ extension LocalBackend {
                 .badRequest,
                 ["error": "invalid_app_transaction", "reason": .string(rejection.reason.rawValue), "detail": .string(rejection.detail)])
         }
+        if let revoked = Self.revocation(of: appTransaction) {
+            return errorResponse(
+                .forbidden, "revoked", "the app purchase this AppTransaction records was refunded or revoked (\(revoked)); it grants nothing")
+        }
         let rules = app.apple?.grandfathering ?? []
         guard let index = RelayConfiguration.GrandfatheringRule.firstMatch(rules, appTransaction) else {
             return json(.ok, ["granted": false])
@@ -75,11 +86,17 @@ extension LocalBackend {
         guard let subject = AppTransactionGrant.subject(of: appTransaction) else {
             return errorResponse(.badRequest, "bad_request", "the AppTransaction has neither appTransactionId nor originalPurchaseDate")
         }
-        // Already granted to this user by this rule: nothing to append (a repeat would change nothing anyway).
-        if let stored = try await database.subscription(store: .apple, originalTransactionId: subject), stored.status == .active,
-            stored.productId == AppTransactionGrant.productId(rule: index), stored.appUserIds.contains(user)
-        {
-            return json(.accepted, granted)
+        if let stored = try await database.subscription(store: .apple, originalTransactionId: subject) {
+            // One user per AppTransaction. The detail does not name the user it belongs to.
+            let owners = stored.appUserIds + (stored.originalAppUserId.map { [$0] } ?? [])
+            guard owners.isEmpty || owners.contains(user) else {
+                return errorResponse(
+                    .conflict, "already_granted", "this AppTransaction's grandfathered access already belongs to another app user; one AppTransaction grants one user")
+            }
+            // Already granted to this user by this rule: nothing to append (a repeat would change nothing anyway).
+            if stored.status == .active, stored.productId == AppTransactionGrant.productId(rule: index) {
+                return json(.accepted, granted)
+            }
         }
         let notification = RawNotification(
             store: .apple, app: app.key, receivedAtMilliseconds: clock(),
@@ -88,9 +105,24 @@ extension LocalBackend {
         do {
             try await grants.append(notification.record(topic: grants.topic, subject: subject))
         } catch {
-            return errorResponse(.serviceUnavailable, "not_stored", "the grant could not be appended to the log (\(error)); try again")
+            // The log's error names broker internals: logged, not answered.
+            context.logger.error(
+                "appending an AppTransaction grant failed",
+                metadata: [
+                    LogKey.notificationStore: "apple", LogKey.notificationApp: "\(app.key)", LogKey.notificationId: "\(subject)", LogKey.error: "\(error)",
+                ])
+            return errorResponse(.serviceUnavailable, "not_stored", "the grant could not be stored; try again")
         }
         return json(.accepted, granted)
+    }
+
+    /// Apple's `revocationDate` (or `revocationReason`) of a revoked AppTransaction, described; nil when it has none.
+    static func revocation(of appTransaction: JSON) -> String? {
+        let date = appTransaction["revocationDate"].flatMap { $0.isNull ? nil : $0 }
+        let reason = appTransaction["revocationReason"].flatMap { $0.isNull ? nil : $0 }
+        guard date != nil || reason != nil else { return nil }
+        let named: [(String, JSON?)] = [("revocationDate", date), ("revocationReason", reason)]
+        return named.compactMap { key, value in value.map { "\(key) \(String(decoding: $0.serialized(), as: UTF8.self))" } }.joined(separator: ", ")
     }
 
     private struct RouteProblem: Error {

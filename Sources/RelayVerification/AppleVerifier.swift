@@ -177,23 +177,36 @@ public struct AppleVerifier: Sendable {
 
     /// Verifies a signed AppTransaction (StoreKit's `AppTransaction.shared`, `jwsRepresentation`) with
     /// the rules of a notification: the x5c chain to a configured root at its `signedDate`, Apple's OIDs,
-    /// ES256, `bundleId` the app's, its environment (`environment`, else `receiptType`: Production or
-    /// Sandbox) among the app's `environments`, and for Production `appAppleId` the configured one.
-    /// Returns the decoded payload.
+    /// ES256, `bundleId` the app's, and for Production `appAppleId` the configured one. Returns the decoded
+    /// payload.
+    ///
+    /// Its environment (`environment`, else `receiptType`) is held to a stricter rule than a
+    /// notification's, because an AppTransaction grants access for life on its `originalApplicationVersion`,
+    /// which Apple sets to "1.0" for every sandbox (so every TestFlight) AppTransaction:
+    /// - `Production` only, when the app lists Production among its `environments`;
+    /// - `Sandbox` only for an app that lists no Production at all (a sandbox-only test app), and then
+    ///   only when it lists Sandbox;
+    /// - never the unsigned `Xcode` and `LocalTesting` data, even when the app lists them: anyone can
+    ///   write it. These are refused before any signature check, with `wrong_environment`.
     public func verify(appTransaction text: String) throws(Rejection) -> JSON {
         let jws = try CompactJWS(text, what: "signedAppTransaction")
         guard case .object = jws.payload else { throw Rejection(.malformed, "signedAppTransaction's payload is not a JSON object") }
         // Newer AppTransactions carry `environment`; older ones only `receiptType`, with the same values.
         let claimed = jws.payload["environment"]?.stringValue ?? jws.payload["receiptType"]?.stringValue
+        if let claimed, Self.unsignedEnvironments.contains(claimed) {
+            throw Rejection(.wrongEnvironment, "signedAppTransaction is unsigned \(claimed) data, which never grants access")
+        }
         try verify(jws, claimedEnvironment: claimed, what: "signedAppTransaction")
         let bundle = jws.payload["bundleId"]?.stringValue
         guard bundle == bundleId else {
             throw Rejection(.wrongBundleId, "signedAppTransaction bundleId \(bundle.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(bundleId)\"")
         }
-        guard let environment = claimed, environments.contains(environment) else {
-            throw Rejection(
-                .wrongEnvironment,
-                "signedAppTransaction environment \(claimed.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
+        let accepted = Self.appTransactionEnvironments(of: environments)
+        guard let environment = claimed, accepted.contains(environment) else {
+            let why = environments.contains("Production")
+                ? "this app lists Production, so only Production AppTransactions grant access (sandbox ones claim originalApplicationVersion 1.0)"
+                : "the app's environments \(environments.sorted()) admit \(accepted.isEmpty ? "none" : accepted.sorted().joined(separator: ", "))"
+            throw Rejection(.wrongEnvironment, "signedAppTransaction environment \(claimed.map { "\"\($0)\"" } ?? "missing") is refused: \(why)")
         }
         if environment == "Production" {
             guard let configured = appAppleId else {
@@ -205,6 +218,13 @@ public struct AppleVerifier: Sendable {
             }
         }
         return jws.payload
+    }
+
+    /// The AppTransaction environments an app with these notification `environments` accepts: Production
+    /// alone when it lists Production, else Sandbox when it lists it; never an unsigned one.
+    static func appTransactionEnvironments(of environments: Set<String>) -> Set<String> {
+        if environments.contains("Production") { return ["Production"] }
+        return environments.contains("Sandbox") ? ["Sandbox"] : []
     }
 
     /// Verifies a record the local backend appended for a grandfathered customer (`relay-source:

@@ -13,7 +13,8 @@ import Testing
     /// 2020-01-01T00:00:00Z, the second rule's `purchasedBefore`.
     static let cutoff: Int64 = 1_577_836_800_000
 
-    static func configuration() throws -> RelayConfiguration {
+    /// A sandbox-only test app unless told (`environments`).
+    static func configuration(environments: String = "[Sandbox]") throws -> RelayConfiguration {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("grandfathering"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let yaml = """
@@ -26,7 +27,7 @@ import Testing
                 apple:
                   bundleId: com.example.app
                   appAppleId: 1234
-                  environments: [Sandbox]
+                  environments: \(environments)
                   rootCertificates: ["\(Fixtures.path("apple/root.pem"))"]
                   grandfathering:
                     - { entitlements: [pro], originalAppVersionBelow: "2.0" }
@@ -41,14 +42,16 @@ import Testing
 
     static func appTransaction(
         id: String = "704289572311504712", version: String = "1.4", purchased: Int64 = 1_600_000_000_000, bundleId: String = "com.example.app",
-        environment: String = "Sandbox"
+        environment: String = "Sandbox", signedDate: Int64 = Fixtures.signedDate, extra: [String: JSON] = [:]
     ) -> JSON {
-        [
+        var object: [String: JSON] = [
             "receiptType": .string(environment), "environment": .string(environment), "appAppleId": 1234, "bundleId": .string(bundleId),
             "applicationVersion": "3.2", "originalApplicationVersion": .string(version), "originalPurchaseDate": .integer(purchased),
-            "receiptCreationDate": .integer(Fixtures.signedDate - 5000), "requestDate": .integer(Fixtures.signedDate),
-            "signedDate": .integer(Fixtures.signedDate), "appTransactionId": .string(id), "originalPlatform": "iOS",
+            "receiptCreationDate": .integer(signedDate - 5000), "requestDate": .integer(signedDate),
+            "signedDate": .integer(signedDate), "appTransactionId": .string(id), "originalPlatform": "iOS",
         ]
+        object.merge(extra) { $1 }
+        return .object(object)
     }
 
     struct Harness {
@@ -91,8 +94,8 @@ import Testing
         func stop() async throws { try await relay.stop() }
     }
 
-    static func start() async throws -> Harness {
-        let relay = try await TestRelay(configuration: try configuration(), log: .embedded)
+    static func start(environments: String = "[Sandbox]") async throws -> Harness {
+        let relay = try await TestRelay(configuration: try configuration(environments: environments), log: .embedded)
         return Harness(relay: relay, backendURL: await relay.environment.process.backendAddress.value())
     }
 
@@ -178,7 +181,100 @@ import Testing
         #expect(unauthorized.status == 401)
         // An unknown application: 404.
         #expect(try await harness.post("user-4", signer.sign(Self.appTransaction()), query: "?applicationId=7").0 == 404)
+        // A refunded app purchase (Apple's revocationDate/revocationReason): 403 revoked, even though a rule matches.
+        let revoked = signer.sign(Self.appTransaction(extra: ["revocationDate": .integer(Fixtures.signedDate - 1000), "revocationReason": 0]))
+        let (revokedStatus, revokedAnswer) = try await harness.post("user-4", revoked)
+        #expect(revokedStatus == 403, "\(revokedAnswer)")
+        #expect(revokedAnswer["error"] == "revoked", "\(revokedAnswer)")
         #expect(try await harness.records(harness.relay.configuration.topics.notifications).isEmpty)
+        try await harness.stop()
+    }
+
+    /// Apple sets originalApplicationVersion to "1.0" in the sandbox, which TestFlight uses: a sandbox
+    /// AppTransaction would meet a version rule for any tester. An app with Production takes Production
+    /// AppTransactions only, and unsigned Xcode/LocalTesting ones never grant.
+    @Test func anAppWithProductionGrantsOnlyProductionAppTransactions() async throws {
+        let harness = try await Self.start(environments: "[Production, Sandbox, Xcode]")
+        let cases: [(String, String)] = [
+            (signer.sign(Self.appTransaction(id: "500", version: "1.0")), "Sandbox"),
+            (signer.sign(Self.appTransaction(id: "501", version: "1.0", environment: "Xcode")), "Xcode"),
+            (signer.sign(Self.appTransaction(id: "502", version: "1.0", environment: "LocalTesting")), "LocalTesting"),
+        ]
+        for (signed, environment) in cases {
+            let (status, answer) = try await harness.post("tester", signed)
+            #expect(status == 400, "\(environment): \(answer)")
+            #expect(answer["error"] == "invalid_app_transaction")
+            #expect(answer["reason"] == "wrong_environment", "\(environment): \(answer)")
+        }
+        #expect(try await harness.records(harness.relay.configuration.topics.notifications).isEmpty)
+        // A Production one grants.
+        let (status, answer) = try await harness.post("buyer", signer.sign(Self.appTransaction(id: "503", version: "1.0", environment: "Production")))
+        #expect(status == 202, "\(answer)")
+        try await waitUntil("the grant in customer info") {
+            try await harness.customerInfo("buyer")["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["pro"]
+        }
+        #expect(try await harness.customerInfo("tester")["entitlements"]?.arrayValue?.isEmpty != false)
+        try await harness.stop()
+    }
+
+    /// A signed AppTransaction is a bearer artifact: one buyer's JWS replayed under other accounts must not
+    /// give them access. The route answers 409 and appends nothing; a record for another user that reaches
+    /// the worker anyway (two first grants racing) adds nobody. The grant's own user may post again, also
+    /// with a cached AppTransaction signed before the stored grant (the grant's time is the receive time).
+    @Test func oneAppTransactionGrantsOneUser() async throws {
+        let harness = try await Self.start()
+        let signed = signer.sign(Self.appTransaction(id: "600"))
+        #expect(try await harness.post("owner", signed).0 == 202)
+        try await waitUntil("the grant in customer info") {
+            try await harness.customerInfo("owner")["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["pro"]
+        }
+        let notifications = harness.relay.configuration.topics.notifications
+        let before = try await harness.records(notifications).count
+        #expect(before == 1)
+
+        let (status, answer) = try await harness.post("someone-else", signed)
+        #expect(status == 409, "\(answer)")
+        #expect(answer["error"] == "already_granted", "\(answer)")
+        let detail = try #require(answer["detail"]?.stringValue)
+        #expect(!detail.contains("owner"), "\(detail)")
+        #expect(try await harness.records(notifications).count == before)
+        // The owner again: 202, nothing appended.
+        let (again, againAnswer) = try await harness.post("owner", signed)
+        #expect(again == 202, "\(againAnswer)")
+        #expect(againAnswer == ["granted": true, "entitlements": ["pro"]])
+        #expect(try await harness.records(notifications).count == before)
+
+        // The owner with a cached AppTransaction signed a day before the grant: still granted, nothing appended.
+        let older = signer.sign(Self.appTransaction(id: "600", signedDate: Fixtures.signedDate - 86_400_000))
+        let (olderStatus, olderAnswer) = try await harness.post("owner", older)
+        #expect(olderStatus == 202, "\(olderAnswer)")
+        #expect(olderAnswer == ["granted": true, "entitlements": ["pro"]])
+        #expect(try await harness.records(notifications).count == before)
+        // The grant's time is when the record was received, not the AppTransaction's signedDate (2030 here).
+        let statePath = "/subscriptions-api/internal/v1/subscriptions/apple/app-transaction:600"
+        let state = try await harness.get(statePath)
+        #expect(state["appUserIds"] == ["owner"], "\(state)")
+        let sourceTimestamp = try #require(state["sourceTimestamp"]?.int64Value)
+        #expect(sourceTimestamp != Fixtures.signedDate && sourceTimestamp <= Int64(Date().timeIntervalSince1970 * 1000), "\(state)")
+
+        // The worker side: a record for another user, appended past the route (as two first grants racing
+        // would), adds nobody. A marker grant (another AppTransaction) under the same key follows it, so
+        // once the marker is applied, so is the record before it.
+        let producer = try harness.relay.environment.process.log.producer
+        for (signed, user) in [(signed, "someone-else"), (signer.sign(Self.appTransaction(id: "601")), "marker")] {
+            let record = RawNotification(
+                store: .apple, app: "demo", receivedAtMilliseconds: Int64(Date().timeIntervalSince1970 * 1000),
+                body: AppTransactionGrant.body(signedAppTransaction: signed, appUserId: user, rule: 0), requestHeaders: [:],
+                source: AppTransactionGrant.source)
+            _ = try await producer.produce(record.record(topic: notifications, subject: "app-transaction:600"))
+        }
+        try await waitUntil("the marker grant") {
+            try await harness.customerInfo("marker")["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["pro"]
+        }
+        #expect(try await harness.customerInfo("someone-else")["entitlements"]?.arrayValue?.isEmpty != false)
+        #expect(try await harness.statusChanges(for: "someone-else").isEmpty)
+        #expect(try await harness.get(statePath)["appUserIds"] == ["owner"])
+        #expect(try await harness.customerInfo("owner")["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["pro"])
         try await harness.stop()
     }
 }
