@@ -131,6 +131,9 @@ public struct AppleHistoryCommands: Sendable {
         public var recordsAppended = 0
         /// Records of an earlier run whose events are already recorded: not appended again.
         public var alreadyImported = 0
+        /// Records the live pipeline already recorded (a money event of the same transaction for a purchase,
+        /// a refund or revocation event of it for a revocation): not appended, so nothing is counted twice.
+        public var alreadyRecordedLive = 0
         /// Ids (or transactions) that failed, with why.
         public var failures: [(id: String, reason: String)] = []
 
@@ -138,7 +141,8 @@ public struct AppleHistoryCommands: Sendable {
 
         public static func == (lhs: Self, rhs: Self) -> Bool {
             lhs.subscriptions == rhs.subscriptions && lhs.transactions == rhs.transactions && lhs.recordsAppended == rhs.recordsAppended
-                && lhs.alreadyImported == rhs.alreadyImported && lhs.failures.map(\.id) == rhs.failures.map(\.id)
+                && lhs.alreadyImported == rhs.alreadyImported && lhs.alreadyRecordedLive == rhs.alreadyRecordedLive
+                && lhs.failures.map(\.id) == rhs.failures.map(\.id)
                 && lhs.failures.map(\.reason) == rhs.failures.map(\.reason)
         }
     }
@@ -159,7 +163,10 @@ public struct AppleHistoryCommands: Sendable {
     /// other products, and for a revoked one REFUND (REVOKE when family shared) at its revocation time
     /// (`import:<transactionId>:revoked`). Records whose events are already recorded (an earlier run
     /// that got that far) are skipped; the rest are appended again, and repeats are absorbed by their
-    /// event ids. So an interrupted import is finished by running it again.
+    /// event ids. So an interrupted import is finished by running it again. Records of what the live
+    /// pipeline already recorded are skipped too: a purchase whose transaction has a money event, a
+    /// revocation whose transaction has a refund or revocation event (their event ids differ from the
+    /// import's, so they would be counted twice).
     ///
     /// - Throws: only when nothing can go on (the key refused, the log or the backend unreachable);
     ///   an id Apple does not know, or whose history cannot be read, is a failure in the summary.
@@ -209,10 +216,19 @@ public struct AppleHistoryCommands: Sendable {
             for subject in bySubject.keys.sorted() {
                 if seenSubjects.insert(subject).inserted { summary.subscriptions += 1 }
                 let records = Self.importRecords(bySubject[subject] ?? [], signed: signedById)
-                // What an earlier run already brought to the events store is not appended again.
-                let done = try await backend.importedNotificationIds(originalTransactionId: subject)
-                let pending = records.filter { !done.contains($0.uuid) }
-                summary.alreadyImported += records.count - pending.count
+                // What an earlier run already brought to the events store is not appended again, nor
+                // what the live pipeline recorded (the same money under other event ids).
+                let recorded = try await backend.recordedEvents(originalTransactionId: subject)
+                var pending: [ImportRecord] = []
+                for record in records {
+                    if recorded.notificationIds.contains(record.uuid) {
+                        summary.alreadyImported += 1
+                    } else if recorded.covers(record) {
+                        summary.alreadyRecordedLive += 1
+                    } else {
+                        pending.append(record)
+                    }
+                }
                 guard !pending.isEmpty else { continue }
                 let outgoing = pending.map { record in
                     apiRecord(
@@ -297,6 +313,9 @@ public struct AppleHistoryCommands: Sendable {
         public var reingested = 0
         /// History items whose signedPayload could not be read (not appended).
         public var unreadable = 0
+        /// Notifications that yield no events (`CONSUMPTION_REQUEST`, `TEST`): not re-ingested, since they
+        /// always look unprocessed, and a re-ingested CONSUMPTION_REQUEST would be answered again with today's state.
+        public var skipped = 0
 
         public init() {}
     }
@@ -304,7 +323,8 @@ public struct AppleHistoryCommands: Sendable {
     /// Get Notification History from `since` to `until` (Unix ms; `until` nil: now); each notification
     /// whose notificationUUID has no events in the events store is appended as the ingest would have
     /// appended it (`{"signedPayload": ...}`, no relay headers beyond the ingest's). One that yields no
-    /// events (TEST, CONSUMPTION_REQUEST) is appended again on each run, harmlessly.
+    /// events (TEST, CONSUMPTION_REQUEST) is skipped: the events store cannot tell whether it was
+    /// processed, and the worker would answer a CONSUMPTION_REQUEST again with today's state.
     public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let now = self.now()
         let oldest = now - Self.notificationHistoryRetention
@@ -330,6 +350,10 @@ public struct AppleHistoryCommands: Sendable {
                         logger.warning("a notification of Apple's history has no readable notificationUUID; not re-ingested")
                         continue
                     }
+                    if let type = payload["notificationType"]?.stringValue, Self.yieldsNoEvents.contains(type) {
+                        summary.skipped += 1
+                        continue
+                    }
                     guard seen.insert(uuid).inserted else {
                         summary.alreadyProcessed += 1
                         continue
@@ -350,7 +374,9 @@ public struct AppleHistoryCommands: Sendable {
                     }
                     summary.reingested += outgoing.count
                 }
-                progress("page \(pages): \(summary.found) found, \(summary.alreadyProcessed) already processed, \(summary.reingested) re-ingested")
+                progress(
+                    "page \(pages): \(summary.found) found, \(summary.alreadyProcessed) already processed, \(summary.reingested) re-ingested,"
+                        + " \(summary.skipped) skipped (no events)")
             }
         } catch let failure as Failure {
             throw failure
@@ -361,6 +387,9 @@ public struct AppleHistoryCommands: Sendable {
         }
         return summary
     }
+
+    /// Notification types `recover` never re-ingests: they yield no events, so they always look unprocessed.
+    static let yieldsNoEvents: Set<String> = ["CONSUMPTION_REQUEST", "TEST"]
 
     // MARK: - reconcile
 
@@ -390,7 +419,9 @@ public struct AppleHistoryCommands: Sendable {
     /// For each of the app's Apple subscriptions the backend lists as active or changed since `since`,
     /// Get All Subscription Statuses; where Apple's status or expiry differs from the stored state, an
     /// apple-api record (delivered, not historical: these are missed events) with the type that brings
-    /// the state to Apple's, notificationUUID `reconcile:<originalTransactionId>:<signedDate>`.
+    /// the state to Apple's, notificationUUID `reconcile:<Apple's last transactionId>:<Apple's status>`:
+    /// the same on every run until Apple's answer changes (Apple signs each answer when it answers), so a
+    /// run repeated before the worker caught up yields the same event ids and is absorbed.
     public func reconcile(
         since: Int64?, progress: @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
@@ -401,8 +432,10 @@ public struct AppleHistoryCommands: Sendable {
             let page = try await backend.subscriptions(applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
             cursor = page.next
             for state in page.states {
-                // A grandfathering grant is no App Store subscription: Apple has no status for it.
+                // A grandfathering grant is no App Store subscription: Apple has no status for it. Nor has
+                // a one-time purchase (no renewal, no expiry; the backend no longer lists them).
                 if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { continue }
+                if !state.autoRenew, state.expiresAt == nil { continue }
                 guard state.environment == environment else {
                     summary.otherEnvironment += 1
                     continue
@@ -435,9 +468,9 @@ public struct AppleHistoryCommands: Sendable {
                     continue
                 }
                 let (type, subtype) = fix
-                let signedDate = transaction["signedDate"]?.int64Value ?? now()
+                let transactionId = transaction["transactionId"]?.stringValue ?? state.originalTransactionId
                 let record = apiRecord(
-                    subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(state.originalTransactionId):\(signedDate)",
+                    subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(transactionId):\(last.status)",
                     signedTransaction: last.signedTransactionInfo, signedRenewal: last.signedRenewalInfo, historical: false, deliver: true)
                 do {
                     _ = try await producer.produce(record)
@@ -463,6 +496,11 @@ public struct AppleHistoryCommands: Sendable {
         switch SubscriptionStatus(rawValue: appleStatus) {
         case .active:
             if stored.status == .active, (expires ?? 0) <= (stored.expiresAt ?? 0) { return nil }
+            // A transaction the state already holds was paid for already: Apple extended it (or the state
+            // only lags). RENEWAL_EXTENDED moves no money; DID_RENEW would record a renewal that never was.
+            if let id = transaction["transactionId"]?.stringValue, id == stored.lastTransactionId || stored.transaction(id) != nil {
+                return ("RENEWAL_EXTENDED", nil)
+            }
             return ("DID_RENEW", nil)
         case .expired:
             if [.expired, .revoked, .refunded].contains(stored.status) { return nil }
@@ -556,22 +594,57 @@ struct BackendReader: Sendable {
         return !(page["events"]?.arrayValue ?? []).isEmpty
     }
 
-    /// The notification ids of a subscription's recorded historical Apple events.
-    func importedNotificationIds(originalTransactionId: String) async throws(AppleHistoryCommands.Failure) -> Set<String> {
-        var ids = Set<String>()
+    /// What the events store holds of one Apple subscription, live or imported.
+    struct RecordedEvents {
+        /// The store notification ids of its events (`import:<transactionId>` for an import's).
+        var notificationIds = Set<String>()
+        /// Transactions with a money event: initial_purchase, renewal or non_renewing_purchase.
+        var paidTransactionIds = Set<String>()
+        /// Transactions taken back: a REFUND's cancellation (CUSTOMER_SUPPORT) or a REVOKE's expiration.
+        var revokedTransactionIds = Set<String>()
+
+        /// Whether the live pipeline already recorded what this import record stands for: the payment of
+        /// a purchase record (SUBSCRIBED, DID_RENEW, ONE_TIME_CHARGE) or the refund or revocation of a
+        /// revocation record (REFUND, REVOKE).
+        func covers(_ record: AppleHistoryCommands.ImportRecord) -> Bool {
+            switch record.type {
+            case "REFUND", "REVOKE": revokedTransactionIds.contains(record.transactionId)
+            default: paidTransactionIds.contains(record.transactionId)
+            }
+        }
+
+        mutating func add(_ event: JSON) {
+            let data = event["data"]
+            if let id = data?["source"]?["notificationId"]?.stringValue { notificationIds.insert(id) }
+            guard let transactionId = data?["transactionId"]?.stringValue, let type = event["type"]?.stringValue else { return }
+            switch type {
+            case EventType.initialPurchase.rawValue, EventType.renewal.rawValue, EventType.nonRenewingPurchase.rawValue:
+                paidTransactionIds.insert(transactionId)
+            case EventType.cancellation.rawValue where data?["cancelReason"]?.stringValue == Reason.customerSupport.rawValue:
+                // What the Apple mapping makes of a REFUND.
+                revokedTransactionIds.insert(transactionId)
+            case EventType.expiration.rawValue
+            where data?["source"]?["type"]?.stringValue == "REVOKE" || data?["expirationReason"]?.stringValue == Reason.customerSupport.rawValue:
+                // What the Apple mapping makes of a REVOKE (CUSTOMER_SUPPORT, or UNKNOWN for a family share ended).
+                revokedTransactionIds.insert(transactionId)
+            default:
+                break
+            }
+        }
+    }
+
+    /// Every recorded event of an Apple subscription (every page), live and historical, in every environment.
+    func recordedEvents(originalTransactionId: String) async throws(AppleHistoryCommands.Failure) -> RecordedEvents {
+        var recorded = RecordedEvents()
         var cursor: String?
         repeat {
-            var query = [
-                ("originalTransactionId", originalTransactionId), ("store", "apple"), ("environment", "ALL"), ("historical", "true"), ("limit", "1000"),
-            ]
+            var query = [("originalTransactionId", originalTransactionId), ("store", "apple"), ("environment", "ALL"), ("limit", "1000")]
             if let cursor { query.append(("cursor", cursor)) }
             let page = try await get("/subscriptions-api/internal/v1/events", query)
-            for event in page["events"]?.arrayValue ?? [] {
-                if let id = event["data"]?["source"]?["notificationId"]?.stringValue { ids.insert(id) }
-            }
+            for event in page["events"]?.arrayValue ?? [] { recorded.add(event) }
             cursor = page["nextCursor"]?.stringValue
         } while cursor != nil
-        return ids
+        return recorded
     }
 
     /// One page of the backend's subscriptions list.

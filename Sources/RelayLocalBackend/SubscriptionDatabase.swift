@@ -203,8 +203,10 @@ public final class SubscriptionDatabase: Sendable {
     /// One page of a store's subscriptions of one application that are active (a status that still
     /// grants or may regain access, or an expiry after `now`) or were written at or after `changedSince`
     /// (Unix ms; nil: active ones only), in storage order after `cursor` (a previous page's `next`): at
-    /// most `limit` states and the cursor of the next page, nil at the end. Reads every row of the store
-    /// (the application id is inside the state): meant for `reconcile`, not for a request per notification.
+    /// most `limit` states and the cursor of the next page, nil at the end. One-time purchases (no auto
+    /// renewal and no expiry: ACTIVE forever, and the store lists no subscription status for them) are
+    /// never listed. Reads every row of the store (the application id is inside the state): meant for
+    /// `reconcile`, not for a request per notification.
     public func subscriptions(
         store: Store, applicationId: Int, activeOrChangedSince changedSince: Int64?, now: Int64, after cursor: Int64?, limit: Int
     ) async throws -> (states: [SubscriptionState], next: Int64?) {
@@ -214,6 +216,7 @@ public final class SubscriptionDatabase: Sendable {
                 sql: """
                     SELECT rowid, state FROM subscription
                     WHERE store = ? AND rowid > ? AND json_extract(state, '$.applicationId') = ?
+                      AND NOT (IFNULL(json_extract(state, '$.autoRenew'), 1) = 0 AND json_extract(state, '$.expiresAt') IS NULL)
                       AND (json_extract(state, '$.status') IN ('ACTIVE', 'IN_GRACE_PERIOD', 'IN_BILLING_RETRY', 'PAUSED')
                            OR json_extract(state, '$.expiresAt') > ? OR updated_at >= ?)
                     ORDER BY rowid LIMIT ?

@@ -16,6 +16,7 @@ struct CodecBench: AsyncParsableCommand {
         let stateBytes = state.json.serialized()
         let payload = try WireCoding.decode(EventPayload.self, from: Array(Self.eventText.utf8))
         let payloadJSON = JSON(encoding: payload)
+        let payloadBytes = WireCoding.encode(payload)
         let rows: [(String, Double)] = [
             ("state decode, by hand: JSON.parse + init(json:) (\(stateBytes.count) B)", measure(seconds: seconds) { _ in
                 _ = try? SubscriptionState(json: JSON.parse(stateBytes))
@@ -26,6 +27,8 @@ struct CodecBench: AsyncParsableCommand {
             }),
             ("event encode, JSONEncoder (\(WireCoding.encode(payload).count) B)", measure(seconds: seconds) { _ in _ = WireCoding.encode(payload) }),
             ("event serialize, the same value as JSON", measure(seconds: seconds) { _ in _ = payloadJSON.serialized() }),
+            ("event decode, JSONDecoder", measure(seconds: seconds) { _ in _ = try? WireCoding.decode(EventPayload.self, from: payloadBytes) }),
+            ("event parse, JSON.parse", measure(seconds: seconds) { _ in _ = try? JSON.parse(payloadBytes) }),
         ]
         print("| operation | µs each |")
         print("| --- | ---: |")

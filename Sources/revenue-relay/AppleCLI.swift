@@ -139,6 +139,7 @@ struct ImportApple: AsyncParsableCommand {
         printLine("transactions: \(summary.transactions)")
         printLine("records appended: \(summary.recordsAppended)\(deliver ? " (delivered)" : " (historical, not delivered)")")
         printLine("already imported: \(summary.alreadyImported) (their events are recorded; not appended again)")
+        printLine("already recorded live: \(summary.alreadyRecordedLive) (the live pipeline recorded them; not appended)")
         printLine("failures: \(summary.failures.count)")
         for failure in summary.failures { printLine("  \(failure.id): \(failure.reason)") }
         if !summary.failures.isEmpty { printLine("run the same import again to retry the failures; nothing is doubled") }
@@ -154,7 +155,7 @@ struct RecoverApple: AsyncParsableCommand {
             and appends each notification whose notificationUUID has no events in the backend's events store to \
             the notifications topic, exactly as the ingest would have ({"signedPayload": ...}). Apple keeps 180 \
             days of history (30 in the sandbox): an older --since is refused. Notifications that yield no events \
-            (TEST, CONSUMPTION_REQUEST) are re-ingested on every run, harmlessly. Times: a date (2026-11-01), an \
+            (TEST, CONSUMPTION_REQUEST) are skipped: a re-ingested CONSUMPTION_REQUEST would be answered again. Times: a date (2026-11-01), an \
             RFC 3339 time or Unix milliseconds. Exit 0: done; 64: bad arguments; 69: the log, the backend or Apple \
             unreachable; 78: bad configuration or the key refused.
             """)
@@ -178,6 +179,7 @@ struct RecoverApple: AsyncParsableCommand {
         printLine("found: \(summary.found)")
         printLine("already processed: \(summary.alreadyProcessed)")
         printLine("re-ingested: \(summary.reingested)")
+        printLine("skipped (yield no events: CONSUMPTION_REQUEST, TEST): \(summary.skipped)")
         if summary.unreadable > 0 { printLine("unreadable: \(summary.unreadable) (no notificationUUID; not re-ingested)") }
     }
 }
@@ -190,10 +192,10 @@ struct ReconcileApple: AsyncParsableCommand {
             Lists the app's Apple subscriptions the backend holds as active (or written since --since), asks \
             the App Store Server API for each one's status, and where Apple's status (1 active, 2 expired, 3 \
             billing retry, 4 grace period, 5 revoked) or expiry differs from the stored state, appends the \
-            notification that brings it there: DID_RENEW, EXPIRED, DID_FAIL_TO_RENEW (GRACE_PERIOD), REVOKE or \
-            REFUND, with Apple's signed transaction, as a relay-source: apple-api record. These are missed \
+            notification that brings it there: DID_RENEW (RENEWAL_EXTENDED for a payment already recorded), EXPIRED, \
+            DID_FAIL_TO_RENEW (GRACE_PERIOD), REVOKE or REFUND, with Apple's signed transaction, as a relay-source: apple-api record. These are missed \
             events: they are delivered to the endpoints. The notificationUUID is \
-            reconcile:<originalTransactionId>:<signedDate>. One line per corrected subscription (stored → Apple: \
+            reconcile:<Apple's last transactionId>:<status>, the same on every run. One line per corrected subscription (stored → Apple: \
             action), then a summary. Exit 0: done; 64: bad arguments; 69: the log, the backend or Apple \
             unreachable; 78: bad configuration or the key refused.
             """)

@@ -14,6 +14,8 @@ final class AppleServerModel: Sendable {
     let history = LockedBox<[String: [[String]]]>([:])
     let notifications = LockedBox<[[String]]>([])
     let statuses = LockedBox<[String: LastTransaction]>([:])
+    /// Answers given once each, in order, before `statuses` (Apple signs every answer anew).
+    let statusAnswers = LockedBox<[String: [LastTransaction]]>([:])
     let rateLimited = LockedBox(0)
     /// The notification history requests' bodies, in order.
     let historyRequests = LockedBox<[JSON]>([])
@@ -51,7 +53,12 @@ final class AppleServerModel: Sendable {
             return FakeAppStore.json(.object(page))
         }
         if request.method == "GET", segments.count == 4, segments[0...2] == ["inApps", "v1", "subscriptions"] {
-            guard let last = statuses.value[segments[3]] else { return FakeAppStore.appleError(404, 4_040_010, "Transaction id not found.") }
+            let next = statusAnswers.withLock { answers -> LastTransaction? in
+                guard var queue = answers[segments[3]], !queue.isEmpty else { return nil }
+                defer { answers[segments[3]] = queue }
+                return queue.removeFirst()
+            }
+            guard let last = next ?? statuses.value[segments[3]] else { return FakeAppStore.appleError(404, 4_040_010, "Transaction id not found.") }
             var item: [String: JSON] = [
                 "originalTransactionId": .string(last.originalTransactionId), "status": .integer(Int64(last.status)),
                 "signedTransactionInfo": .string(last.signedTransactionInfo),
@@ -131,6 +138,32 @@ final class AppleServerModel: Sendable {
 
     static func state(_ relay: TestRelay, _ backendURL: String, _ id: String) async throws -> JSON {
         try await backend(relay, backendURL, "/subscriptions-api/internal/v1/subscriptions/apple/\(id)")
+    }
+
+    static func revenue(_ relay: TestRelay, _ backendURL: String, _ id: String) async throws -> JSON {
+        try await backend(relay, backendURL, "/subscriptions-api/internal/v1/revenue?environment=ALL&originalTransactionId=\(id)")["total"] ?? .null
+    }
+
+    static func renewal(_ id: String, signedDate: Int64) -> JSON {
+        [
+            "originalTransactionId": .string(id), "autoRenewProductId": "com.example.pro.monthly", "productId": "com.example.pro.monthly",
+            "autoRenewStatus": 1, "environment": "Sandbox", "signedDate": .integer(signedDate),
+        ]
+    }
+
+    /// Posts a notification to the relay as Apple would, and waits until its events are recorded.
+    func live(
+        _ relay: TestRelay, _ backendURL: String, _ type: String, _ subtype: String?, uuid: String, transaction: JSON, at time: Int64,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let original = transaction["originalTransactionId"]?.stringValue ?? ""
+        guard case .object(var payload) = signer.notificationPayload(
+            type: type, subtype: subtype, signedDate: time, transaction: transaction, renewalInfo: Self.renewal(original, signedDate: time))
+        else { return }
+        payload["notificationUUID"] = .string(uuid)
+        let response = try await relay.post("/v1/notifications/apple/demo", body: String(decoding: signer.body(.object(payload)), as: UTF8.self))
+        #expect(response.status == 200, sourceLocation: sourceLocation)
+        try await waitUntil("\(type) \(uuid) recorded") { !(try await Self.events(relay, backendURL, "notificationId=\(uuid)").isEmpty) }
     }
 
     /// The records of `topic` so far (a fresh reader from the beginning, given `settle` to catch up).
@@ -219,6 +252,67 @@ final class AppleServerModel: Sendable {
         #expect(again.transactions == 6)
         try await Task.sleep(for: .milliseconds(500))
         #expect(try await Self.events(relay, backendURL, "historical=true").count == historical.count)
+
+        try await relay.stop()
+        await fake.stop()
+    }
+
+    @Test func importLeavesOutWhatTheLivePipelineAlreadyRecorded() async throws {
+        let (model, fake, relay, commands, backendURL) = try await Self.start()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let start = now - 65 * Self.day
+        func transaction(_ id: String, _ month: Int64, revoked: Int64? = nil, signedDate: Int64? = nil) -> JSON {
+            let purchase = start + month * 30 * Self.day
+            return FakeAppStore.transaction(
+                transactionId: id, originalTransactionId: "4000", purchaseDate: purchase, expiresDate: purchase + 30 * Self.day,
+                signedDate: signedDate ?? purchase + 1000, revocationDate: revoked, revocationReason: revoked == nil ? nil : 1)
+        }
+        let refunded = start + 35 * Self.day
+        // Live: the purchase, its first renewal and that renewal's refund reached the relay; the second renewal did not.
+        try await live(relay, backendURL, "SUBSCRIBED", "INITIAL_BUY", uuid: "0b7e4f6a-0000-4000-8000-000000000001", transaction: transaction("4000", 0), at: start + 1000)
+        try await live(
+            relay, backendURL, "DID_RENEW", nil, uuid: "0b7e4f6a-0000-4000-8000-000000000002", transaction: transaction("4001", 1),
+            at: start + 30 * Self.day + 1000)
+        try await live(
+            relay, backendURL, "REFUND", nil, uuid: "0b7e4f6a-0000-4000-8000-000000000003",
+            transaction: transaction("4001", 1, revoked: refunded, signedDate: refunded + 1000), at: refunded + 1000)
+        let before = try await Self.revenue(relay, backendURL, "4000")
+        #expect(before["purchases"]?.int64Value == 2, "\(before)")
+        #expect(before["refundCount"]?.int64Value == 1, "\(before)")
+
+        model.history.withLock {
+            $0["4000"] = [[
+                signer.sign(transaction("4002", 2, signedDate: now)), signer.sign(transaction("4001", 1, revoked: refunded, signedDate: now)),
+                signer.sign(transaction("4000", 0, signedDate: now)),
+            ]]
+        }
+        let summary = try await commands.importHistory(originalTransactionIds: ["4000"], deliver: false)
+        #expect(summary.failures.isEmpty, "\(summary.failures)")
+        #expect(summary.transactions == 3)
+        // SUBSCRIBED 4000, DID_RENEW 4001 and REFUND 4001 are recorded live; only DID_RENEW 4002 is appended.
+        #expect(summary.alreadyRecordedLive == 3)
+        #expect(summary.alreadyImported == 0)
+        #expect(summary.recordsAppended == 1)
+        try await waitUntil("the missed renewal imported") {
+            try await Self.events(relay, backendURL, "notificationId=import:4002").contains { $0["type"] == "renewal" }
+        }
+        for uuid in ["import:4000", "import:4001", "import:4001:revoked"] {
+            #expect(try await Self.events(relay, backendURL, "notificationId=\(uuid)").isEmpty, "\(uuid) was appended")
+        }
+        let imported = try await Self.records(relay, topic: relay.configuration.topics.notifications).filter {
+            $0.headers.first(named: RelayHeaderName.source)?.stringValue == "apple-api"
+        }
+        #expect(imported.count == 1)
+        // Revenue: the live purchase, renewal and refund once each, and the missed renewal.
+        let after = try await Self.revenue(relay, backendURL, "4000")
+        #expect(after["purchases"]?.int64Value == 3, "\(after)")
+        #expect(after["refundCount"]?.int64Value == 1, "\(after)")
+
+        // Run again: the imported one is already imported, the rest still recorded live.
+        let again = try await commands.importHistory(originalTransactionIds: ["4000"], deliver: false)
+        #expect(again.recordsAppended == 0)
+        #expect(again.alreadyImported == 1)
+        #expect(again.alreadyRecordedLive == 3)
 
         try await relay.stop()
         await fake.stop()
@@ -320,28 +414,35 @@ final class AppleServerModel: Sendable {
     @Test func recoverReingestsOnlyTheNotificationsWithoutEvents() async throws {
         let (model, fake, relay, commands, backendURL) = try await Self.start()
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        func payload(_ uuid: String, _ original: String) -> JSON {
+        func payload(_ uuid: String, _ original: String, type: String = "SUBSCRIBED", subtype: String? = "INITIAL_BUY") -> JSON {
             let transaction = FakeAppStore.transaction(
                 transactionId: original, originalTransactionId: original, purchaseDate: now - Self.day, expiresDate: now + 29 * Self.day,
                 signedDate: now - Self.day)
-            guard case .object(var object) = signer.notificationPayload(signedDate: now - Self.day, transaction: transaction) else { return .null }
+            guard case .object(var object) = signer.notificationPayload(type: type, subtype: subtype, signedDate: now - Self.day, transaction: transaction)
+            else { return .null }
             object["notificationUUID"] = .string(uuid)
             return .object(object)
         }
         let uuids = ["6f1c7a1e-0000-4000-8000-000000000001", "6f1c7a1e-0000-4000-8000-000000000002", "6f1c7a1e-0000-4000-8000-000000000003"]
         let payloads = zip(uuids, ["7001", "7002", "7003"]).map { payload($0, $1) }
+        // A refund request and a test notification: they yield no events, so they always look unprocessed.
+        let consumption = payload("6f1c7a1e-0000-4000-8000-000000000004", "7004", type: "CONSUMPTION_REQUEST", subtype: nil)
+        let test = payload("6f1c7a1e-0000-4000-8000-000000000005", "7005", type: "TEST", subtype: nil)
         // The first reached the relay; the other two did not.
         let first = try await relay.post("/v1/notifications/apple/demo", body: String(decoding: signer.body(payloads[0]), as: UTF8.self))
         #expect(first.status == 200)
         try await waitUntil("the first notification's events recorded") {
             !(try await Self.events(relay, backendURL, "notificationId=\(uuids[0])").isEmpty)
         }
-        model.notifications.withLock { $0 = [[signer.sign(payloads[0]), signer.sign(payloads[1])], [signer.sign(payloads[2])]] }
+        model.notifications.withLock {
+            $0 = [[signer.sign(payloads[0]), signer.sign(consumption), signer.sign(payloads[1])], [signer.sign(test), signer.sign(payloads[2])]]
+        }
 
         let summary = try await commands.recover(since: now - Self.day, until: nil)
-        #expect(summary.found == 3)
+        #expect(summary.found == 5)
         #expect(summary.alreadyProcessed == 1)
         #expect(summary.reingested == 2)
+        #expect(summary.skipped == 2)
         #expect(model.historyRequests.value.first?["startDate"]?.int64Value == now - Self.day)
 
         for uuid in uuids.dropFirst() {
@@ -351,6 +452,8 @@ final class AppleServerModel: Sendable {
         #expect(states.allSatisfy { $0["status"] == "ACTIVE" })
         // The re-ingested records are the ingest's: no relay-source, not historical.
         #expect(try await Self.events(relay, backendURL, "historical=true").isEmpty)
+        // The CONSUMPTION_REQUEST and the TEST were not appended: the posted one and the two re-ingested only.
+        #expect(try await Self.records(relay, topic: relay.configuration.topics.notifications).count == 3)
 
         // Older than Apple's 180 days: refused before any call.
         let calls = fake.requests.count
@@ -432,7 +535,8 @@ final class AppleServerModel: Sendable {
         #expect(summary.corrections.first?.action == "REVOKE")
         #expect(summary.corrections.first?.line.hasPrefix("8000: ACTIVE (expires ") == true, "\(summary.corrections)")
 
-        let uuid = "reconcile:8000:\(signedDate)"
+        // Apple's last transaction and status: the same on every run, whenever Apple signed its answer.
+        let uuid = "reconcile:8000:5"
         try await waitUntil("the correction applied") { try await Self.state(relay, backendURL, "8000")["status"] == "REVOKED" }
         let expiration = "apple:\(uuid):expiration"
         try await waitUntil("the expiration recorded") {
@@ -451,6 +555,72 @@ final class AppleServerModel: Sendable {
         // Run again: in sync now.
         let again = try await commands.reconcile(since: nil)
         #expect(again.corrections.isEmpty)
+
+        try await relay.stop()
+        await fake.stop()
+    }
+
+    @Test func reconcileAppendsAnExtensionWithoutMoneyOnceAndSkipsOneTimePurchases() async throws {
+        let (model, fake, relay, commands, backendURL) = try await Self.start()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let purchase = now - 2 * Self.day
+        let expires = purchase + 30 * Self.day
+        func transaction(expiresDate: Int64, signedDate: Int64) -> JSON {
+            FakeAppStore.transaction(transactionId: "8100", originalTransactionId: "8100", purchaseDate: purchase, expiresDate: expiresDate, signedDate: signedDate)
+        }
+        try await live(
+            relay, backendURL, "SUBSCRIBED", "INITIAL_BUY", uuid: "1c2d3e4f-0000-4000-8000-000000000001",
+            transaction: transaction(expiresDate: expires, signedDate: purchase + 1000), at: purchase + 1000)
+        // A lifetime purchase: ACTIVE forever, and Apple has no subscription status for it.
+        try await live(
+            relay, backendURL, "ONE_TIME_CHARGE", nil, uuid: "1c2d3e4f-0000-4000-8000-000000000002",
+            transaction: FakeAppStore.transaction(
+                transactionId: "8200", originalTransactionId: "8200", productId: "com.example.lifetime", type: "Non-Consumable",
+                purchaseDate: purchase, signedDate: purchase + 1000),
+            at: purchase + 1000)
+        #expect(try await Self.state(relay, backendURL, "8200")["status"] == "ACTIVE")
+        let listed = try await Self.backend(relay, backendURL, "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=1&activeOrChangedSince=0")
+        #expect(listed["subscriptions"]?.arrayValue?.compactMap { $0["originalTransactionId"]?.stringValue } == ["8100"], "\(listed)")
+
+        // Apple extended the subscription by ten days (a RENEWAL_EXTENDED the relay missed): the same transaction, a later expiry.
+        let extended = expires + 10 * Self.day
+        func answer(signedDate: Int64) -> LastTransaction {
+            LastTransaction(
+                originalTransactionId: "8100", status: 1, signedTransactionInfo: signer.sign(transaction(expiresDate: extended, signedDate: signedDate)),
+                signedRenewalInfo: signer.sign(Self.renewal("8100", signedDate: signedDate)))
+        }
+        // Two runs at once, so both find the state before the worker applied either; Apple signs each answer anew.
+        model.statusAnswers.withLock { $0["8100"] = [answer(signedDate: now - 1000), answer(signedDate: now)] }
+        model.statuses.withLock { $0["8100"] = answer(signedDate: now + 1000) }
+        async let firstRun = commands.reconcile(since: nil)
+        async let secondRun = commands.reconcile(since: nil)
+        let (first, second) = try await (firstRun, secondRun)
+        #expect(first.checked == 1)
+        #expect(first.failures.isEmpty, "\(first.failures)")
+        #expect(first.corrections.map(\.action) == ["RENEWAL_EXTENDED"])
+        #expect(second.corrections.map(\.action) == ["RENEWAL_EXTENDED"])
+        #expect(!fake.requests.contains { $0.path.contains("8200") }, "a one-time purchase was sent to Apple")
+
+        let uuid = "reconcile:8100:1"
+        try await waitUntil("the extension applied") { try await Self.state(relay, backendURL, "8100")["expiresAt"]?.int64Value == extended }
+        let appended = try await Self.records(relay, topic: relay.configuration.topics.notifications).filter {
+            $0.headers.first(named: RelayHeaderName.source)?.stringValue == "apple-api"
+        }
+        #expect(appended.count == first.corrections.count + second.corrections.count)
+        for record in appended {
+            #expect((try JSON.parse(record.value))["notificationUUID"]?.stringValue == uuid)
+        }
+        let events = try await Self.events(relay, backendURL, "originalTransactionId=8100")
+        let types = events.compactMap { $0["type"]?.stringValue }
+        #expect(types.filter { $0 == "subscription_extended" }.count == 1, "\(types)")
+        #expect(!types.contains("renewal"), "an extension moved money: \(types)")
+        // No event of the correction moves money (price 0 or none).
+        let correction = events.filter { $0["data"]?["source"]?["notificationId"]?.stringValue == uuid }
+        #expect(correction.allSatisfy { ($0["data"]?["price"]?.doubleValue ?? 0) == 0 }, "\(correction.map { ($0["type"] ?? .null, $0["data"]?["price"] ?? .null) })")
+        let revenue = try await Self.revenue(relay, backendURL, "8100")
+        #expect(revenue["purchases"]?.int64Value == 1, "\(revenue)")
+        // In sync now.
+        #expect(try await commands.reconcile(since: nil).corrections.isEmpty)
 
         try await relay.stop()
         await fake.stop()
