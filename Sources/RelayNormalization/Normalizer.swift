@@ -157,7 +157,7 @@ public final class Normalizer: Sendable {
             if let id = notification.notificationId {
                 let context = AppliedContext(
                     receivedAt: receivedAt, prior: current, others: others, api: input.api, transactionsRead: result.transactionsRead)
-                state.recentNotifications.append(.init(id: id, context: JSON(encoding: context)))
+                state.recentNotifications.append(.init(id: id, context: context.json))
                 state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
             }
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
@@ -393,13 +393,16 @@ extension AppliedContext: Codable {
         api = try container.decodeIfPresent(StoreAPIData.self, forKey: .api) ?? container.decodeIfPresent(StoreAPIData.self, forKey: .play)
     }
 
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(receivedAt, forKey: .receivedAt)
-        try container.encode(prior, forKey: .prior)
-        try container.encode(others, forKey: .others)
-        try container.encodeIfPresent(api, forKey: .api)
+    /// The context as stored, built directly: it is written with every notification that changes a state,
+    /// and going through JSONEncoder and back to a `JSON` value cost more than the rest of the write. The
+    /// decoding side (a repeat's replay, rare) stays `Decodable`; `encode(to:)` writes this same value.
+    var json: JSON {
+        var members: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
+        if let api { members["api"] = api.json }
+        return .object(members)
     }
+
+    func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
 }
 
 /// The normalizer's metrics, each made once (the event builder counts events and missing rates).

@@ -112,13 +112,14 @@ extension StoreAPIData: Codable {
             charge: try answer(.charge))
     }
 
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(subscription, forKey: .subscription)
-        try container.encode(product, forKey: .product)
-        try container.encode(replacedProductId, forKey: .replacedProductId)
-        try container.encode(charge, forKey: .charge)
+    var json: JSON {
+        [
+            "subscription": subscription ?? .null, "product": product ?? .null, "replacedProductId": replacedProductId.map(JSON.string) ?? .null,
+            "charge": charge ?? .null,
+        ]
     }
+
+    func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
 }
 
 /// SDK `SuperwallEvent` names (docs/contracts.md, the standardized event).
