@@ -113,7 +113,7 @@ public final class Normalizer: Sendable {
                 try await stateStore.subscription(store: notification.store, originalTransactionId: subject)
             }
             if let id = notification.notificationId, let recent = current?.recentNotifications.last(where: { $0.id == id }),
-                let context = try? recent.context.decode(as: AppliedContext.self)
+                let context = AppliedContext(recent.context)
             {
                 // Seen before: the same events, from what was recorded when it was applied.
                 var replay = input
@@ -377,32 +377,28 @@ struct AppliedContext {
         self.api = api
     }
 
-    enum CodingKeys: String, CodingKey {
-        case receivedAt, prior, others, api
-        /// What earlier versions recorded instead of `api` (Google's answers only).
-        case play
+    /// A context as `json` wrote it; nil when it is not one (the repeat is then mapped afresh).
+    init?(_ json: JSON) {
+        guard let receivedAt = json["receivedAt"]?.int64Value else { return nil }
+        self.receivedAt = receivedAt
+        if let prior = json["prior"], !prior.isNull {
+            guard let state = try? SubscriptionState(json: prior) else { return nil }
+            self.prior = state
+        } else {
+            self.prior = nil
+        }
+        self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        // "play": what earlier versions recorded (Google's answers only).
+        if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
     }
-}
 
-extension AppliedContext: Codable {
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        receivedAt = try container.decode(Int64.self, forKey: .receivedAt)
-        prior = try container.decodeIfPresent(SubscriptionState.self, forKey: .prior)
-        others = (try? container.decodeIfPresent([String].self, forKey: .others)) ?? []
-        api = try container.decodeIfPresent(StoreAPIData.self, forKey: .api) ?? container.decodeIfPresent(StoreAPIData.self, forKey: .play)
-    }
-
-    /// The context as stored, built directly: it is written with every notification that changes a state,
-    /// and going through JSONEncoder and back to a `JSON` value cost more than the rest of the write. The
-    /// decoding side (a repeat's replay, rare) stays `Decodable`; `encode(to:)` writes this same value.
+    /// The context as stored: written with every notification that changes a state, so built as a
+    /// `JSON` value directly (through JSONEncoder and back it cost more than the rest of the write).
     var json: JSON {
         var members: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
         if let api { members["api"] = api.json }
         return .object(members)
     }
-
-    func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
 }
 
 /// The normalizer's metrics, each made once (the event builder counts events and missing rates).

@@ -99,17 +99,11 @@ struct StoreAPIData {
     }
 }
 
-extension StoreAPIData: Codable {
-    enum CodingKeys: String, CodingKey { case subscription, product, replacedProductId, charge }
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        // The API answers pass through as the store sent them; a recorded null is no answer.
-        func answer(_ key: CodingKeys) throws -> JSON? { try container.decodeIfPresent(JSON.self, forKey: key).flatMap { $0.isNull ? nil : $0 } }
+extension StoreAPIData {
+    init(_ json: JSON) {
         self.init(
-            subscription: try answer(.subscription), product: try answer(.product),
-            replacedProductId: try container.decodeIfPresent(String.self, forKey: .replacedProductId).flatMap { $0.isEmpty ? nil : $0 },
-            charge: try answer(.charge))
+            subscription: json.present("subscription"), product: json.present("product"), replacedProductId: json.text("replacedProductId"),
+            charge: json.present("charge"))
     }
 
     var json: JSON {
@@ -118,8 +112,6 @@ extension StoreAPIData: Codable {
             "charge": charge ?? .null,
         ]
     }
-
-    func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
 }
 
 /// SDK `SuperwallEvent` names (docs/contracts.md, the standardized event).

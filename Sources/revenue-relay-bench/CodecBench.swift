@@ -15,7 +15,7 @@ struct CodecBench: AsyncParsableCommand {
         let state = Self.state()
         let stateBytes = state.json.serialized()
         let payload = try WireCoding.decode(EventPayload.self, from: Array(Self.eventText.utf8))
-        let payloadJSON = JSON(encoding: payload)
+        let payloadJSON = payload.json
         let payloadBytes = WireCoding.encode(payload)
         let rows: [(String, Double)] = [
             ("state decode, by hand: JSON.parse + init(json:) (\(stateBytes.count) B)", measure(seconds: seconds) { _ in
@@ -48,7 +48,7 @@ struct CodecBench: AsyncParsableCommand {
         }
         state.version = 12
         state.recentNotifications = (0..<16).map { index in
-            .init(id: "c5f0a1b2-0000-4000-8000-0000000000\(10 + index)", context: ["receivedAt": .integer(1_890_000_000_000), "prior": JSON(encoding: prior), "others": []])
+            .init(id: "c5f0a1b2-0000-4000-8000-0000000000\(10 + index)", context: ["receivedAt": .integer(1_890_000_000_000), "prior": prior.json, "others": []])
         }
         return state
     }

@@ -93,7 +93,7 @@ struct Inspect: AsyncParsableCommand {
         case .accepted(let verified, let events):
             let output: JSON = [
                 "accepted": true, "store": .string(verified.store.rawValue), "notification": verified.payload,
-                "events": .array(events.map { JSON(encoding: $0.payload) }),
+                "events": .array(events.map(\.payload.json)),
             ]
             printLine(output.text)
         case .rejected(let rejection, _):

@@ -33,7 +33,7 @@ import Testing
                     FROM n
                     """, arguments: [template])
         }
-        try await queue.close()
+        try queue.close()
         let exported = template.utf8.count * 100_000
         #expect(exported > 100_000_000)
 

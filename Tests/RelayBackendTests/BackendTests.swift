@@ -294,7 +294,7 @@ final class TestBackend: Sendable {
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
         let stateProperties = try #require(((schemas["SubscriptionState"] as? [String: Any])?["properties"] as? [String: Any])?.keys)
-        #expect(Set(stateProperties) == Set(JSON(encoding: testSubscriptionState()).objectValue!.keys))
+        #expect(Set(stateProperties) == Set(testSubscriptionState().json.objectValue!.keys))
 
         let backend = try await TestBackend()
         let http = HTTPClient()

@@ -83,7 +83,7 @@ import Testing
         let events = try await normalizer.normalize(notification, receivedAt: 1_893_456_001_000)
         #expect(events.first?.type == .initialPurchase)
         #expect(events.first?.payload.data.storeEvent?.ts == 1_893_456_001_000)  // `created` out of range: the receive time
-        #expect(events.first.map { JSON(encoding: $0.payload) }?["data"]?["expirationAt"] == .null)
+        #expect(events.first?.payload.json["data"]?["expirationAt"] == .null)
     }
 
     func googleNotification(token: String = "token-n") -> VerifiedNotification {

@@ -93,7 +93,7 @@ import Testing
             if let pattern = step["state"] {
                 let subject = try #require(pattern["originalTransactionId"]?.stringValue ?? document["subject"]?.stringValue, "\(label): state needs a subject")
                 let stored = try await harness.client.subscription(store: store, originalTransactionId: subject)
-                for problem in mismatches(pattern, stored.map(JSON.init(encoding:)), path: "state") { Issue.record("\(label): \(problem)") }
+                for problem in mismatches(pattern, stored?.json, path: "state") { Issue.record("\(label): \(problem)") }
             }
             if let expected = step["entitlements"]?.arrayValue {
                 let user = try #require(document["user"]?.stringValue, "\(label): entitlements need the scenario's \"user\"")
