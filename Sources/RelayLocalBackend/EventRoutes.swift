@@ -155,7 +155,7 @@ enum EventQueryParameters {
 }
 
 extension RevenueReport {
-    /// `{"currency": "USD", "groupBy": [...], "rows": [{"day": ..., "gross", "refunds", "net", "proceeds", "purchases", "refunds"}], "total": {...}, "eventsWithoutRate": n}`.
+    /// `{"currency": "USD", "groupBy": [...], "rows": [{"day": ..., "gross", "refunds", "net", "proceeds", "purchases", "refundCount"}], "total": {...}, "eventsWithoutRate": n}`.
     var json: JSON {
         func sums(_ gross: Double, _ refunds: Double, _ net: Double, _ proceeds: Double, _ purchases: Int, _ refundCount: Int) -> [String: JSON] {
             [

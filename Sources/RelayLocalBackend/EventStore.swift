@@ -172,9 +172,9 @@ public final class EventStore: Sendable {
         ]).joined(separator: ", ")
         // Events that move no money (a status change, a cancellation without refund) have a null
         // price; a price the relay could not convert (no exchange rate) is null too and counted apart.
-        let grouping = keys.isEmpty ? "" : " GROUP BY \(keys.map { $0.components(separatedBy: " AS ").last! }.joined(separator: ", "))"
-        let ordering = keys.isEmpty ? "" : " ORDER BY \(keys.map { $0.components(separatedBy: " AS ").last! }.joined(separator: ", "))"
-        let sql = "SELECT \(select) FROM event WHERE \(clause) AND price_usd IS NOT NULL\(grouping)\(ordering)"
+        let aliases = groupBy.map(\.alias).joined(separator: ", ")
+        let grouping = groupBy.isEmpty ? "" : " GROUP BY \(aliases) ORDER BY \(aliases)"
+        let sql = "SELECT \(select) FROM event WHERE \(clause) AND price_usd IS NOT NULL\(grouping)"
         let unconverted = "SELECT COUNT(*) FROM event WHERE \(clause) AND price_usd IS NULL AND price_local IS NOT NULL"
         return try await pool.read { db in
             let rows = try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
@@ -188,7 +188,7 @@ public final class EventStore: Sendable {
         }
     }
 
-    /// How many events are recorded (for tests and `revenue-relay events --count`).
+    /// How many recorded events match `filter`.
     public func count(_ filter: EventFilter = EventFilter()) async throws -> Int {
         let (clause, arguments) = filter.sql(after: nil)
         return try await pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM event WHERE \(clause)", arguments: arguments) ?? 0 }
