@@ -1,8 +1,18 @@
 /// The payload (middle part) of a compact JWS, decoded without verifying anything.
 public enum JWSPayload {
+    /// Found over the UTF-8 bytes: `String.split` walks Characters, which took a fifth of the relay's
+    /// CPU in ingest on 12.7 KB Apple notifications (perf, `revenue-relay-bench e2e`).
     public static func decode(_ jws: String) -> JSON? {
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let bytes = Base64.decode(parts[1]) else { return nil }
+        var jws = jws
+        let bytes: [UInt8]? = jws.withUTF8 { text in
+            let dot = UInt8(ascii: ".")
+            guard let first = text.firstIndex(of: dot),
+                let second = text[(first + 1)...].firstIndex(of: dot),
+                !text[(second + 1)...].contains(dot)
+            else { return nil }
+            return Base64.decode(text[(first + 1)..<second], alphabet: .either, padding: .optional, canonical: false)
+        }
+        guard let bytes else { return nil }
         return try? JSON.parse(bytes)
     }
 }
@@ -26,7 +36,7 @@ public enum Base64 {
 
     /// Lenient: either alphabet, padding optional, trailing bits ignored.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        decode(Array(text.utf8), alphabet: .either, padding: .optional, canonical: false)
+        decode(text.utf8, alphabet: .either, padding: .optional, canonical: false)
     }
 
     /// Decodes `input`. With `canonical`, the unused bits of the last character must be zero, so that
