@@ -81,37 +81,18 @@ final class AppleServerModel: Sendable {
 
     /// A relay whose app `demo` takes Sandbox data signed by the test root and calls `fake` for the API.
     static func configuration(fake: FakeAppStore) throws -> RelayConfiguration {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("apple-commands"))
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let yaml = configurationText(fake: fake)
-        // Kept beside the database for the command-line test.
-        try Data(yaml.utf8).write(to: directory.appendingPathComponent("relay.yaml"))
-        return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
+        // The YAML is kept beside the database (relay.yaml) for the command-line test.
+        try AppleRelayConfiguration.parse(configurationText(fake: fake), name: "apple-commands")
     }
 
     static func configurationText(fake: FakeAppStore, serverApi: Bool = true) -> String {
-        let api = """
-            \n      serverApi: { keyId: \(FakeAppStore.keyId), issuerId: "\(FakeAppStore.issuerId)", privateKey: "\(Fixtures.path(FakeAppStore.keyFile))", environment: Sandbox, baseUrl: "\(fake.baseURL)" }
-            """
-        return """
-            ingest: { listen: "127.0.0.1:0", ackTimeout: 10s }
-            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
-            apps:
-              - key: demo
-                projectId: 1
-                applicationId: 1
-                apple:
-                  bundleId: com.example.app
-                  appAppleId: 1234
-                  environments: [Sandbox]
-                  rootCertificates: ["\(Fixtures.path("apple/root.pem"))"]\(serverApi ? api : "")
-                products:
-                  - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
-            endpoints:
-              - { id: hooks, app: demo, url: "http://127.0.0.1:9/hooks", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], events: ["*"] }
-            delivery: { allowPrivateNetworks: true }
-            shutdownTimeout: 20s
-            """
+        AppleRelayConfiguration.text(
+            apple: serverApi ? [AppleRelayConfiguration.serverApi(fake)] : [],
+            sections: """
+                endpoints:
+                  - { id: hooks, app: demo, url: "http://127.0.0.1:9/hooks", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], events: ["*"] }
+
+                """)
     }
 
     /// The fake (on the system clock, as the commands' client is), a relay and the commands over both.

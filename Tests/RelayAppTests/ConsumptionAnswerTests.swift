@@ -12,27 +12,9 @@ import Testing
     let signer = AppleSigner()
 
     static func configuration(fake: FakeAppStore, consumption: Bool) throws -> RelayConfiguration {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("consumption"))
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let yaml = """
-            ingest: { listen: "127.0.0.1:0", ackTimeout: 10s }
-            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
-            apps:
-              - key: demo
-                projectId: 1
-                applicationId: 1
-                apple:
-                  bundleId: com.example.app
-                  appAppleId: 1234
-                  environments: [Sandbox]
-                  rootCertificates: ["\(Fixtures.path("apple/root.pem"))"]
-                  serverApi: { keyId: \(FakeAppStore.keyId), issuerId: "\(FakeAppStore.issuerId)", privateKey: "\(Fixtures.path(FakeAppStore.keyFile))", environment: Sandbox, baseUrl: "\(fake.baseURL)" }\(consumption ? "\n      consumption: { customerConsented: true, sampleContentProvided: true, refundPreference: DECLINE }" : "")
-                products:
-                  - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
-            delivery: { allowPrivateNetworks: true }
-            shutdownTimeout: 20s
-            """
-        return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
+        let answers = "consumption: { customerConsented: true, sampleContentProvided: true, refundPreference: DECLINE }"
+        let apple = [AppleRelayConfiguration.serverApi(fake)] + (consumption ? [answers] : [])
+        return try AppleRelayConfiguration.parse(AppleRelayConfiguration.text(apple: apple), name: "consumption")
     }
 
     /// A notification body of `type` with its own UUID, for `transaction`.

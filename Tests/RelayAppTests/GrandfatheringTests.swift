@@ -15,29 +15,12 @@ import Testing
 
     /// A sandbox-only test app unless told (`environments`).
     static func configuration(environments: String = "[Sandbox]") throws -> RelayConfiguration {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("grandfathering"))
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let yaml = """
-            ingest: { listen: "127.0.0.1:0", ackTimeout: 10s }
-            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
-            apps:
-              - key: demo
-                projectId: 1
-                applicationId: 1
-                apple:
-                  bundleId: com.example.app
-                  appAppleId: 1234
-                  environments: \(environments)
-                  rootCertificates: ["\(Fixtures.path("apple/root.pem"))"]
-                  grandfathering:
+        let rules = """
+            grandfathering:
                     - { entitlements: [pro], originalAppVersionBelow: "2.0" }
                     - { entitlements: [legacy], purchasedBefore: "2020-01-01" }
-                products:
-                  - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
-            delivery: { allowPrivateNetworks: true }
-            shutdownTimeout: 20s
             """
-        return try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
+        return try AppleRelayConfiguration.parse(AppleRelayConfiguration.text(environments: environments, apple: [rules]), name: "grandfathering")
     }
 
     static func appTransaction(
