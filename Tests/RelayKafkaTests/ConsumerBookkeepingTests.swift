@@ -182,7 +182,8 @@ import Testing
         #expect(book.inFlight == 4)
     }
 
-    @Test func aReleasedPartitionStaysPausedWhileBackPressureIsOn() {
+    /// Two records in flight (the limit), p0's held until 100, and back-pressure on after the wait.
+    func heldUnderBackPressure() -> ConsumerBookkeeping {
         var book = ConsumerBookkeeping(maxInFlight: 2)
         _ = book.assign([p0, p1])
         handOut(&book, p0, [0], generation: 1)
@@ -191,6 +192,11 @@ import Testing
         #expect(book.checkRoom(now: start) == .waitForRoom)
         #expect(book.checkRoom(now: start + .seconds(10)) == .poll)
         #expect(book.applyBackPressure(now: start + .seconds(10)) == .pause([p0, p1], turnedOn: true))
+        return book
+    }
+
+    @Test func aReleasedPartitionStaysPausedWhileBackPressureIsOn() {
+        var book = heldUnderBackPressure()
 
         // Due, but back-pressure keeps its partition paused.
         let release = book.releaseDue(now: 100)
@@ -202,14 +208,7 @@ import Testing
     }
 
     @Test func endingBackPressureLeavesAPartitionThatHoldsARecordPaused() {
-        var book = ConsumerBookkeeping(maxInFlight: 2)
-        _ = book.assign([p0, p1])
-        handOut(&book, p0, [0], generation: 1)
-        handOut(&book, p1, [0], generation: 2)
-        #expect(book.hold(record(p0, 0, generation: 1), until: 100) == .pause([p0]))
-        #expect(book.checkRoom(now: start) == .waitForRoom)
-        #expect(book.checkRoom(now: start + .seconds(10)) == .poll)
-        #expect(book.applyBackPressure(now: start + .seconds(10)) == .pause([p0, p1], turnedOn: true))
+        var book = heldUnderBackPressure()
 
         _ = complete(&book, p1, 0, generation: 2)
         #expect(book.applyBackPressure(now: start + .seconds(11)) == .resume([p1]))
