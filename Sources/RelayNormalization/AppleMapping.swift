@@ -181,8 +181,10 @@ enum AppleMapping {
         // A payment this subscription has already recorded, named again by another notification (an
         // import or reconciliation of what the live pipeline saw, or Apple's live retry of what they
         // brought, each with its own notification id), is not revenue twice: its state still applies,
-        // its money event does not. A refund names a recorded payment on purpose and stays.
-        if let id = facts.transactionId, input.history.contains(where: { $0.id == id }) {
+        // its money event does not. A refund names a recorded payment on purpose and stays. Looked up
+        // through `recorded` so that a repeat of this notification, mapped against the state it saw,
+        // drops it too.
+        if mapping.recorded(facts.transactionId, in: input.history) != nil {
             mapping.events.removeAll { [.initialPurchase, .renewal, .nonRenewingPurchase].contains($0.type) }
         }
         mapping.state = state
