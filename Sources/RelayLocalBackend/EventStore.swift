@@ -148,13 +148,27 @@ public final class EventStore: Sendable {
     /// recorded first: at most `limit` payloads (JSON text as delivered) and the cursor of the next page,
     /// nil when this page reached the end.
     public func page(_ filter: EventFilter, after cursor: Int64?, limit: Int) async throws -> (payloads: [String], next: Int64?) {
-        let (clause, arguments) = filter.sql(after: cursor)
+        let (sql, arguments) = Self.pageQuery(filter, after: cursor, limit: limit)
         return try await pool.read { db in
-            let rows = try Row.fetchAll(
-                db, sql: "SELECT seq, payload FROM event WHERE \(clause) ORDER BY seq LIMIT ?", arguments: arguments + [limit + 1])
+            let rows = try Row.fetchAll(db, sql: sql, arguments: arguments)
             let page = rows.prefix(limit)
             let next: Int64? = rows.count > limit ? page.last?["seq"] : nil
             return (page.map { $0["payload"] }, next)
+        }
+    }
+
+    /// One more row than `limit`, to know whether a next page exists.
+    private static func pageQuery(_ filter: EventFilter, after cursor: Int64?, limit: Int) -> (String, StatementArguments) {
+        let (clause, arguments) = filter.sql(after: cursor)
+        return ("SELECT seq, payload FROM event WHERE \(clause) ORDER BY seq LIMIT ?", arguments + [limit + 1])
+    }
+
+    /// SQLite's plan for `page(filter, ...)`, one line a step: a page must walk an index in `seq`
+    /// order, not sort what the filter matches (which makes an export quadratic).
+    package func pagePlan(_ filter: EventFilter) async throws -> [String] {
+        let (sql, arguments) = Self.pageQuery(filter, after: 0, limit: 500)
+        return try await pool.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
         }
     }
 

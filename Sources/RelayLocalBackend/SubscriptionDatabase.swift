@@ -69,6 +69,10 @@ public final class SubscriptionDatabase: Sendable {
         migrator.registerMigration("v2: the events store") { db in
             try EventStore.createSchema(db)
         }
+        migrator.registerMigration("v3: an app's events in recorded order") { db in
+            // Pages filtered by app alone sorted every event of the app for each page without it.
+            try db.execute(sql: "CREATE INDEX event_by_app ON event (app, seq)")
+        }
         return migrator
     }
 
