@@ -128,16 +128,16 @@ public struct LocalBackend: Sendable {
             if let device = request.uri.queryParameters.get("deviceId"), !device.isEmpty, device != user { users.append(device) }
             // An id the backend has never seen (an SDK asking for a fresh install's device id before any
             // purchase) is a user without entitlements: 200 with empty lists, not 404.
-            return wire(.ok, backend.entitlements(of: try await backend.database.subscriptions(ofUsers: users)))
+            return json(.ok, backend.entitlements(of: try await backend.database.subscriptions(ofUsers: users)).json)
         }
         router.get("/subscriptions-api/public/v1/products") { request, _ in
             // Every application's products, or one application's (`?applicationId=`).
-            guard let text = request.uri.queryParameters.get("applicationId") else { return wire(.ok, backend.products(applicationId: nil)) }
+            guard let text = request.uri.queryParameters.get("applicationId") else { return json(.ok, backend.products(applicationId: nil).json) }
             guard let applicationId = Int(text) else { return errorResponse(.badRequest, "bad_request", "applicationId must be an integer") }
             guard backend.productMapping(applicationId: applicationId) != nil else {
                 return errorResponse(.notFound, "not_found", "no application \(applicationId)")
             }
-            return wire(.ok, backend.products(applicationId: applicationId))
+            return json(.ok, backend.products(applicationId: applicationId).json)
         }
     }
 
@@ -198,12 +198,6 @@ func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = nil) -> R
     var headers: HTTPFields = [.contentType: "application/json"]
     if let etag { headers[.eTag] = "\(etag)" }
     return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: value.serialized())))
-}
-
-/// A typed model's JSON (`WireCoding`: sorted members, slashes unescaped).
-private func wire(_ status: HTTPResponse.Status, _ model: some Encodable) -> Response {
-    Response(
-        status: status, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: WireCoding.encode(model))))
 }
 
 private let badSubscriptionPath = errorResponse(

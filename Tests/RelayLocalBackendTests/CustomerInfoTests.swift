@@ -205,7 +205,7 @@ private let entitlementMembers = [
             "isLifetime": true, "willRenew": false, "state": .null, "offerType": .null,
         ])
 
-        // The typed model reads it back and writes the same bytes.
+        // The typed model reads it back, and its Codable form is the route's bytes (written by hand).
         let typed = try WireCoding.decode(UserEntitlements.self, from: response.bytes)
         #expect(WireCoding.encode(typed) == response.bytes)
         #expect(typed.customerInfo.subscriptions.map(\.state?.originalTransactionId) == ["sub-expired", "token-grace", "sub-active"])
@@ -280,7 +280,9 @@ private let entitlementMembers = [
             "subscription": .null, "entitlements": [["identifier": "plus", "type": "SERVICE_LEVEL"], ["identifier": "pro", "type": "SERVICE_LEVEL"]],
             "storefront": "USA",
         ])
-        #expect(try WireCoding.decode(ProductCatalog.self, from: all.bytes).data.map(\.applicationId) == [7, 7, 7, 7, 8])
+        let catalog = try WireCoding.decode(ProductCatalog.self, from: all.bytes)
+        #expect(catalog.data.map(\.applicationId) == [7, 7, 7, 7, 8])
+        #expect(WireCoding.encode(catalog) == all.bytes)
 
         let web = try await backend.get("/subscriptions-api/public/v1/products?applicationId=8")
         #expect(web.body == [
