@@ -9,8 +9,8 @@ struct EventFilterOptions: ParsableArguments {
     @Option(help: "Only this app key.")
     var app: String?
 
-    @Option(help: "Only this app user id.")
-    var user: String?
+    @Option(name: [.customLong("app-user-id"), .customLong("user")], help: "Only this app user id (the route's appUserId).")
+    var appUserId: String?
 
     @Option(name: .customLong("original-transaction-id"), help: "Only this subscription (its originalTransactionId).")
     var originalTransactionId: String?
@@ -30,10 +30,17 @@ struct EventFilterOptions: ParsableArguments {
     @Option(help: "Events before this store time.")
     var until: String?
 
+    @Option(name: .customLong("notification-id"), help: "Only the events of this store notification (its id in data.source.notificationId).")
+    var notificationId: String?
+
+    @Option(help: "true: only events imported from a store's history; false: only live ones.")
+    var historical: Bool?
+
     var query: [(String, String)] {
         [
-            ("app", app), ("appUserId", user), ("originalTransactionId", originalTransactionId), ("type", type), ("store", store),
-            ("environment", environment), ("since", since), ("until", until),
+            ("app", app), ("appUserId", appUserId), ("originalTransactionId", originalTransactionId), ("type", type), ("store", store),
+            ("environment", environment), ("since", since), ("until", until), ("notificationId", notificationId),
+            ("historical", historical.map(String.init)),
         ].compactMap { name, value in value.map { (name, $0) } }
     }
 }

@@ -64,12 +64,19 @@ import Testing
         let config = directory.appendingPathComponent("relay.yaml").path
         try Data("backend: { apiKey: \"test-backend-key\" }\n".utf8).write(to: URL(fileURLWithPath: config))
         let executable = try #require(CommandLineTests.executable)
-        let common = ["--config", config, "--backend-url", backendURL, "--user", "user-rec", "--environment", "ALL"]
+        let common = ["--config", config, "--backend-url", backendURL, "--app-user-id", "user-rec", "--environment", "ALL"]
+        func ids(_ arguments: [String]) async throws -> [String] {
+            let lines = try await runChildProcess(executable, ["events"] + arguments)
+            #expect(lines.status == 0, "\(lines.stderr)")
+            return try lines.stdoutText.split(separator: "\n").compactMap { try JSON.parse(String($0))["data"]?["id"]?.stringValue }
+        }
 
-        let lines = try await runChildProcess(executable, ["events"] + common)
-        #expect(lines.status == 0, "\(lines.stderr)")
-        let payloads = try lines.stdoutText.split(separator: "\n").map { try JSON.parse(String($0)) }
-        #expect(payloads.compactMap { $0["data"]?["id"]?.stringValue } == expected)
+        #expect(try await ids(common) == expected)
+        #expect(try await ids(common + ["--historical", "true"]) == [], "every event was live")
+        #expect(try await ids(common + ["--historical", "false"]) == expected)
+        let byNotification = ["--config", config, "--backend-url", backendURL, "--user", "user-rec", "--notification-id"]
+        #expect(try await ids(byNotification + ["evt_rec_1"]) == expected)
+        #expect(try await ids(byNotification + ["evt_other"]) == [])
 
         let csvFile = directory.appendingPathComponent("events.csv").path
         let csv = try await runChildProcess(executable, ["events"] + common + ["--format", "csv", "--type", "initial_purchase", "--output", csvFile])
