@@ -79,13 +79,8 @@ public final class RelayProcess: Sendable {
         let health = HealthState()
         let listening = Eventual<Int>()
         let metricsListening = Eventual<Int>()
-        // Only the roles that append or consume open the log (an embedded log takes its owner lock); the
-        // backend consumes relay.events into its events store.
-        let usesLog = roles.contains(.ingest) || roles.contains(.worker) || roles.contains(.deliverer) || roles.contains(.backend)
-        let log: any RecordLog =
-            usesLog
-            ? try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
-            : NoRecordLog()
+        // Every role uses the log: the backend consumes relay.events into its events store.
+        let log = try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
 
         // Start order; shutdown runs backwards through this list.
         var services: [any Service] = []
@@ -115,13 +110,11 @@ public final class RelayProcess: Sendable {
         }
         // The log's one producer serves the ingest, the worker and the deliverer; the log starts before them
         // and so closes after them.
-        if usesLog {
-            services.append(RecordLogService(log: log))
-            // A process that only serves the backend stays ready without the log: SDKs' entitlement reads
-            // must not fail because Kafka does; its events recorder catches up (relay-backend's lag).
-            if Set(roles) != [.backend] {
-                health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
-            }
+        services.append(RecordLogService(log: log))
+        // A process that only serves the backend stays ready without the log: SDKs' entitlement reads
+        // must not fail because Kafka does; its events recorder catches up (relay-backend's lag).
+        if Set(roles) != [.backend] {
+            health.addReadinessCheck(configuration.log.kind == .kafka ? "kafka_unreachable" : "log_unavailable") { log.isAvailable }
         }
         if let eventStore {
             let (group, topics) = configuration.consumerGroups[2]
@@ -253,19 +246,6 @@ public final class RelayProcess: Sendable {
     public func triggerGracefulShutdown() async {
         await group.triggerGracefulShutdown()
     }
-}
-
-/// The log of a process whose roles use none (`--role backend`): asking it for anything is a bug.
-struct NoRecordLog: RecordLog {
-    private var error: RecordLogError { RecordLogError(code: .configuration, reason: "this process's roles use no record log", isRetriable: false) }
-    var producer: any RecordProducer { get throws(RecordLogError) { throw error } }
-    func consumer(_ options: ConsumerOptions) throws(RecordLogError) -> any RecordConsumer { throw error }
-    func snapshot(of topic: String) throws(RecordLogError) -> any TopicSnapshot { throw error }
-    func read(_ topic: String, from offsets: [Int32: Int64], follow: Bool) throws(RecordLogError) -> any TopicSnapshot { throw error }
-    func partitionEnds(of topic: String) throws(RecordLogError) -> [PartitionEnd] { throw error }
-    func committedOffsets(group: String, topic: String) throws(RecordLogError) -> [Int32: Int64] { throw error }
-    var isAvailable: Bool { false }
-    func close() async {}
 }
 
 /// Why a process could not be set up: the configuration (exit 78), Kafka, or the record log.

@@ -25,7 +25,7 @@ public struct RelayConfiguration: Sendable {
         [
             ("relay-worker", [topics.notifications]),
             ("relay-deliverer", topics.delivererTopics(retrySteps: delivery.retrySchedule.count)),
-            // The local backend's events store (EventRecorder.consumerGroup).
+            // The local backend's events store (its EventRecorder).
             ("relay-backend", [topics.events]),
         ]
     }

@@ -13,8 +13,6 @@ import Synchronization
 /// failing write (the disk) is retried with backoff, holding back only the recorder. A record that is
 /// not a standardized event is logged, counted and marked done: it can never be recorded.
 public final class EventRecorder: Service {
-    public static let consumerGroup = "relay-backend"
-
     private let consumer: any RecordConsumer
     private let store: EventStore
     private let logger: Logger
