@@ -51,8 +51,11 @@ public struct AppleHistoryCommands: Sendable {
         }
     }
 
-    /// Apple keeps this much notification history (production; the sandbox keeps 30 days).
-    public static let notificationHistoryRetention: Int64 = 180 * 86_400_000
+    /// The days of notification history Apple keeps: 180 in production, 30 in the sandbox (Get
+    /// Notification History).
+    public static func notificationHistoryDays(_ environment: AppStoreServerEnvironment) -> Int64 {
+        environment == .production ? 180 : 30
+    }
 
     public let app: RelayConfiguration.App
     let apple: RelayConfiguration.Apple
@@ -327,11 +330,13 @@ public struct AppleHistoryCommands: Sendable {
     /// processed, and the worker would answer a CONSUMPTION_REQUEST again with today's state.
     public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let now = self.now()
-        let oldest = now - Self.notificationHistoryRetention
+        let days = Self.notificationHistoryDays(client.environment)
+        let oldest = now - days * 86_400_000
         guard since >= oldest else {
             throw Failure(
                 .badArguments,
-                "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the 180 days of notification history Apple keeps;"
+                "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the \(days) days of notification history Apple keeps"
+                    + " (\(client.environment == .production ? "production" : "sandbox"));"
                     + " use --since \(Timestamp.rfc3339(milliseconds: oldest + 60_000)) or later, and `revenue-relay import apple` for older transactions")
         }
         let end = min(until ?? now, now)

@@ -162,7 +162,7 @@ struct RecoverApple: AsyncParsableCommand {
 
     @OptionGroup var options: AppleCommandOptions
 
-    @Option(help: "Notifications Apple sent at or after this time (within the last 180 days).")
+    @Option(help: "Notifications Apple sent at or after this time (within the last 180 days; 30 in the sandbox).")
     var since: String
 
     @Option(help: "Notifications sent before this time (default: now).")

@@ -371,7 +371,7 @@ final class AppleServerModel: Sendable {
 
         let tooOld = try await runChildProcess(executable, ["recover", "apple"] + common + ["--since", "2020-01-01"])
         #expect(tooOld.status == 64)
-        #expect(tooOld.stderr.contains("180 days"), "\(tooOld.stderr)")
+        #expect(tooOld.stderr.contains("30 days of notification history Apple keeps (sandbox)"), "\(tooOld.stderr)")
 
         let withoutKey = directory.appendingPathComponent("no-key.yaml").path
         try Data(Self.configurationText(fake: fake, serverApi: false).utf8).write(to: URL(fileURLWithPath: withoutKey))
@@ -436,15 +436,16 @@ final class AppleServerModel: Sendable {
         // The CONSUMPTION_REQUEST and the TEST were not appended: the posted one and the two re-ingested only.
         #expect(try await Self.records(relay, topic: relay.configuration.topics.notifications).count == 3)
 
-        // Older than Apple's 180 days: refused before any call.
+        // Older than the sandbox's 30 days of history (production keeps 180): refused before any call.
         let calls = fake.requests.count
         do {
-            _ = try await commands.recover(since: now - 181 * Self.day, until: nil)
-            Issue.record("a --since older than 180 days was accepted")
+            _ = try await commands.recover(since: now - 31 * Self.day, until: nil)
+            Issue.record("a --since older than the sandbox's 30 days was accepted")
         } catch {
             #expect(error.kind == .badArguments)
-            #expect(error.message.contains("180 days"), "\(error.message)")
+            #expect(error.message.contains("30 days"), "\(error.message)")
         }
+        #expect(AppleHistoryCommands.notificationHistoryDays(.production) == 180)
         #expect(fake.requests.count == calls)
 
         try await relay.stop()
