@@ -234,7 +234,7 @@ enum ConfigParser {
                 }
                 let before = try map.optional("purchasedBefore") { (node) throws(ConfigurationError) -> Int64 in
                     let text = try node.nonEmptyString()
-                    guard let milliseconds = Timestamp.milliseconds(text.count == 10 ? text + "T00:00:00Z" : text) else {
+                    guard let milliseconds = Timestamp.milliseconds(dateOrTime: text) else {
                         throw node.error("expected a date (2025-01-01) or an RFC 3339 time")
                     }
                     return milliseconds

@@ -6,6 +6,13 @@
 /// `ISO8601FormatStyle(includingFractionalSeconds: true).parse`, with the same results on the
 /// timestamps the relay reads.
 public enum Timestamp {
+    /// What people type for a time: a date (`2026-11-24`, its midnight UTC) or an RFC 3339 time, and
+    /// with `unixMilliseconds` also a whole number of Unix milliseconds.
+    public static func milliseconds(dateOrTime text: String, unixMilliseconds: Bool = false) -> Int64? {
+        if unixMilliseconds, let milliseconds = Int64(text) { return milliseconds }
+        return milliseconds(text.utf8.count == 10 ? text + "T00:00:00Z" : text)
+    }
+
     public static func milliseconds(_ text: String?) -> Int64? {
         guard let text else { return nil }
         let bytes = Array(text.utf8)
@@ -24,6 +31,9 @@ public enum Timestamp {
             let minute = number(14..<16), bytes[16] == 58, let second = number(17..<19), (1...12).contains(month), (1...31).contains(day),
             hour < 24, minute < 60, second < 61
         else { return nil }
+        // A day the month has (2030-02-30 would otherwise be read as 2030-03-02).
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        guard day <= (month == 2 ? (leap ? 29 : 28) : [4, 6, 9, 11].contains(month) ? 30 : 31) else { return nil }
         var index = 19
         var millis = 0
         if index < bytes.count, bytes[index] == 46 {

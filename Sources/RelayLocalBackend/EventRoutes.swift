@@ -122,8 +122,7 @@ enum EventQueryParameters {
     /// Unix milliseconds, an RFC 3339 time, or a date (its midnight UTC).
     static func time(_ text: String?, _ name: String) throws(Invalid) -> Int64? {
         guard let text else { return nil }
-        if let milliseconds = Int64(text) { return milliseconds }
-        if let milliseconds = Timestamp.milliseconds(text.count == 10 ? text + "T00:00:00Z" : text) { return milliseconds }
+        if let milliseconds = Timestamp.milliseconds(dateOrTime: text, unixMilliseconds: true) { return milliseconds }
         throw Invalid(message: "\(name): use Unix milliseconds, an RFC 3339 time (2026-11-24T08:00:00Z) or a date (2026-11-24)")
     }
 

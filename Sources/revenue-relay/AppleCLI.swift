@@ -77,8 +77,7 @@ private func stderrLine(_ line: String) {
 
 private func time(_ text: String?, option: String) throws -> Int64? {
     guard let text else { return nil }
-    if let milliseconds = Int64(text) { return milliseconds }
-    guard let milliseconds = Timestamp.milliseconds(text.count == 10 ? text + "T00:00:00Z" : text) else {
+    guard let milliseconds = Timestamp.milliseconds(dateOrTime: text, unixMilliseconds: true) else {
         throw ValidationError("--\(option) must be an ISO 8601 time such as 2026-11-20T08:00:00Z, a date such as 2026-11-20, or Unix milliseconds")
     }
     return milliseconds

@@ -47,8 +47,7 @@ struct Replay: AsyncParsableCommand {
 
     static func time(_ text: String?, option: String) throws -> Int64? {
         guard let text else { return nil }
-        let full = text.count == 10 ? text + "T00:00:00Z" : text
-        guard let milliseconds = Timestamp.milliseconds(full) else {
+        guard let milliseconds = Timestamp.milliseconds(dateOrTime: text) else {
             throw ValidationError("--\(option) must be an ISO 8601 time such as 2026-11-20T08:00:00Z or a date such as 2026-11-20")
         }
         return milliseconds

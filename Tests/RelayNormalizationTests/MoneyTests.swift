@@ -128,7 +128,21 @@ import Testing
         #expect(Timestamp.milliseconds("2030-02-30") == nil)
         #expect(Timestamp.milliseconds("2030-01-01T00:00:00") == nil)
         #expect(Timestamp.milliseconds("2030-13-01T00:00:00Z") == nil)
+        #expect(Timestamp.milliseconds("2030-02-30T00:00:00Z") == nil)
+        #expect(Timestamp.milliseconds("2030-04-31T00:00:00Z") == nil)
+        #expect(Timestamp.milliseconds("2028-02-29T00:00:00Z") == 1_835_395_200_000)
+        #expect(Timestamp.milliseconds("2100-02-29T00:00:00Z") == nil)
         #expect(Timestamp.milliseconds("2030-01-01T00:00:00.Z") == nil)
+    }
+
+    /// What the command line, the events route and the configuration take for a time.
+    @Test func datesTimesAndUnixMillisecondsAsTyped() {
+        #expect(Timestamp.milliseconds(dateOrTime: "2030-01-01") == 1_893_456_000_000)
+        #expect(Timestamp.milliseconds(dateOrTime: "2030-01-01T02:00:00+02:00") == 1_893_456_000_000)
+        #expect(Timestamp.milliseconds(dateOrTime: "1893456000000") == nil, "Unix milliseconds only when asked for")
+        #expect(Timestamp.milliseconds(dateOrTime: "1893456000000", unixMilliseconds: true) == 1_893_456_000_000)
+        #expect(Timestamp.milliseconds(dateOrTime: "2030-02-30") == nil)
+        #expect(Timestamp.milliseconds(dateOrTime: "yesterday", unixMilliseconds: true) == nil)
     }
 
     @Test func storefrontsBecomeAlpha2() {
