@@ -557,13 +557,14 @@ public struct AppleHistoryCommands: Sendable {
     }
 }
 
-/// The backend routes the commands read: the events route (by notification id) and the subscriptions list.
-struct BackendReader: Sendable {
-    let url: String
+/// The backend's internal routes as the command line reads them (`events`, `revenue`, and the Apple
+/// commands): a failure is an `AppleHistoryCommands.Failure` with its message and exit code.
+public struct BackendReader: Sendable {
+    public let url: String
     let apiKey: String
     let http: HTTPClient
 
-    init(url: String, apiKey: String, http: HTTPClient) {
+    public init(url: String, apiKey: String, http: HTTPClient) {
         var url = url
         while url.hasSuffix("/") { url.removeLast() }
         self.url = url
@@ -571,7 +572,7 @@ struct BackendReader: Sendable {
         self.http = http
     }
 
-    func get(_ path: String, _ query: [(String, String)]) async throws(AppleHistoryCommands.Failure) -> JSON {
+    public func get(_ path: String, _ query: [(String, String)]) async throws(AppleHistoryCommands.Failure) -> JSON {
         let text = query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
         let response: HTTPClientResponse
         do {
@@ -583,6 +584,8 @@ struct BackendReader: Sendable {
         case 200:
             guard let document = try? JSON.parse(response.body) else { throw .init(.unavailable, "the backend at \(url) answered \(path) with a body that is not JSON") }
             return document
+        case 400:
+            throw .init(.badArguments, (try? JSON.parse(response.body))?["detail"]?.stringValue ?? "the backend refused the request to \(path)")
         case 401, 403:
             throw .init(.configuration, "the backend at \(url) refused backend.apiKey")
         case 404:
@@ -638,17 +641,27 @@ struct BackendReader: Sendable {
         }
     }
 
+    /// Every recorded event that matches `filter` (the events route's query parameters), page by page
+    /// (1,000 a page), oldest recorded first, each page handed to `body`.
+    public func events(
+        _ filter: [(String, String)], _ body: ([JSON]) throws(AppleHistoryCommands.Failure) -> Void
+    ) async throws(AppleHistoryCommands.Failure) {
+        var cursor: String?
+        repeat {
+            var query = filter + [("limit", "1000")]
+            if let cursor { query.append(("cursor", cursor)) }
+            let page = try await get("/subscriptions-api/internal/v1/events", query)
+            try body(page["events"]?.arrayValue ?? [])
+            cursor = page["nextCursor"]?.stringValue
+        } while cursor != nil
+    }
+
     /// Every recorded event of an Apple subscription (every page), live and historical, in every environment.
     func recordedEvents(originalTransactionId: String) async throws(AppleHistoryCommands.Failure) -> RecordedEvents {
         var recorded = RecordedEvents()
-        var cursor: String?
-        repeat {
-            var query = [("originalTransactionId", originalTransactionId), ("store", "apple"), ("environment", "ALL"), ("limit", "1000")]
-            if let cursor { query.append(("cursor", cursor)) }
-            let page = try await get("/subscriptions-api/internal/v1/events", query)
-            for event in page["events"]?.arrayValue ?? [] { recorded.add(event) }
-            cursor = page["nextCursor"]?.stringValue
-        } while cursor != nil
+        try await events([("originalTransactionId", originalTransactionId), ("store", "apple"), ("environment", "ALL")]) { page in
+            for event in page { recorded.add(event) }
+        }
         return recorded
     }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RelayApp
 import RelayConfig
 import RelayCore
 import RelayHTTPClient
@@ -53,41 +54,25 @@ struct BackendOptions: ParsableArguments {
     @Option(name: .customLong("backend-url"), help: "The backend's URL instead of backend.url (dev: its backend.listen address).")
     var backendURL: String?
 
-    func endpoint() throws -> (url: String, apiKey: String) {
+    /// The backend's reader, or exit 78 when the configuration has no `backend.apiKey`.
+    func reader() throws -> BackendReader {
         let configuration = try loadConfiguration(config)
         guard let apiKey = configuration.backend.apiKey, !apiKey.isEmpty else {
             FileHandle.standardError.write(Data("revenue-relay: backend.apiKey is not set in \(config)\n".utf8))
             throw Exit.badConfiguration
         }
-        var url = backendURL ?? configuration.backend.url
-        while url.hasSuffix("/") { url.removeLast() }
-        return (url, apiKey)
+        return BackendReader(
+            url: backendURL ?? configuration.backend.url, apiKey: apiKey, http: HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60)))
     }
+}
 
-    /// GETs `path?query` from the backend; exits 69 when it cannot be reached or answers other than 200.
-    func get(_ path: String, _ query: [(String, String)], http: HTTPClient, endpoint: (url: String, apiKey: String)) async throws -> [UInt8] {
-        let queryText = query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
-        let url = endpoint.url + path + (queryText.isEmpty ? "" : "?" + queryText)
-        let response: HTTPClientResponse
-        do {
-            response = try await http.send("GET", url, headers: [("Authorization", "Bearer \(endpoint.apiKey)")])
-        } catch {
-            FileHandle.standardError.write(Data("revenue-relay: the backend at \(endpoint.url) cannot be reached: \(error)\n".utf8))
-            throw Exit.unavailable
-        }
-        switch response.status {
-        case 200: return response.body
-        case 400:
-            let detail = (try? JSON.parse(response.body))?["detail"]?.stringValue ?? "bad request"
-            FileHandle.standardError.write(Data("revenue-relay: \(detail)\n".utf8))
-            throw Exit.badArguments
-        case 401, 403:
-            FileHandle.standardError.write(Data("revenue-relay: the backend at \(endpoint.url) refused backend.apiKey\n".utf8))
-            throw Exit.badConfiguration
-        default:
-            FileHandle.standardError.write(Data("revenue-relay: the backend at \(endpoint.url) answered \(response.status)\n".utf8))
-            throw Exit.unavailable
-        }
+/// Runs a backend read, turning its failure into the message on standard error and the exit code.
+func reading<Result>(_ body: () async throws(AppleHistoryCommands.Failure) -> Result) async throws -> Result {
+    do {
+        return try await body()
+    } catch {
+        FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
+        throw ExitCode(error.exitCode)
     }
 }
 
@@ -119,7 +104,7 @@ struct Events: AsyncParsableCommand {
 
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
-        let endpoint = try backend.endpoint()
+        let reader = try backend.reader()
         let sink: FileHandle
         if let output {
             guard FileManager.default.createFile(atPath: output, contents: nil) , let handle = FileHandle(forWritingAtPath: output) else {
@@ -130,23 +115,20 @@ struct Events: AsyncParsableCommand {
         } else {
             sink = FileHandle.standardOutput
         }
-        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60))
         if format == .csv { sink.write(Data((Self.columns.joined(separator: ",") + "\n").utf8)) }
-        var cursor: String?
         var count = 0
-        repeat {
-            var query = filter.query + [("limit", "1000")]
-            if let cursor { query.append(("cursor", cursor)) }
-            let page = try JSON.parse(try await backend.get("/subscriptions-api/internal/v1/events", query, http: http, endpoint: endpoint))
-            var text = ""
-            for event in page["events"]?.arrayValue ?? [] {
-                text += format == .csv ? Self.csvRow(event) : event.text
-                text += "\n"
-                count += 1
+        let format = format
+        try await reading { () async throws(AppleHistoryCommands.Failure) in
+            try await reader.events(filter.query) { page in
+                var text = ""
+                for event in page {
+                    text += format == .csv ? Self.csvRow(event) : event.text
+                    text += "\n"
+                }
+                count += page.count
+                sink.write(Data(text.utf8))
             }
-            sink.write(Data(text.utf8))
-            cursor = page["nextCursor"]?.stringValue
-        } while cursor != nil
+        }
         if output != nil {
             try sink.close()
             FileHandle.standardError.write(Data("revenue-relay: \(count) events written to \(output!)\n".utf8))
@@ -201,12 +183,12 @@ struct Revenue: AsyncParsableCommand {
 
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
-        let endpoint = try backend.endpoint()
-        let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60))
+        let reader = try backend.reader()
         var query = filter.query
         if let groupBy { query.append(("groupBy", groupBy)) }
-        let body = try await backend.get("/subscriptions-api/internal/v1/revenue", query, http: http, endpoint: endpoint)
-        let report = try JSON.parse(body)
+        let report = try await reading { () async throws(AppleHistoryCommands.Failure) in
+            try await reader.get("/subscriptions-api/internal/v1/revenue", query)
+        }
         if format == .json {
             printLine(report.text)
             return
