@@ -95,12 +95,6 @@ public struct AppleHistoryCommands: Sendable {
         guard let environment = AppStoreServerEnvironment(rawValue: serverApi.environment) else {
             throw Failure(.configuration, "apps[\(index)].apple.serverApi.environment must be Production or Sandbox")
         }
-        guard apple.environments.contains(serverApi.environment) else {
-            throw Failure(
-                .configuration,
-                "apps[\(index)].apple.serverApi.environment is \(serverApi.environment), which apps[\(index)].apple.environments does not list:"
-                    + " the worker would reject every transaction; add it or use the other environment")
-        }
         do {
             let key = try AppStoreConnectKey.load(path: serverApi.privateKey, keyId: serverApi.keyId, issuerId: serverApi.issuerId, bundleId: apple.bundleId)
             client = try AppStoreServerClient(key: key, environment: environment, baseURL: serverApi.baseUrl, http: http, retry: retry, logger: logger)

@@ -217,6 +217,12 @@ enum ConfigParser {
                 sampleContentProvided: try map.optional("sampleContentProvided") { (node) throws(ConfigurationError) in try node.bool() } ?? false,
                 refundPreference: preference)
         }
+        if let serverApi, !environments.contains(serverApi.environment) {
+            throw ConfigurationError(
+                key: "\(node.path).serverApi.environment",
+                message: "is \(serverApi.environment) (Production unless set), which environments does not list: every transaction the key"
+                    + " reads would be rejected; add it to environments or set serverApi.environment")
+        }
         if consumption != nil && serverApi == nil {
             throw ConfigurationError(key: "\(node.path).consumption", message: "answering consumption requests needs serverApi (an App Store Connect key)")
         }

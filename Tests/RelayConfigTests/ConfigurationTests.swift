@@ -163,7 +163,8 @@ import Testing
                 applicationId: 1
                 apple:
                   bundleId: com.example.app
-                  environments: [Sandbox]
+                  appAppleId: 1234
+                  environments: [Sandbox, Production]
                   rootCertificates: [certs/AppleRootCA-G3.der]
             """
         let key = "serverApi: { keyId: ABC123DEFG, issuerId: 57246542-96fe-1a63-e053-0824d011072a, privateKey: dev/apple-test-root.pem }"
@@ -194,6 +195,10 @@ import Testing
         ] {
             #expect(error(base + "\n      " + extra)?.key == key, "\(extra)")
         }
+        // A key for an environment the app does not take: everything it would read is rejected.
+        let sandboxOnly = base.replacingOccurrences(of: "[Sandbox, Production]", with: "[Sandbox]")
+        #expect(error(sandboxOnly + "\n      " + key)?.key == "apps[0].apple.serverApi.environment")
+        #expect(error(sandboxOnly + "\n      " + key.replacingOccurrences(of: " }", with: ", environment: Sandbox }")) == nil)
     }
 
 }
