@@ -7,7 +7,7 @@ import RelayCore
 extension LocalBackend {
     public static let eventsPath = "/subscriptions-api/internal/v1/events"
     public static let revenuePath = "/subscriptions-api/internal/v1/revenue"
-    /// Events per page of the JSON answer unless `limit` says otherwise, and its largest `limit`.
+    /// Events (or subscriptions) per page of a JSON answer unless `limit` says otherwise, and its largest `limit`.
     static let defaultPageSize = 100
     static let maximumPageSize = 1_000
     /// Rows read from the database at a time while streaming NDJSON: what an export holds in memory.

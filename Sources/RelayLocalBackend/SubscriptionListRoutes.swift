@@ -4,10 +4,6 @@ import NIOCore
 import RelayCore
 
 extension LocalBackend {
-    /// Subscriptions per page of the list unless `limit` says otherwise, and its largest `limit`.
-    static let subscriptionListPageSize = 100
-    static let subscriptionListMaximumPageSize = 1_000
-
     /// `GET /subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=N&activeOrChangedSince=T&cursor=..&limit=..`:
     /// the stored states of one application's subscriptions in one store that are active (ACTIVE,
     /// IN_GRACE_PERIOD, IN_BILLING_RETRY, PAUSED, or an expiry still ahead) or were written at or after
@@ -16,6 +12,7 @@ extension LocalBackend {
     /// `revenue-relay reconcile` walks it.
     func addSubscriptionListRoutes(to router: Router<BasicRequestContext>) {
         let database = self.database
+        let clock = self.clock
         router.get(RouterPath(Self.internalPrefix)) { request, _ in
             let parameters = request.uri.queryParameters
             guard let storeText = parameters["store"], let store = Store(rawValue: String(storeText)) else {
@@ -26,22 +23,16 @@ extension LocalBackend {
             }
             let since: Int64?
             let cursor: Int64?
-            var limit = Self.subscriptionListPageSize
+            let limit: Int
             do {
                 since = try EventQueryParameters.time(parameters["activeOrChangedSince"].map(String.init), "activeOrChangedSince")
                 cursor = try EventQueryParameters.cursor(parameters)
+                limit = try EventQueryParameters.limit(parameters)
             } catch let invalid as EventQueryParameters.Invalid {
                 return errorResponse(.badRequest, "bad_request", invalid.message)
             }
-            if let text = parameters["limit"] {
-                guard let value = Int(String(text)), (1...Self.subscriptionListMaximumPageSize).contains(value) else {
-                    return errorResponse(.badRequest, "bad_request", "limit: use a number from 1 to \(Self.subscriptionListMaximumPageSize)")
-                }
-                limit = value
-            }
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
             let page = try await database.subscriptions(
-                store: store, applicationId: applicationId, activeOrChangedSince: since, now: now, after: cursor, limit: limit)
+                store: store, applicationId: applicationId, activeOrChangedSince: since, now: clock(), after: cursor, limit: limit)
             return json(
                 .ok,
                 ["subscriptions": .array(page.states.map(\.json)), "nextCursor": page.next.map { .string(String($0)) } ?? .null])

@@ -18,7 +18,8 @@ final class EventsBackend: Sendable {
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
 
-    init() async throws {
+    /// `clock`: the backend's now (Unix ms), else the system's.
+    init(clock: (@Sendable () -> Int64)? = nil) async throws {
         path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("events") + "/backend.sqlite").path
         let configuration = try RelayConfiguration.parse(
             yaml: """
@@ -26,7 +27,7 @@ final class EventsBackend: Sendable {
                 apps:
                   - { key: demo, projectId: 1, applicationId: 7, stripe: { signingSecrets: ["whsec_x"] } }
                 """, baseDirectory: "/", environment: [:])
-        let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: path))
+        let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: path), clock: clock)
         events = backend.events
         let ports = AsyncStream.makeStream(of: Int.self)
         let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }

@@ -49,4 +49,33 @@ import Testing
         // Changed since the future: the active ones only.
         #expect(try await all(since: now * 2, limit: 100).0.count == 5)
     }
+
+    /// The route: its parameters, its pages, and "active" judged at the backend's clock.
+    @Test func theRouteAnswersPagesAtTheBackendsClockAndRefusesBadParameters() async throws {
+        let now: Int64 = 2_000_000_000_000
+        let backend = try await EventsBackend(clock: { now })
+        let database = try SubscriptionDatabase(path: backend.path)
+        // Expired a millisecond before the backend's now (which is years ahead of the system's).
+        for state in [testSubscriptionState("active", status: .active, expiresAt: now + 1), testSubscriptionState("lapsed", status: .expired, expiresAt: now - 1)] {
+            _ = try await database.write(state, ifMatch: 0)
+        }
+        let path = "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=7"
+        var ids: [String] = []
+        var query = path + "&limit=1"
+        while true {
+            let response = try await backend.get(query)
+            #expect(response.status == 200)
+            let page = try JSON.parse(response.body)
+            ids += page["subscriptions"]?.arrayValue?.compactMap { $0["originalTransactionId"]?.stringValue } ?? []
+            guard let next = page["nextCursor"]?.stringValue else { break }
+            query = path + "&limit=1&cursor=" + next
+        }
+        #expect(ids == ["active"])
+        for bad in ["&limit=0", "&limit=1001", "&cursor=x", "&activeOrChangedSince=yesterday"] {
+            #expect(try await backend.get(path + bad).status == 400, "\(bad)")
+        }
+        #expect(try await backend.get("/subscriptions-api/internal/v1/subscriptions?store=amazon&applicationId=7").status == 400)
+        #expect(try await backend.get("/subscriptions-api/internal/v1/subscriptions?store=apple").status == 400)
+        await backend.stop()
+    }
 }
