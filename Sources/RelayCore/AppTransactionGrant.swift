@@ -24,6 +24,25 @@ public enum AppTransactionGrant {
         return nil
     }
 
+    /// Apple's `revocationDate` and `revocationReason` of a refunded or revoked app purchase, described;
+    /// nil when it has neither. Such an AppTransaction grants nothing (the backend answers 403, the
+    /// worker refuses its record).
+    public static func revocation(of appTransaction: JSON) -> String? {
+        let named = ["revocationDate", "revocationReason"].compactMap { key -> String? in
+            guard let value = appTransaction[key], !value.isNull else { return nil }
+            return "\(key) \(String(decoding: value.serialized(), as: UTF8.self))"
+        }
+        return named.isEmpty ? nil : named.joined(separator: ", ")
+    }
+
+    /// Whether a stored grant is `user`'s: it names the user (as its first user or among its users), or
+    /// names nobody. One AppTransaction grants one user: the backend answers 409 and the worker writes
+    /// nothing for anyone else.
+    public static func belongs(_ grant: SubscriptionState, to user: String) -> Bool {
+        let owners = grant.appUserIds + (grant.originalAppUserId.map { [$0] } ?? [])
+        return owners.isEmpty || owners.contains(user)
+    }
+
     /// The body of the record the backend appends.
     public static func body(signedAppTransaction: String, appUserId: String, rule: Int) -> [UInt8] {
         JSON.object(["signedAppTransaction": .string(signedAppTransaction), "appUserId": .string(appUserId), "rule": .integer(Int64(rule))])

@@ -74,7 +74,7 @@ extension LocalBackend {
                 .badRequest,
                 ["error": "invalid_app_transaction", "reason": .string(rejection.reason.rawValue), "detail": .string(rejection.detail)])
         }
-        if let revoked = Self.revocation(of: appTransaction) {
+        if let revoked = AppTransactionGrant.revocation(of: appTransaction) {
             return errorResponse(
                 .forbidden, "revoked", "the app purchase this AppTransaction records was refunded or revoked (\(revoked)); it grants nothing")
         }
@@ -88,8 +88,7 @@ extension LocalBackend {
         }
         if let stored = try await database.subscription(store: .apple, originalTransactionId: subject) {
             // One user per AppTransaction. The detail does not name the user it belongs to.
-            let owners = stored.appUserIds + (stored.originalAppUserId.map { [$0] } ?? [])
-            guard owners.isEmpty || owners.contains(user) else {
+            guard AppTransactionGrant.belongs(stored, to: user) else {
                 return errorResponse(
                     .conflict, "already_granted", "this AppTransaction's grandfathered access already belongs to another app user; one AppTransaction grants one user")
             }
@@ -114,15 +113,6 @@ extension LocalBackend {
             return errorResponse(.serviceUnavailable, "not_stored", "the grant could not be stored; try again")
         }
         return json(.accepted, granted)
-    }
-
-    /// Apple's `revocationDate` (or `revocationReason`) of a revoked AppTransaction, described; nil when it has none.
-    static func revocation(of appTransaction: JSON) -> String? {
-        let date = appTransaction["revocationDate"].flatMap { $0.isNull ? nil : $0 }
-        let reason = appTransaction["revocationReason"].flatMap { $0.isNull ? nil : $0 }
-        guard date != nil || reason != nil else { return nil }
-        let named: [(String, JSON?)] = [("revocationDate", date), ("revocationReason", reason)]
-        return named.compactMap { key, value in value.map { "\(key) \(String(decoding: $0.serialized(), as: UTF8.self))" } }.joined(separator: ", ")
     }
 
     private struct RouteProblem: Error {

@@ -33,7 +33,7 @@ enum AppTransactionMapping {
             mapping.malformed = "the app-transaction record names no user or its AppTransaction has no id"
             return mapping
         }
-        if isRevoked(appTransaction) {
+        if AppTransactionGrant.revocation(of: appTransaction) != nil {
             mapping.malformed = "the app-transaction record's AppTransaction is revoked (the app purchase was refunded); it grants nothing"
             return mapping
         }
@@ -43,23 +43,11 @@ enum AppTransactionMapping {
             return mapping
         }
         // Granted to another user already: no state, so the normalizer adds nobody and sends nothing.
-        if let prior, !belongs(prior, to: user) { return mapping }
+        if let prior, !AppTransactionGrant.belongs(prior, to: user) { return mapping }
         mapping.state = SubscriptionState(
             store: .apple, originalTransactionId: subject, applicationId: input.app.applicationId, originalAppUserId: prior?.originalAppUserId ?? user,
             appUserIds: [user], productId: AppTransactionGrant.productId(rule: index), status: .active, periodType: .normal, autoRenew: false,
             expiresAt: nil, environment: environment, lastTransactionId: nil, sourceTimestamp: mapping.eventTime)
         return mapping
-    }
-
-    /// Whether a stored grant is `user`'s: it names the user (as its first user or among its users), or
-    /// names nobody.
-    static func belongs(_ grant: SubscriptionState, to user: String) -> Bool {
-        let owners = grant.appUserIds + (grant.originalAppUserId.map { [$0] } ?? [])
-        return owners.isEmpty || owners.contains(user)
-    }
-
-    /// Apple's AppTransaction `revocationDate` (with `revocationReason`): the app purchase was refunded or revoked.
-    static func isRevoked(_ appTransaction: JSON) -> Bool {
-        ["revocationDate", "revocationReason"].contains { key in appTransaction[key].map { !$0.isNull } ?? false }
     }
 }
