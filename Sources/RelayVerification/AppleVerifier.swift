@@ -94,17 +94,7 @@ public struct AppleVerifier: Sendable {
         if case .object(var data) = payload["data"] {
             for (key, checkBundle) in [("signedTransactionInfo", true), ("signedRenewalInfo", false)] {
                 guard let value = data[key] else { continue }
-                guard let nestedText = value.stringValue else { throw Rejection(.malformed, "data.\(key) is not a JWS string") }
-                let nested = try CompactJWS(nestedText, what: "data.\(key)")
-                let nestedEnvironment = nested.payload["environment"]?.stringValue ?? environment
-                guard nestedEnvironment == environment else {
-                    throw Rejection(.wrongEnvironment, "data.\(key) is from \(nestedEnvironment), the notification from \(environment)")
-                }
-                try verify(nested, claimedEnvironment: nestedEnvironment, what: "data.\(key)")
-                if checkBundle, let nestedBundle = nested.payload["bundleId"]?.stringValue, nestedBundle != bundleId {
-                    throw Rejection(.wrongBundleId, "data.\(key) bundleId \"\(nestedBundle)\" is not this app's \"\(bundleId)\"")
-                }
-                data[key] = nested.payload
+                data[key] = try verifyNested(value, what: "data.\(key)", of: "the notification", environment: environment, checkBundle: checkBundle)
             }
             if case .object(var members) = payload {
                 members["data"] = .object(data)
@@ -133,31 +123,16 @@ public struct AppleVerifier: Sendable {
                 .malformed,
                 #"an apple-api record's body is not {"notificationType", "notificationUUID", "signedTransactionInfo": "<JWS>", "signedRenewalInfo"?: "<JWS>"}"#)
         }
-        let transactionJWS = try CompactJWS(transactionText, what: "signedTransactionInfo")
-        let claimed = transactionJWS.payload["environment"]?.stringValue
-        try verify(transactionJWS, claimedEnvironment: claimed, what: "signedTransactionInfo")
-        guard let environment = claimed, environments.contains(environment) else {
-            throw Rejection(
-                .wrongEnvironment,
-                "signedTransactionInfo environment \(claimed.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
-        }
-        guard let transactionBundle = transactionJWS.payload["bundleId"]?.stringValue, transactionBundle == bundleId else {
-            let named = transactionJWS.payload["bundleId"]?.stringValue.map { "\"\($0)\"" } ?? "missing"
-            throw Rejection(.wrongBundleId, "signedTransactionInfo bundleId \(named) is not this app's \"\(bundleId)\"")
+        let transaction = try verifySignedData(transactionText, what: "signedTransactionInfo", requireBundle: true)
+        guard let environment = transaction["environment"]?.stringValue else {
+            throw Rejection(.wrongEnvironment, "signedTransactionInfo has no environment")  // verifySignedData requires one
         }
         var data: [String: JSON] = [
-            "bundleId": .string(bundleId), "environment": .string(environment), "signedTransactionInfo": transactionJWS.payload,
+            "bundleId": .string(bundleId), "environment": .string(environment), "signedTransactionInfo": transaction,
         ]
         if let appAppleId { data["appAppleId"] = .integer(appAppleId) }
         if let renewal = document["signedRenewalInfo"], !renewal.isNull {
-            guard let renewalText = renewal.stringValue else { throw Rejection(.malformed, "signedRenewalInfo is not a JWS string") }
-            let renewalJWS = try CompactJWS(renewalText, what: "signedRenewalInfo")
-            let renewalEnvironment = renewalJWS.payload["environment"]?.stringValue ?? environment
-            guard renewalEnvironment == environment else {
-                throw Rejection(.wrongEnvironment, "signedRenewalInfo is from \(renewalEnvironment), the transaction from \(environment)")
-            }
-            try verify(renewalJWS, claimedEnvironment: renewalEnvironment, what: "signedRenewalInfo")
-            data["signedRenewalInfo"] = renewalJWS.payload
+            data["signedRenewalInfo"] = try verifyNested(renewal, what: "signedRenewalInfo", of: "the transaction", environment: environment, checkBundle: false)
         }
         var payload: [String: JSON] = [
             "notificationType": .string(type), "notificationUUID": .string(uuid), "version": "2.0", "data": .object(data),
@@ -167,7 +142,7 @@ public struct AppleVerifier: Sendable {
         // revocation), else when Apple signed the transaction. The chain was checked at the JWS's own date.
         if let eventTime = document["eventTime"]?.int64Value {
             payload["signedDate"] = .integer(eventTime)
-        } else if let signedDate = transactionJWS.payload["signedDate"] {
+        } else if let signedDate = transaction["signedDate"] {
             payload["signedDate"] = signedDate
         }
         return VerifiedNotification(
@@ -262,18 +237,38 @@ public struct AppleVerifier: Sendable {
     /// Verifies one standalone signed transaction or renewal info (a JWS as the App Store Server API
     /// or an app sends it): chain and signature as for notifications, its `environment` among the app's,
     /// and a transaction's `bundleId`. Returns the decoded payload.
-    public func verifySignedData(_ text: String) throws(Rejection) -> JSON {
-        let jws = try CompactJWS(text, what: "signed data")
+    /// `requireBundle`: a payload without `bundleId` is refused too (a transaction always names it).
+    public func verifySignedData(_ text: String, what: String = "signed data", requireBundle: Bool = false) throws(Rejection) -> JSON {
+        let jws = try CompactJWS(text, what: what)
         let environment = jws.payload["environment"]?.stringValue
-        try verify(jws, claimedEnvironment: environment, what: "signed data")
+        try verify(jws, claimedEnvironment: environment, what: what)
         guard let environment, environments.contains(environment) else {
             throw Rejection(
-                .wrongEnvironment, "environment \(environment.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
+                .wrongEnvironment,
+                "\(what) environment \(environment.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
         }
-        if let other = jws.payload["bundleId"]?.stringValue, other != bundleId {
-            throw Rejection(.wrongBundleId, "bundleId \"\(other)\" is not this app's \"\(bundleId)\"")
+        let named = jws.payload["bundleId"]?.stringValue
+        if named.map({ $0 != bundleId }) ?? requireBundle {
+            throw Rejection(.wrongBundleId, "\(what) bundleId \(named.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(bundleId)\"")
         }
         return jws.payload
+    }
+
+    /// A JWS nested in a verified document from `environment` (a notification's or an apple-api
+    /// record's transaction and renewal info): verified at its own date, of the same environment, and
+    /// (with `checkBundle`) of this app's bundle when it names one. Returns its payload.
+    private func verifyNested(_ value: JSON, what: String, of document: String, environment: String, checkBundle: Bool) throws(Rejection) -> JSON {
+        guard let text = value.stringValue else { throw Rejection(.malformed, "\(what) is not a JWS string") }
+        let nested = try CompactJWS(text, what: what)
+        let nestedEnvironment = nested.payload["environment"]?.stringValue ?? environment
+        guard nestedEnvironment == environment else {
+            throw Rejection(.wrongEnvironment, "\(what) is from \(nestedEnvironment), \(document) from \(environment)")
+        }
+        try verify(nested, claimedEnvironment: nestedEnvironment, what: what)
+        if checkBundle, let nestedBundle = nested.payload["bundleId"]?.stringValue, nestedBundle != bundleId {
+            throw Rejection(.wrongBundleId, "\(what) bundleId \"\(nestedBundle)\" is not this app's \"\(bundleId)\"")
+        }
+        return nested.payload
     }
 
     /// Who a notification claims to be for, from whichever of Apple's forms it has.
