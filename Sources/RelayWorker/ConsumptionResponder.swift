@@ -69,7 +69,7 @@ public struct ConsumptionResponder: Sendable {
                 throw NotificationProcessing.Unavailable(message: "\(error)")
             }
         }
-        guard stored != nil else {
+        guard let stored else {
             // A purchase this deployment never saw (made before it ran, or not imported): the relay
             // cannot say whether it was delivered, and "not delivered" would argue for the refund.
             count(app.key, "unknown_purchase")
@@ -104,13 +104,14 @@ public struct ConsumptionResponder: Sendable {
         logger.info("consumption information sent to Apple", metadata: metadata)
     }
 
-    /// The answer for `transaction` (the request's verified signedTransactionInfo) and the state the relay holds.
+    /// The answer for `transaction` (the request's verified signedTransactionInfo) and the state the relay
+    /// holds (a purchase it does not hold is not answered at all).
     public static func information(
-        _ configuration: RelayConfiguration.ConsumptionAnswer, transaction: JSON, stored: SubscriptionState?, requestedAt: Int64?
+        _ configuration: RelayConfiguration.ConsumptionAnswer, transaction: JSON, stored: SubscriptionState, requestedAt: Int64?
     ) -> ConsumptionInformation {
         let requestedAt = requestedAt ?? Int64.max
-        var delivered = stored != nil
-        if let stored, stored.status == .revoked || stored.status == .refunded, stored.sourceTimestamp <= requestedAt {
+        var delivered = true
+        if stored.status == .revoked || stored.status == .refunded, stored.sourceTimestamp <= requestedAt {
             // Taken back before the customer asked; a refund after the request still means it was delivered.
             delivered = false
         }

@@ -12,7 +12,7 @@ import Testing
         SubscriptionState(store: .apple, originalTransactionId: "1000", applicationId: 1, productId: "p", status: status, autoRenew: autoRenew, sourceTimestamp: time)
     }
 
-    func information(_ transaction: JSON, _ stored: SubscriptionState?) -> ConsumptionInformation {
+    func information(_ transaction: JSON, _ stored: SubscriptionState) -> ConsumptionInformation {
         ConsumptionResponder.information(configuration, transaction: transaction, stored: stored, requestedAt: requestedAt)
     }
 
@@ -20,17 +20,16 @@ import Testing
         let subscription: JSON = ["transactionId": "1", "type": "Auto-Renewable Subscription", "expiresDate": 20_000]
         let delivered = information(subscription, state(.expired, at: 9_000))
         #expect(delivered == ConsumptionInformation(customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, refundPreference: "GRANT_FULL"))
-        #expect(information(subscription, nil).deliveryStatus == .undeliveredOther)
         #expect(information(subscription, state(.refunded, at: 9_000)).deliveryStatus == .undeliveredOther)
         // Refunded after the customer asked: it had been delivered.
         #expect(information(subscription, state(.refunded, at: 11_000)).deliveryStatus == .delivered)
-        #expect(information(subscription, nil).consumptionPercentage == nil)
+        #expect(information(subscription, state(.refunded, at: 9_000)).consumptionPercentage == nil)
     }
 
     @Test func oneTimePurchasesSayAllOrNothingConsumed() {
         let consumable: JSON = ["transactionId": "1", "type": "Consumable"]
         #expect(information(consumable, state(.active, at: 9_000, autoRenew: false)).consumptionPercentage == 100_000)
-        #expect(information(consumable, nil).consumptionPercentage == 0)
+        #expect(information(consumable, state(.refunded, at: 9_000)).consumptionPercentage == 0)
         let revoked: JSON = ["transactionId": "1", "type": "Non-Consumable", "revocationDate": 9_500]
         let answer = information(revoked, state(.active, at: 9_000, autoRenew: false))
         #expect(answer.deliveryStatus == .undeliveredOther)
