@@ -34,14 +34,15 @@ struct AppleCommandOptions: ParsableArguments {
     @Option(name: .customLong("backend-url"), help: "The backend's URL instead of backend.url (dev: its backend.listen address).")
     var backendURL: String?
 
-    /// The configuration, the log (closed by the caller) and the commands, or exit with the problem.
-    func open(clientID: String) throws -> (RelayConfiguration, any RecordLog, AppleHistoryCommands) {
+    /// The log (closed by the caller) and the commands, or exit with the problem (the log closed).
+    func open(clientID: String) async throws -> (any RecordLog, AppleHistoryCommands) {
         let configuration = try loadConfiguration(location.config)
         let log = try location.openLog(configuration, clientID: clientID)
         let producer: any RecordProducer
         do {
             producer = try log.producer
         } catch {
+            await log.close()
             FileHandle.standardError.write(Data("revenue-relay: cannot append to the log: \(error)\n".utf8))
             throw Exit.unavailable
         }
@@ -50,8 +51,9 @@ struct AppleCommandOptions: ParsableArguments {
         do {
             let commands = try AppleHistoryCommands(
                 configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-            return (configuration, log, commands)
+            return (log, commands)
         } catch {
+            await log.close()
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
             throw ExitCode(error.exitCode)
         }
@@ -129,7 +131,7 @@ struct ImportApple: AsyncParsableCommand {
         guard !ids.isEmpty else { throw ValidationError("give --original-transaction-id ID ... or --file IDS_FILE") }
         var unique: [String] = []
         for id in ids where !unique.contains(id) { unique.append(id) }
-        let (_, log, commands) = try options.open(clientID: "revenue-relay-import")
+        let (log, commands) = try await options.open(clientID: "revenue-relay-import")
         let deliver = self.deliver
         let summary = try await running(log) { () async throws(AppleHistoryCommands.Failure) in
             try await commands.importHistory(originalTransactionIds: unique, deliver: deliver, progress: stderrLine)
@@ -171,7 +173,7 @@ struct RecoverApple: AsyncParsableCommand {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since") ?? 0
         let until = try time(until, option: "until")
-        let (_, log, commands) = try options.open(clientID: "revenue-relay-recover")
+        let (log, commands) = try await options.open(clientID: "revenue-relay-recover")
         let summary = try await running(log) { () async throws(AppleHistoryCommands.Failure) in
             try await commands.recover(since: since, until: until, progress: stderrLine)
         }
@@ -207,7 +209,7 @@ struct ReconcileApple: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since")
-        let (_, log, commands) = try options.open(clientID: "revenue-relay-reconcile")
+        let (log, commands) = try await options.open(clientID: "revenue-relay-reconcile")
         let summary = try await running(log) { () async throws(AppleHistoryCommands.Failure) in
             try await commands.reconcile(since: since, progress: stderrLine, corrected: { printLine($0.line) })
         }
