@@ -5,15 +5,21 @@ public enum JWSPayload {
     public static func decode(_ jws: String) -> JSON? {
         var jws = jws
         let bytes: [UInt8]? = jws.withUTF8 { text in
-            let dot = UInt8(ascii: ".")
-            guard let first = text.firstIndex(of: dot),
-                let second = text[(first + 1)...].firstIndex(of: dot),
-                !text[(second + 1)...].contains(dot)
-            else { return nil }
+            guard let (first, second) = dots(in: text) else { return nil }
             return Base64.decode(text[(first + 1)..<second], alphabet: .either, padding: .optional, canonical: false)
         }
         guard let bytes else { return nil }
         return try? JSON.parse(bytes)
+    }
+
+    /// Where the two dots of a compact serialization (`header.payload.signature`) are; nil unless it
+    /// has exactly two.
+    public static func dots<Bytes: Collection<UInt8>>(in bytes: Bytes) -> (first: Bytes.Index, second: Bytes.Index)? {
+        let dot = UInt8(ascii: ".")
+        guard let first = bytes.firstIndex(of: dot) else { return nil }
+        let afterFirst = bytes.index(after: first)
+        guard let second = bytes[afterFirst...].firstIndex(of: dot), !bytes[bytes.index(after: second)...].contains(dot) else { return nil }
+        return (first, second)
     }
 }
 

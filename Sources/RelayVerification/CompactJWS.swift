@@ -13,24 +13,19 @@ struct CompactJWS {
     /// - Parameter what: names the token in rejection details ("signedPayload", "push token").
     init(_ text: String, what: String) throws(Rejection) {
         let utf8 = Array(text.utf8)
-        var dots: [Int] = []
-        for (index, byte) in utf8.enumerated() where byte == UInt8(ascii: ".") {
-            dots.append(index)
-            if dots.count > 2 { break }
-        }
-        guard dots.count == 2 else { throw Rejection(.malformed, "\(what) is not a compact JWS (three base64url parts)") }
-        let payloadPart = utf8[(dots[0] + 1)..<dots[1]]
-        let signaturePart = utf8[(dots[1] + 1)...]
+        guard let dots = JWSPayload.dots(in: utf8) else { throw Rejection(.malformed, "\(what) is not a compact JWS (three base64url parts)") }
+        let payloadPart = utf8[(dots.first + 1)..<dots.second]
+        let signaturePart = utf8[(dots.second + 1)...]
         guard let payloadBytes = Self.base64url(payloadPart), let payload = try? JSON.parse(payloadBytes), case .object = payload else {
             throw Rejection(.malformed, "\(what) payload is not base64url JSON")
         }
         guard let signature = Self.base64url(signaturePart) else {
             throw Rejection(.malformed, "\(what) signature is not base64url")
         }
-        self.headerSegment = Array(utf8[..<dots[0]])
+        self.headerSegment = Array(utf8[..<dots.first])
         self.what = what
         self.payload = payload
-        self.signingInput = Array(utf8[..<dots[1]])
+        self.signingInput = Array(utf8[..<dots.second])
         self.signature = signature
     }
 

@@ -79,6 +79,11 @@ import Testing
         let rogue = AppleSigner(key: "apple/rogue-leaf.key", chain: ["apple/rogue-leaf.pem", "apple/rogue-intermediate.pem", "apple/rogue-root.pem"])
         #expect(try reason(rogue.sign(Self.production)) == .untrustedChain)
         #expect(try reason("not a jws") == .malformed)
+        // Exactly three parts: two or four are not a compact JWS, whatever they carry.
+        let signed = signer.sign(Self.production)
+        #expect(try reason(genuine[0] + "." + genuine[1]) == .malformed)
+        #expect(try reason(signed + "." + genuine[2]) == .malformed)
+        #expect(try reason(signed) == nil)
     }
 
     @Test func anAppTransactionRecordIsVerifiedAgainAndRoutedBySource() async throws {
