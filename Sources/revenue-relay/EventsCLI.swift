@@ -207,6 +207,8 @@ struct Revenue: AsyncParsableCommand {
             for row in rows { printLine(row.map { Events.csvField(.string($0)) }.joined(separator: ",")) }
             return
         }
+        // Without groups the one row is the total: printed once.
+        if groups.isEmpty { rows = [] }
         rows.append(cells(report["total"], label: "total"))
         let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
         func line(_ row: [String]) -> String {

@@ -90,6 +90,12 @@ import Testing
         let revenue = try await runChildProcess(executable, ["revenue"] + common + ["--group-by", "product", "--format", "csv"])
         #expect(revenue.status == 0, "\(revenue.stderr)")
         #expect(revenue.stdoutText == "product,gross,refunds,net,proceeds,purchases,refundCount\nprice_pro,9.99,0.00,9.99,9.99,1,0\n")
+        // Without groups, the table is the header and the total once.
+        let table = try await runChildProcess(executable, ["revenue"] + common)
+        #expect(table.status == 0, "\(table.stderr)")
+        let tableLines = table.stdoutText.split(separator: "\n")
+        #expect(tableLines.count == 3, "\(table.stdoutText)")
+        #expect(tableLines.dropFirst().first?.split(separator: " ").first == "9.99", "\(table.stdoutText)")
 
         let bad = try await runChildProcess(executable, ["events"] + common + ["--type", "refund"])
         #expect(bad.status == 64)
