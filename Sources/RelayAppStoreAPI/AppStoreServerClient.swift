@@ -168,15 +168,6 @@ public final class AppStoreServerClient: Sendable {
             body: try encoded(request, what: "the consumption information"), what: "the consumption information of transaction \(transactionId)")
     }
 
-    /// The deprecated V1 form of `sendConsumptionInformation`, with V1's body. Succeeds on HTTP 202.
-    ///
-    /// `PUT /inApps/v1/transactions/consumption/{transactionId}`
-    public func sendConsumptionInformationV1(transactionId: String, _ request: ConsumptionRequestV1) async throws(AppStoreAPIError) {
-        _ = try await call(
-            "PUT", ["inApps", "v1", "transactions", "consumption", try id(transactionId)], [],
-            body: try encoded(request, what: "the consumption information"), what: "the consumption information of transaction \(transactionId)")
-    }
-
     // MARK: Transport
 
     private func id(_ transactionId: String) throws(AppStoreAPIError) -> String {

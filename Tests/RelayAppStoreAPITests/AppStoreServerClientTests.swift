@@ -285,39 +285,15 @@ func expectNoSecrets(_ text: String, sourceLocation: SourceLocation = #_sourceLo
             ConsumptionRequest(
                 customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, consumptionPercentage: 25_000,
                 refundPreference: .grantProrated))
-        try await client.sendConsumptionInformationV1(
-            transactionId: "3001",
-            ConsumptionRequestV1(
-                customerConsented: true, consumptionStatus: .partiallyConsumed, platform: .apple, sampleContentProvided: true,
-                deliveryStatus: .deliveredAndWorkingProperly, appAccountToken: UUID(uuidString: "7E3FB20B-4CDB-47CC-936D-99D65F608138"),
-                accountTenure: .days90To180, playTime: .hours1To6, lifetimeDollarsRefunded: .zero, lifetimeDollarsPurchased: .upTo499_99,
-                userStatus: .active, refundPreference: .preferDecline))
-        try await client.sendConsumptionInformationV1(
-            transactionId: "3002", ConsumptionRequestV1(customerConsented: true, sampleContentProvided: false, deliveryStatus: .didNotDeliverForOtherReason))
-
         let sent = store.requests
-        #expect(sent.map(\.method) == ["PUT", "PUT", "PUT"])
-        #expect(
-            sent.map(\.path) == [
-                "/inApps/v2/transactions/consumption/3000", "/inApps/v1/transactions/consumption/3001", "/inApps/v1/transactions/consumption/3002",
-            ])
+        #expect(sent.map(\.method) == ["PUT"])
+        #expect(sent.map(\.path) == ["/inApps/v2/transactions/consumption/3000"])
         #expect(sent.allSatisfy { $0.headers["content-type"] == "application/json" })
         #expect(
             try JSON.parse(sent[0].body) == [
                 "customerConsented": true, "deliveryStatus": "DELIVERED", "sampleContentProvided": false, "consumptionPercentage": 25_000,
                 "refundPreference": "GRANT_PRORATED",
             ])
-        #expect(
-            try JSON.parse(sent[1].body) == [
-                "customerConsented": true, "consumptionStatus": 2, "platform": 1, "sampleContentProvided": true, "deliveryStatus": 0,
-                "appAccountToken": "7e3fb20b-4cdb-47cc-936d-99d65f608138", "accountTenure": 5, "playTime": 3, "lifetimeDollarsRefunded": 1,
-                "lifetimeDollarsPurchased": 4, "userStatus": 1, "refundPreference": 2,
-            ])
-        #expect(
-            try JSON.parse(sent[2].body) == [
-                "customerConsented": true, "consumptionStatus": 0, "platform": 0, "sampleContentProvided": false, "deliveryStatus": 5,
-                "appAccountToken": "", "accountTenure": 0, "playTime": 0, "lifetimeDollarsRefunded": 0, "lifetimeDollarsPurchased": 0, "userStatus": 0,
-            ], "no refundPreference, and an empty appAccountToken, when unset")
         await store.stop()
     }
 
