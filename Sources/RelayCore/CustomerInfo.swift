@@ -170,20 +170,15 @@ public struct SubscriptionTransaction: Sendable, Equatable {
     }
 
     public var json: JSON {
-        var object = SubscriptionState.customerInfoMembers(state)
-        object["transactionId"] = .string(transactionId)
-        object["productId"] = .string(productId)
-        object["purchaseDate"] = .integer(purchaseDate)
+        var object = SubscriptionState.customerInfoMembers(
+            state, transactionId: transactionId, productId: productId, purchaseDate: purchaseDate, isRevoked: isRevoked, store: store,
+            isActive: isActive, entitlements: entitlements)
         object["willRenew"] = .bool(willRenew)
-        object["isRevoked"] = .bool(isRevoked)
         object["isInGracePeriod"] = .bool(isInGracePeriod)
         object["isInBillingRetryPeriod"] = .bool(isInBillingRetryPeriod)
-        object["isActive"] = .bool(isActive)
         object["expirationDate"] = expirationDate.map(JSON.integer) ?? .null
         object["offerType"] = offerType.map { .string($0.rawValue) } ?? .null
         object["subscriptionGroupId"] = subscriptionGroupId.map(JSON.string) ?? .null
-        object["store"] = .string(store.rawValue)
-        object["entitlements"] = .array(entitlements.map(JSON.string))
         return .object(object)
     }
 
@@ -232,15 +227,10 @@ public struct NonSubscriptionTransaction: Sendable, Equatable {
     }
 
     public var json: JSON {
-        var object = SubscriptionState.customerInfoMembers(state)
-        object["transactionId"] = .string(transactionId)
-        object["productId"] = .string(productId)
-        object["purchaseDate"] = .integer(purchaseDate)
+        var object = SubscriptionState.customerInfoMembers(
+            state, transactionId: transactionId, productId: productId, purchaseDate: purchaseDate, isRevoked: isRevoked, store: store,
+            isActive: isActive, entitlements: entitlements)
         object["isConsumable"] = .bool(isConsumable)
-        object["isRevoked"] = .bool(isRevoked)
-        object["store"] = .string(store.rawValue)
-        object["isActive"] = .bool(isActive)
-        object["entitlements"] = .array(entitlements.map(JSON.string))
         return .object(object)
     }
 
@@ -348,11 +338,22 @@ extension SubscriptionState {
         try self.init(json: .object(object))
     }
 
-    /// The state's members as a customer info entry carries them: all but the worker's bookkeeping of
-    /// recent notifications; none without a state.
-    static func customerInfoMembers(_ state: SubscriptionState?) -> [String: JSON] {
-        guard var members = state?.json.objectValue else { return [:] }
+    /// The members both kinds of customer info entry have: the state's (all but the worker's
+    /// bookkeeping of recent notifications; none without a state), then the SDK's shared ones and the
+    /// relay's `isActive` and `entitlements` over them.
+    static func customerInfoMembers(
+        _ state: SubscriptionState?, transactionId: String, productId: String, purchaseDate: Int64, isRevoked: Bool, store: ProductStore,
+        isActive: Bool, entitlements: [String]
+    ) -> [String: JSON] {
+        var members = state?.json.objectValue ?? [:]
         members["recentNotifications"] = nil
+        members["transactionId"] = .string(transactionId)
+        members["productId"] = .string(productId)
+        members["purchaseDate"] = .integer(purchaseDate)
+        members["isRevoked"] = .bool(isRevoked)
+        members["store"] = .string(store.rawValue)
+        members["isActive"] = .bool(isActive)
+        members["entitlements"] = .array(entitlements.map(JSON.string))
         return members
     }
 }

@@ -147,16 +147,6 @@ final class AppleServerModel: Sendable {
         try await waitUntil("\(type) \(uuid) recorded") { !(try await Self.events(relay, backendURL, "notificationId=\(uuid)").isEmpty) }
     }
 
-    /// The records of `topic` so far (a fresh reader from the beginning, given `settle` to catch up).
-    static func records(_ relay: TestRelay, topic: String, settle: Duration = .milliseconds(1500)) async throws -> [ConsumedRecord] {
-        let (consumer, collector) = try relay.reader(topic: topic)
-        try await Task.sleep(for: settle)
-        let records = collector.records
-        collector.cancel()
-        await consumer.close()
-        return records
-    }
-
     // MARK: import
 
     @Test func importAppendsBothSubscriptionsHistoriesAsHistoricalUndeliveredEventsAndARerunAddsNothing() async throws {
@@ -221,10 +211,10 @@ final class AppleServerModel: Sendable {
         #expect(b["lastTransactionId"] == "2001")
 
         // Recorded, not delivered: the events records carry relay-historical, relay.deliveries has nothing.
-        let eventRecords = try await Self.records(relay, topic: relay.configuration.topics.events)
+        let eventRecords = try await relay.records(topic: relay.configuration.topics.events)
         #expect(!eventRecords.isEmpty)
         #expect(eventRecords.allSatisfy { $0.headers.first(named: RelayHeaderName.historical)?.stringValue == "true" })
-        #expect(try await Self.records(relay, topic: relay.configuration.topics.deliveries, settle: .milliseconds(300)).isEmpty)
+        #expect(try await relay.records(topic: relay.configuration.topics.deliveries, settle: .milliseconds(300)).isEmpty)
 
         // Run again: every record's events are recorded, so nothing is appended and nothing changes.
         let again = try await commands.importHistory(originalTransactionIds: ["1000", "2000"], deliver: false)
@@ -280,7 +270,7 @@ final class AppleServerModel: Sendable {
         for uuid in ["import:4000", "import:4001", "import:4001:revoked"] {
             #expect(try await Self.events(relay, backendURL, "notificationId=\(uuid)").isEmpty, "\(uuid) was appended")
         }
-        let imported = try await Self.records(relay, topic: relay.configuration.topics.notifications).filter {
+        let imported = try await relay.records(topic: relay.configuration.topics.notifications).filter {
             $0.headers.first(named: RelayHeaderName.source)?.stringValue == "apple-api"
         }
         #expect(imported.count == 1)
@@ -316,7 +306,7 @@ final class AppleServerModel: Sendable {
         #expect(summary.failures.first?.reason.contains("does not know") == true, "\(summary.failures)")
         // --deliver: the historical events go to the endpoints too.
         try await waitUntil("the import delivered") {
-            try await Self.records(relay, topic: relay.configuration.topics.deliveries, settle: .milliseconds(200)).contains {
+            try await relay.records(topic: relay.configuration.topics.deliveries, settle: .milliseconds(200)).contains {
                 $0.headers.first(named: RelayHeaderName.eventId)?.stringValue == "apple:import:3000:initial_purchase"
             }
         }
@@ -434,7 +424,7 @@ final class AppleServerModel: Sendable {
         // The re-ingested records are the ingest's: no relay-source, not historical.
         #expect(try await Self.events(relay, backendURL, "historical=true").isEmpty)
         // The CONSUMPTION_REQUEST and the TEST were not appended: the posted one and the two re-ingested only.
-        #expect(try await Self.records(relay, topic: relay.configuration.topics.notifications).count == 3)
+        #expect(try await relay.records(topic: relay.configuration.topics.notifications).count == 3)
 
         // Older than the sandbox's 30 days of history (production keeps 180): refused before any call.
         let calls = fake.requests.count
@@ -525,9 +515,9 @@ final class AppleServerModel: Sendable {
             try await Self.events(relay, backendURL, "notificationId=\(uuid)").contains { $0["data"]?["id"]?.stringValue == expiration }
         }
         #expect(try await Self.events(relay, backendURL, "historical=true").isEmpty, "missed events are not historical")
-        let eventRecords = try await Self.records(relay, topic: relay.configuration.topics.events)
+        let eventRecords = try await relay.records(topic: relay.configuration.topics.events)
         #expect(eventRecords.contains { $0.headers.first(named: RelayHeaderName.eventId)?.stringValue == expiration })
-        let deliveries = try await Self.records(relay, topic: relay.configuration.topics.deliveries, settle: .milliseconds(300))
+        let deliveries = try await relay.records(topic: relay.configuration.topics.deliveries, settle: .milliseconds(300))
         #expect(deliveries.contains { $0.headers.first(named: RelayHeaderName.eventId)?.stringValue == expiration }, "delivered")
 
         let unchangedAfter = try await Self.state(relay, backendURL, "8001")
@@ -585,7 +575,7 @@ final class AppleServerModel: Sendable {
 
         let uuid = "reconcile:8100:1"
         try await waitUntil("the extension applied") { try await Self.state(relay, backendURL, "8100")["expiresAt"]?.int64Value == extended }
-        let appended = try await Self.records(relay, topic: relay.configuration.topics.notifications).filter {
+        let appended = try await relay.records(topic: relay.configuration.topics.notifications).filter {
             $0.headers.first(named: RelayHeaderName.source)?.stringValue == "apple-api"
         }
         #expect(appended.count == first.corrections.count + second.corrections.count)

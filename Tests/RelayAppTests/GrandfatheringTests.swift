@@ -59,13 +59,8 @@ import Testing
         }
 
         /// The records of `topic` so far, read from the beginning by a fresh group.
-        func records(_ topic: String, settle: Duration = .milliseconds(800)) async throws -> [ConsumedRecord] {
-            let (consumer, collector) = try relay.reader(topic: topic)
-            try await Task.sleep(for: settle)
-            let records = collector.records
-            collector.cancel()
-            await consumer.close()
-            return records
+        func records(_ topic: String) async throws -> [ConsumedRecord] {
+            try await relay.records(topic: topic, settle: .milliseconds(800))
         }
 
         func statusChanges(for user: String) async throws -> [JSON] {

@@ -99,6 +99,16 @@ final class TestRelay: Sendable {
         return (consumer, RecordCollector(consumer.records))
     }
 
+    /// The records of `topic` so far: a fresh reader from the beginning, given `settle` to catch up.
+    func records(topic: String, settle: Duration = .milliseconds(1500)) async throws -> [ConsumedRecord] {
+        let (consumer, collector) = try reader(topic: topic)
+        try await Task.sleep(for: settle)
+        let records = collector.records
+        collector.cancel()
+        await consumer.close()
+        return records
+    }
+
     /// The replay command's log option for this relay: `--bootstrap-servers` or `--data`.
     var logArguments: [String] {
         if let cluster = environment.cluster { return ["--bootstrap-servers", cluster.bootstrapServers] }
