@@ -13,8 +13,9 @@ public enum JWSPayload {
     }
 
     /// Where the two dots of a compact serialization (`header.payload.signature`) are; nil unless it
-    /// has exactly two.
-    public static func dots<Bytes: Collection<UInt8>>(in bytes: Bytes) -> (first: Bytes.Index, second: Bytes.Index)? {
+    /// has exactly two. Inlinable so that the verifier's call is specialized for its bytes: it scans
+    /// whole 12.7 KB notifications.
+    @inlinable public static func dots<Bytes: Collection<UInt8>>(in bytes: Bytes) -> (first: Bytes.Index, second: Bytes.Index)? {
         let dot = UInt8(ascii: ".")
         guard let first = bytes.firstIndex(of: dot) else { return nil }
         let afterFirst = bytes.index(after: first)
