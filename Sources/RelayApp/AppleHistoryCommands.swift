@@ -105,7 +105,7 @@ public struct AppleHistoryCommands: Sendable {
         } catch {
             throw Failure(.configuration, "\(error)")
         }
-        guard let apiKey = configuration.backend.apiKey, !apiKey.isEmpty else {
+        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
             throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
         }
         self.app = app

@@ -64,7 +64,7 @@ public final class BackendClient: Sendable {
         retry: RetryPolicy = RetryPolicy(), logger: Logger, metrics: any MetricsFactory
     ) {
         self.address = address ?? BackendAddress(configuration.url)
-        self.apiKey = configuration.apiKey
+        self.apiKey = configuration.clientKey
         self.http = http
         self.entitlementsTTL = configuration.entitlementsTTL
         self.retry = retry

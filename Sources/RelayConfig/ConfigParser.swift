@@ -8,8 +8,16 @@ enum ConfigParser {
             known: ["log", "topics", "kafka", "ingest", "metrics", "backend", "apps", "endpoints", "worker", "delivery", "money", "shutdownTimeout"])
         let apps = try root.optional("apps") { (node) throws(ConfigurationError) in try list(node, app) } ?? []
         var seen = Set<String>()
-        for (index, app) in apps.enumerated() where !seen.insert(app.key).inserted {
-            throw ConfigurationError(key: "apps[\(index)].key", message: "duplicate app key")
+        var applications: [Int: Int] = [:]
+        for (index, app) in apps.enumerated() {
+            guard seen.insert(app.key).inserted else { throw ConfigurationError(key: "apps[\(index)].key", message: "duplicate app key") }
+            // The backend keeps customers, products and keys apart by applicationId (a subscription's
+            // state names its application), so two apps sharing one would see each other's customers.
+            if let other = applications.updateValue(index, forKey: app.applicationId) {
+                throw ConfigurationError(
+                    key: "apps[\(index)].applicationId",
+                    message: "apps[\(other)] has this applicationId too; each app needs its own (its customers and keys are kept apart by it)")
+            }
         }
         let endpoints = try root.optional("endpoints") { (node) throws(ConfigurationError) in try list(node, endpoint) } ?? []
         var endpointIDs = Set<String>()
@@ -35,6 +43,7 @@ enum ConfigParser {
         let ingest = try root.optional("ingest", ingest) ?? .init()
         let metrics = try root.optional("metrics", metrics) ?? .init()
         let backend = try root.optional("backend", backend) ?? .init()
+        try checkKeysAreDistinct(backend: backend, apps: apps)
         if let metricsListen = metrics.listen, metricsListen.port != 0,
             [ingest.listen, backend.listen].contains(where: { $0.port == metricsListen.port && ($0.host == metricsListen.host || $0.host == "0.0.0.0" || metricsListen.host == "0.0.0.0") })
         {
@@ -132,14 +141,71 @@ enum ConfigParser {
     }
 
     static func backend(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend {
-        let map = try node.mapping(known: ["url", "apiKey", "database", "listen", "entitlementsTTL"])
+        let map = try node.mapping(known: ["url", "apiKey", "apiKeys", "readKeys", "publicRateLimit", "database", "listen", "entitlementsTTL"])
         var backend = RelayConfiguration.Backend()
         if let value = try map.optional("url", { (node) throws(ConfigurationError) in try httpURL(node) }) { backend.url = value }
         backend.apiKey = try map.optional("apiKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+        backend.apiKeys = try map.optional("apiKeys") { (node) throws(ConfigurationError) in try keyList(node) } ?? []
+        backend.readKeys = try map.optional("readKeys") { (node) throws(ConfigurationError) in
+            try list(node) { (node) throws(ConfigurationError) -> RelayConfiguration.Backend.ReadKey in
+                let map = try node.mapping(known: ["key", "apps"])
+                let apps = try map.required("apps") { (node) throws(ConfigurationError) in try node.stringList() }
+                guard !apps.isEmpty else { throw ConfigurationError(key: "\(node.path).apps", message: "name at least one app key whose rows the key reads") }
+                return .init(key: try map.required("key") { (node) throws(ConfigurationError) in try node.nonEmptyString() }, apps: apps)
+            }
+        } ?? []
+        if let value = try map.optional("publicRateLimit", publicRateLimit) { backend.publicRateLimit = value }
         if let value = try map.optional("database", { (node) throws(ConfigurationError) in try node.path(mustExist: false) }) { backend.database = value }
         if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { backend.listen = value }
         if let value = try map.optional("entitlementsTTL", { (node) throws(ConfigurationError) in try node.duration() }) { backend.entitlementsTTL = value }
         return backend
+    }
+
+    /// A list of keys, each a non-empty string.
+    static func keyList(_ node: ConfigNode) throws(ConfigurationError) -> [String] {
+        try list(node) { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+    }
+
+    static func publicRateLimit(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend.RateLimit {
+        let map = try node.mapping(known: ["requestsPerSecond", "burst", "clientAddressHeader"])
+        var limit = RelayConfiguration.Backend.RateLimit()
+        if let value = try map.optional("requestsPerSecond", { (node) throws(ConfigurationError) -> Double in
+            guard let number = Double(try node.string()), number.isFinite, number >= 0 else { throw node.error("expected a number of requests a second (0 turns the limit off)") }
+            return number
+        }) { limit.requestsPerSecond = value }
+        if let value = try map.optional("burst", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { limit.burst = value }
+        limit.clientAddressHeader = try map.optional("clientAddressHeader") { (node) throws(ConfigurationError) -> String in
+            let name = try node.nonEmptyString()
+            guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else { throw node.error("expected a header name") }
+            return name
+        }
+        return limit
+    }
+
+    /// Each key string is configured once: in one kind (secret, read, public) and one app. A key in two
+    /// places would give one holder the scope of the other. Names both places, never the key.
+    static func checkKeysAreDistinct(backend: RelayConfiguration.Backend, apps: [RelayConfiguration.App]) throws(ConfigurationError) {
+        var places: [(place: String, key: String)] = []
+        if let key = backend.apiKey { places.append(("backend.apiKey", key)) }
+        places += backend.apiKeys.enumerated().map { ("backend.apiKeys[\($0)]", $1) }
+        places += backend.readKeys.enumerated().map { ("backend.readKeys[\($0)].key", $1.key) }
+        for (index, app) in apps.enumerated() {
+            places += app.publicApiKeys.enumerated().map { ("apps[\(index)].publicApiKeys[\($0)]", $1) }
+        }
+        var first: [String: String] = [:]
+        for (place, key) in places {
+            if let earlier = first[key] {
+                throw ConfigurationError(
+                    key: place, message: "the same key is also configured as \(earlier); give each place its own key (a key has one kind and one app)")
+            }
+            first[key] = place
+        }
+        let appKeys = Set(apps.map(\.key))
+        for (index, readKey) in backend.readKeys.enumerated() {
+            for (appIndex, app) in readKey.apps.enumerated() where !appKeys.contains(app) {
+                throw ConfigurationError(key: "backend.readKeys[\(index)].apps[\(appIndex)]", message: "no app with this key is configured")
+            }
+        }
     }
 
     static func httpURL(_ node: ConfigNode) throws(ConfigurationError) -> String {
@@ -151,7 +217,7 @@ enum ConfigParser {
     }
 
     static func app(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.App {
-        let map = try node.mapping(known: ["key", "projectId", "applicationId", "apple", "google", "stripe", "paddle", "products"])
+        let map = try node.mapping(known: ["key", "projectId", "applicationId", "publicApiKeys", "apple", "google", "stripe", "paddle", "products"])
         let key = try map.required("key") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
         guard key.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
             throw ConfigurationError(key: "\(node.path).key", message: "use letters, digits, - and _ only (it is part of the ingest URL)")
@@ -164,7 +230,8 @@ enum ConfigParser {
             google: try map.optional("google", google),
             stripe: try map.optional("stripe", stripe),
             paddle: try map.optional("paddle", paddle),
-            products: try map.optional("products") { (node) throws(ConfigurationError) in try list(node, product) } ?? []
+            products: try map.optional("products") { (node) throws(ConfigurationError) in try list(node, product) } ?? [],
+            publicApiKeys: try map.optional("publicApiKeys") { (node) throws(ConfigurationError) in try keyList(node) } ?? []
         )
     }
 

@@ -125,12 +125,52 @@ public struct RelayConfiguration: Sendable {
 
     public struct Backend: Sendable {
         public var url = "http://127.0.0.1:8081"
+        /// The secret key: every route of the local backend, and what the relay's own roles and commands
+        /// send (`Authorization: Bearer`) to `url`.
         public var apiKey: String?
+        /// More secret keys the local backend accepts, for rotation (each opens every route too).
+        public var apiKeys: [String] = []
+        /// Read keys: the GET routes of events, revenue and the subscriptions list, for the named apps' rows only.
+        public var readKeys: [ReadKey] = []
+        /// How often one client may call the public routes (and how often it may present a key the
+        /// backend does not know). Default: 20 requests a second, bursts of 200.
+        public var publicRateLimit = RateLimit()
         public var database = "backend.sqlite"
         public var listen = ListenAddress(host: "127.0.0.1", port: 8081)
         public var entitlementsTTL: Duration = .seconds(60)
 
         public init() {}
+
+        /// Every secret key the local backend accepts: `apiKey`, then `apiKeys`.
+        public var secretKeys: [String] { (apiKey.map { [$0] } ?? []) + apiKeys }
+
+        /// The key the relay's roles and commands send: `apiKey`, else the first of `apiKeys`.
+        public var clientKey: String? { apiKey ?? apiKeys.first }
+
+        /// `backend.readKeys[]`: a key for BI tools and analysts.
+        public struct ReadKey: Sendable {
+            public var key: String
+            /// The app keys whose rows the key reads (at least one).
+            public var apps: [String]
+
+            public init(key: String, apps: [String]) {
+                self.key = key
+                self.apps = apps
+            }
+        }
+
+        /// `backend.publicRateLimit`: a token bucket per client.
+        public struct RateLimit: Sendable {
+            /// Requests a second one client may make on average; 0 turns the limit off. Default: 20.
+            public var requestsPerSecond: Double = 20
+            /// Requests one client may make at once after being idle. Default: 200.
+            public var burst = 200
+            /// A header the operator's proxy sets to the client's address (`X-Forwarded-For`: its last
+            /// entry is used, the one the proxy added). Unset (default): the TCP peer's address.
+            public var clientAddressHeader: String?
+
+            public init() {}
+        }
     }
 
     public struct App: Sendable {
@@ -142,6 +182,9 @@ public struct RelayConfiguration: Sendable {
         public var stripe: Stripe?
         public var paddle: Paddle?
         public var products: [Product]
+        /// The keys the app embeds (public: anyone who unpacks the app has them): the public routes, for
+        /// this app's users and products only.
+        public var publicApiKeys: [String] = []
 
         /// Whether this app receives notifications from `store`.
         public func accepts(_ store: Store) -> Bool {

@@ -57,7 +57,7 @@ struct BackendOptions: ParsableArguments {
     /// The backend's reader, or exit 78 when the configuration has no `backend.apiKey`.
     func reader() throws -> BackendReader {
         let configuration = try loadConfiguration(config)
-        guard let apiKey = configuration.backend.apiKey, !apiKey.isEmpty else {
+        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
             FileHandle.standardError.write(Data("revenue-relay: backend.apiKey is not set in \(config)\n".utf8))
             throw Exit.badConfiguration
         }

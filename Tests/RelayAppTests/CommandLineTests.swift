@@ -31,6 +31,23 @@ import Testing
         #expect(try await run(["run", "--config", "/nonexistent/relay.yaml"]).status == 78)
     }
 
+    @Test func aKeyConfiguredTwiceExits78NamingBothPlacesButNotTheKey() async throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("keys") + ".yaml")
+        try Data(
+            """
+            backend: { apiKey: "sk_backend_secret_0123", listen: "127.0.0.1:0", database: "\(file.path).sqlite" }
+            apps:
+              - { key: demo, projectId: 1, applicationId: 1, publicApiKeys: ["sk_backend_secret_0123"], stripe: { signingSecrets: [x] } }
+
+            """.utf8
+        ).write(to: file)
+        let result = try await run(["run", "--config", file.path, "--role", "backend"])
+        #expect(result.status == 78, "\(result.stderr)")
+        #expect(result.stderr.contains("apps[0].publicApiKeys[0]"), "\(result.stderr)")
+        #expect(result.stderr.contains("backend.apiKey"), "\(result.stderr)")
+        #expect(!result.stderr.contains("sk_backend_secret_0123"))
+    }
+
     @Test func aTakenAddressFailsAtOnceNamingItAndItsKey() async throws {
         let holder = try LoopbackListener { Glibc.close($0) }
         defer { holder.close() }

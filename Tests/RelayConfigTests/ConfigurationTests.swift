@@ -27,13 +27,15 @@ import Testing
     }
 
     @Test func exampleConfigurationLoadsWithItsSecretsFromTheEnvironment() throws {
-        let environment = ["RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        let environment = ["RELAY_BACKEND_KEY": "k", "ANALYTICS_READ_KEY": "r", "DEMO_PUBLIC_API_KEY": "p", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             "GOOGLE_SERVICE_ACCOUNT_KEY_FILE": Self.repositoryRoot.appendingPathComponent("Tests/Fixtures/google/service-account.json").path]
         let configuration = try RelayConfiguration.load(path: Self.repositoryRoot.appendingPathComponent("config/example.yaml").path, environment: environment)
         #expect(configuration.app("demo")?.stripe?.signingSecrets == ["whsec_s"])
         #expect(configuration.endpoints.first?.id == "analytics")
         #expect(configuration.delivery.allowPrivateNetworks == false)
         #expect(configuration.app("demo")?.apple?.environments.contains("Xcode") == false)
+        #expect(configuration.app("demo")?.publicApiKeys == ["p"])
+        #expect(configuration.backend.readKeys.map(\.apps) == [["demo"]])
     }
 
     @Test func defaultsApplyWhenSectionsAreAbsent() throws {
@@ -124,6 +126,76 @@ import Testing
         #expect(error("endpoints: [{ id: e, app: missing, url: \"https://x.test\", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw] }]")?.key == "endpoints[0].app")
         #expect(error("kafka: [1, 2]")?.key == "kafka")
         #expect(error("kafka: {")?.key == "")
+    }
+
+    @Test func theThreeKindsOfKeyAreRead() throws {
+        let configuration = try parse(
+            """
+            backend:
+              apiKey: "sk_current"
+              apiKeys: ["sk_next"]
+              readKeys: [{ key: "rk_analytics", apps: [ios, web] }]
+              publicRateLimit: { requestsPerSecond: 2.5, burst: 10, clientAddressHeader: X-Forwarded-For }
+            apps:
+              - { key: ios, projectId: 1, applicationId: 1, publicApiKeys: ["pk_ios_a", "pk_ios_b"], stripe: { signingSecrets: [x] } }
+              - { key: web, projectId: 1, applicationId: 2, stripe: { signingSecrets: [y] } }
+            """)
+        #expect(configuration.backend.secretKeys == ["sk_current", "sk_next"])
+        #expect(configuration.backend.clientKey == "sk_current")
+        #expect(configuration.backend.readKeys.map(\.key) == ["rk_analytics"])
+        #expect(configuration.backend.readKeys.first?.apps == ["ios", "web"])
+        #expect(configuration.app("ios")?.publicApiKeys == ["pk_ios_a", "pk_ios_b"])
+        #expect(configuration.app("web")?.publicApiKeys == [])
+        #expect(configuration.backend.publicRateLimit.requestsPerSecond == 2.5)
+        #expect(configuration.backend.publicRateLimit.burst == 10)
+        #expect(configuration.backend.publicRateLimit.clientAddressHeader == "X-Forwarded-For")
+        // Defaults: generous for a real app, and the TCP peer as the client.
+        let defaults = try parse("backend: { apiKeys: [\"sk_only\"] }")
+        #expect(defaults.backend.clientKey == "sk_only")
+        #expect(defaults.backend.publicRateLimit.requestsPerSecond == 20)
+        #expect(defaults.backend.publicRateLimit.burst == 200)
+        #expect(defaults.backend.publicRateLimit.clientAddressHeader == nil)
+    }
+
+    /// One key string in two places would give its holder both scopes: refused, naming both places and never the key.
+    @Test func aKeyConfiguredTwiceIsAnErrorNamingBothPlacesButNotTheKey() {
+        let app = { (key: String, id: Int, keys: String) in "{ key: \(key), projectId: 1, applicationId: \(id), publicApiKeys: [\(keys)], stripe: { signingSecrets: [x] } }" }
+        let cases: [(yaml: String, place: String, other: String)] = [
+            ("backend: { apiKey: \"dup_key_1\", apiKeys: [\"dup_key_1\"] }", "backend.apiKeys[0]", "backend.apiKey"),
+            ("backend: { apiKey: \"dup_key_1\", readKeys: [{ key: \"dup_key_1\", apps: [a] }] }\napps: [\(app("a", 1, "p"))]", "backend.readKeys[0].key", "backend.apiKey"),
+            // A control: one public key in one app is fine.
+            ("backend: { apiKey: \"k\" }\napps: [\(app("a", 1, "\"dup_key_1\""))]", "", ""),
+            ("backend: { apiKey: \"dup_key_1\" }\napps: [\(app("a", 1, "\"dup_key_1\""))]", "apps[0].publicApiKeys[0]", "backend.apiKey"),
+            ("backend: { apiKey: \"k\", readKeys: [{ key: \"dup_key_1\", apps: [a] }] }\napps: [\(app("a", 1, "\"dup_key_1\""))]",
+             "apps[0].publicApiKeys[0]", "backend.readKeys[0].key"),
+            ("backend: { apiKey: \"k\" }\napps: [\(app("a", 1, "p1")), \(app("b", 2, "\"dup_key_1\", p2, \"dup_key_1\""))]", "apps[1].publicApiKeys[2]", "apps[1].publicApiKeys[0]"),
+            ("backend: { apiKey: \"k\" }\napps: [\(app("a", 1, "\"dup_key_1\"")), \(app("b", 2, "\"dup_key_1\""))]", "apps[1].publicApiKeys[0]", "apps[0].publicApiKeys[0]"),
+        ]
+        for (yaml, place, other) in cases {
+            let failure = error(yaml)
+            if place.isEmpty {
+                #expect(failure == nil, "one public key in one app is fine: \(failure?.description ?? "")")
+                continue
+            }
+            #expect(failure?.key == place, "\(yaml)")
+            #expect(failure?.message.contains(other) == true, "\(failure?.description ?? "nil")")
+            #expect(failure?.description.contains("dup_key_1") == false)
+        }
+    }
+
+    @Test func readKeysNameConfiguredAppsAndAppsHaveTheirOwnApplicationId() {
+        let twoApps = "apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x] } }, { key: b, projectId: 1, applicationId: 1, stripe: { signingSecrets: [y] } }]"
+        let shared = error(twoApps)
+        #expect(shared?.key == "apps[1].applicationId")
+        #expect(shared?.message.contains("apps[0]") == true)
+        let app = "apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x] } }]"
+        #expect(error("backend: { apiKey: k, readKeys: [{ key: r, apps: [nope] }] }\n" + app)?.key == "backend.readKeys[0].apps[0]")
+        #expect(error("backend: { apiKey: k, readKeys: [{ key: r, apps: [] }] }\n" + app)?.key == "backend.readKeys[0].apps")
+        #expect(error("backend: { apiKey: k, readKeys: [{ key: r }] }\n" + app)?.key == "backend.readKeys[0].apps")
+        #expect(error("backend: { apiKey: k, apiKeys: [\"\"] }")?.key == "backend.apiKeys[0]")
+        #expect(error("backend: { publicRateLimit: { requestsPerSecond: -1 } }")?.key == "backend.publicRateLimit.requestsPerSecond")
+        #expect(error("backend: { publicRateLimit: { clientAddressHeader: \"X Forwarded\" } }")?.key == "backend.publicRateLimit.clientAddressHeader")
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, publicApiKeys: p, stripe: { signingSecrets: [x] } }]")?.key == "apps[0].publicApiKeys")
     }
 
     @Test func durationsAcceptTheDocumentedUnits() throws {

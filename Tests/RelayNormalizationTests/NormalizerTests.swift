@@ -178,7 +178,7 @@ import Testing
             (
                 "config/example.yaml",
                 [
-                    "RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                    "RELAY_BACKEND_KEY": "k", "ANALYTICS_READ_KEY": "r", "DEMO_PUBLIC_API_KEY": "p", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                     "GOOGLE_SERVICE_ACCOUNT_KEY_FILE": Fixtures.path("google/service-account.json"),
                 ]
             ),

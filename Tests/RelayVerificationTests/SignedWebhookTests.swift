@@ -147,7 +147,7 @@ import Testing
     @Test func devAndExampleConfigurationsBuildAVerifier() throws {
         let dev = try RelayConfiguration.load(path: Self.root.appendingPathComponent("config/dev.yaml").path, environment: [:])
         _ = try NotificationVerifier(configuration: dev, logger: testLogger())
-        let environment = ["RELAY_BACKEND_KEY": "k", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        let environment = ["RELAY_BACKEND_KEY": "k", "ANALYTICS_READ_KEY": "r", "DEMO_PUBLIC_API_KEY": "p", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             "GOOGLE_SERVICE_ACCOUNT_KEY_FILE": Self.root.appendingPathComponent("Tests/Fixtures/google/service-account.json").path]
         let example = try RelayConfiguration.load(path: Self.root.appendingPathComponent("config/example.yaml").path, environment: environment)
         #expect(example.app("demo")?.google?.jwks == "https://www.googleapis.com/oauth2/v3/certs")
