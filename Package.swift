@@ -253,6 +253,7 @@ let package = Package(
             name: "RelayTestSupport",
             dependencies: [
                 "RelayCrypto", "RelayKafka", "RelayHTTPClient", "RelayCore", "RelayConfig", "RelayVerification", "RelayAppStoreAPI",
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -366,7 +367,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayCoreTests",
-            dependencies: ["RelayCrypto", "RelayCore"],
+            dependencies: ["RelayCrypto", "RelayCore", "RelayTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,5 +1,6 @@
 import CoreMetrics
 import RelayCore
+import RelayTestSupport
 import Synchronization
 import Testing
 
@@ -81,39 +82,4 @@ import Testing
         // One counter made per label values, not per increment.
         #expect(metrics.made.withLock { $0 } == 2)
     }
-}
-
-/// Counts what it makes and each counter's value, for the test above.
-private final class TestMetrics: MetricsFactory, Sendable {
-    final class Handler: CounterHandler, RecorderHandler, TimerHandler, Sendable {
-        let total = Mutex<Int64>(0)
-        func increment(by amount: Int64) { total.withLock { $0 += amount } }
-        func reset() { total.withLock { $0 = 0 } }
-        func record(_ value: Int64) {}
-        func record(_ value: Double) {}
-        func recordNanoseconds(_ duration: Int64) {}
-    }
-
-    let made = Mutex(0)
-    private let handlers = Mutex<[String: Handler]>([:])
-
-    func value(of label: String, _ values: [String]) -> Int64? {
-        handlers.withLock { $0[([label] + values).joined(separator: "|")] }?.total.withLock { $0 }
-    }
-
-    func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
-        made.withLock { $0 += 1 }
-        let key = ([label] + dimensions.map(\.1)).joined(separator: "|")
-        return handlers.withLock { handlers in
-            if let existing = handlers[key] { return existing }
-            let handler = Handler()
-            handlers[key] = handler
-            return handler
-        }
-    }
-    func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler { Handler() }
-    func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler { Handler() }
-    func destroyCounter(_ handler: any CounterHandler) {}
-    func destroyRecorder(_ handler: any RecorderHandler) {}
-    func destroyTimer(_ handler: any TimerHandler) {}
 }
