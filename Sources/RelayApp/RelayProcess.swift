@@ -97,7 +97,8 @@ public final class RelayProcess: Sendable {
                 throw ConfigurationError(key: "backend.database", message: "cannot open \(configuration.backend.database): \(error)")
             }
             let backend = try LocalBackend(
-                configuration: configuration, database: database, appTransactions: try Self.appTransactionGrants(configuration, log: log))
+                configuration: configuration, database: database, appTransactions: try Self.appTransactionGrants(configuration, log: log),
+                metrics: metrics)
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
             eventStore = backend.events

@@ -42,14 +42,17 @@ extension LocalBackend {
     /// One AppTransaction grants one app user: a signed AppTransaction is a bearer artifact, so once its
     /// grant (`apple/app-transaction:<id>`) belongs to a user, another user gets 409 `already_granted`
     /// and nothing is appended (the worker, for a race of two first grants, adds nobody either).
-    func addAppTransactionRoutes(to router: Router<BasicRequestContext>) {
+    ///
+    /// With a public key the app is the key's own (it needs an apple section); `?applicationId=` naming
+    /// another application is 403 `forbidden`.
+    func addAppTransactionRoutes(to router: Router<BackendRequestContext>) {
         let backend = self
-        router.post("/subscriptions-api/public/v1/users/:appUserId/app-transaction") { request, context in
-            try await backend.grantAppTransaction(request, context)
+        route(router, .post, Self.appTransactionPath) { request, context, principal in
+            try await backend.grantAppTransaction(request, context, principal)
         }
     }
 
-    private func grantAppTransaction(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    private func grantAppTransaction(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
         guard let grants = appTransactions else {
             return errorResponse(.notFound, "not_found", "this backend process does not take AppTransactions (it has no record log)")
         }
@@ -57,7 +60,7 @@ extension LocalBackend {
             return errorResponse(.badRequest, "bad_request", "appUserId is required")
         }
         let app: RelayConfiguration.App
-        switch grandfatheringApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }) {
+        switch grandfatheringApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
         case .success(let found): app = found
         case .failure(let problem): return problem.response
         }
@@ -121,7 +124,16 @@ extension LocalBackend {
 
     /// The app whose rules apply: `?applicationId=` (an app of it with an apple section, preferring one
     /// with rules), else the one app that has grandfathering rules.
-    private func grandfatheringApp(applicationId: String?) -> Result<RelayConfiguration.App, RouteProblem> {
+    private func grandfatheringApp(applicationId: String?, principal: BackendPrincipal) -> Result<RelayConfiguration.App, RouteProblem> {
+        if case .publicApp(let key, let ownApplicationId) = principal {
+            if let applicationId, applicationId != String(ownApplicationId) {
+                return .failure(RouteProblem(response: forbidden("this key grants AppTransactions of its own app only")))
+            }
+            guard let app = configuration.apps.first(where: { $0.key == key }), app.apple != nil else {
+                return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "this key's app has no apple section")))
+            }
+            return .success(app)
+        }
         if let applicationId {
             guard let id = Int(applicationId) else {
                 return .failure(RouteProblem(response: errorResponse(.badRequest, "bad_request", "applicationId must be an integer")))

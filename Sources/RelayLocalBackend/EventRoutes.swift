@@ -15,18 +15,21 @@ extension LocalBackend {
 
     /// `GET /subscriptions-api/internal/v1/events` (filtered, cursor-paginated JSON, or NDJSON with
     /// `Accept: application/x-ndjson`) and `GET /subscriptions-api/internal/v1/revenue`.
-    func addEventRoutes(to router: Router<BasicRequestContext>) {
+    ///
+    /// A read key reads its apps' rows only: without `app` the query is narrowed to them, and an `app`
+    /// outside them is 403 `forbidden`.
+    func addEventRoutes(to router: Router<BackendRequestContext>) {
         let events = self.events
-        router.get(RouterPath(Self.eventsPath)) { request, _ in
+        route(router, .get, Self.eventsPath) { request, _, principal in
             let filter: EventFilter
             let limit: Int
             let cursor: Int64?
             do {
-                filter = try EventQueryParameters.filter(request.uri.queryParameters)
+                filter = try EventQueryParameters.filter(request.uri.queryParameters, readableBy: principal)
                 limit = try EventQueryParameters.limit(request.uri.queryParameters)
                 cursor = try EventQueryParameters.cursor(request.uri.queryParameters)
             } catch let invalid as EventQueryParameters.Invalid {
-                return errorResponse(.badRequest, "bad_request", invalid.message)
+                return invalid.response
             }
             if request.headers[.accept]?.contains("application/x-ndjson") == true {
                 return Self.export(events, filter: filter, after: cursor)
@@ -41,14 +44,14 @@ extension LocalBackend {
             body.writeString("],\"nextCursor\":\(page.next.map { "\"\($0)\"" } ?? "null")}")
             return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: body))
         }
-        router.get(RouterPath(Self.revenuePath)) { request, _ in
+        route(router, .get, Self.revenuePath) { request, _, principal in
             let filter: EventFilter
             let groupBy: [RevenueGrouping]
             do {
-                filter = try EventQueryParameters.filter(request.uri.queryParameters, defaultEnvironment: "PRODUCTION")
+                filter = try EventQueryParameters.filter(request.uri.queryParameters, defaultEnvironment: "PRODUCTION", readableBy: principal)
                 groupBy = try EventQueryParameters.groupBy(request.uri.queryParameters)
             } catch let invalid as EventQueryParameters.Invalid {
-                return errorResponse(.badRequest, "bad_request", invalid.message)
+                return invalid.response
             }
             let report = try await events.revenue(filter, groupBy: groupBy)
             return json(.ok, report.json)
@@ -81,11 +84,29 @@ extension LocalBackend {
 enum EventQueryParameters {
     struct Invalid: Error {
         var message: String
+        /// A filter outside the key's rows: 403, not 400.
+        var forbidden = false
+
+        var response: Response {
+            forbidden ? RelayLocalBackend.forbidden(message) : errorResponse(.badRequest, "bad_request", message)
+        }
     }
 
-    static func filter(_ parameters: Hummingbird.Parameters, defaultEnvironment: String? = nil) throws(Invalid) -> EventFilter {
+    /// The filter the parameters ask for, narrowed to the rows `principal` may read.
+    static func filter(
+        _ parameters: Hummingbird.Parameters, defaultEnvironment: String? = nil, readableBy principal: BackendPrincipal = .secret
+    ) throws(Invalid) -> EventFilter {
         var filter = EventFilter()
         filter.app = parameters["app"].map(String.init)
+        if let allowed = principal.apps {
+            if let app = filter.app {
+                guard allowed.contains(app) else { throw Invalid(message: "app: this key reads the rows of its own apps only", forbidden: true) }
+            } else if allowed.count == 1 {
+                filter.app = allowed.first
+            } else {
+                filter.apps = allowed.sorted()
+            }
+        }
         filter.appUserId = parameters["appUserId"].map(String.init)
         filter.originalTransactionId = parameters["originalTransactionId"].map(String.init)
         filter.notificationId = parameters["notificationId"].map(String.init)

@@ -212,6 +212,8 @@ public final class EventStore: Sendable {
 /// Which recorded events a query wants; every member narrows (nil: any).
 public struct EventFilter: Sendable, Equatable {
     public var app: String?
+    /// Only these apps' events (a read key's row security); nil: any app.
+    public var apps: [String]?
     public var appUserId: String?
     public var originalTransactionId: String?
     /// Event types (`renewal`, ...): any of them.
@@ -253,6 +255,10 @@ public struct EventFilter: Sendable, Equatable {
         }
         if let cursor { add("seq > ?", cursor) }
         if let app { add("app = ?", app) }
+        if let apps {
+            clauses.append(apps.isEmpty ? "0 = 1" : "app IN (\(apps.map { _ in "?" }.joined(separator: ", ")))")
+            arguments += StatementArguments(apps)
+        }
         if let appUserId { add("app_user_id = ?", appUserId) }
         if let originalTransactionId { add("original_transaction_id = ?", originalTransactionId) }
         if !types.isEmpty {

@@ -5,8 +5,9 @@ public import Logging
 import NIOCore
 public import RelayConfig
 public import RelayCore
+public import CoreMetrics
 
-/// The local backend (`revenue-relay run --role backend`, and inside `dev`): the four routes of
+/// The local backend (`revenue-relay run --role backend`, and inside `dev`): the routes of
 /// docs/contracts.md (Backend API) over SQLite. Products come from the configuration's `apps[].products`; subscription state
 /// is stored with optimistic concurrency (If-Match on the version) and never goes back in source time.
 public struct LocalBackend: Sendable {
@@ -16,7 +17,13 @@ public struct LocalBackend: Sendable {
     let database: SubscriptionDatabase
     /// The recorded standardized events (the events and revenue routes).
     public let events: EventStore
-    private let apiKey: String
+    /// Every configured key and whom it stands for.
+    private let keys: BackendKeys
+    /// The public routes' per-client limit (`backend.publicRateLimit`).
+    let limiter: ClientRateLimiter
+    /// `relay_backend_access_refused_total{status}` (401, 403) and `relay_backend_rate_limited_total{key}`.
+    let accessRefusals: LabeledCounters
+    private let rateLimited: LabeledCounters
     let clock: @Sendable () -> Int64
     /// Each application's products, built once from the configuration (read for every notification).
     private let mappings: [Int: ProductMapping]
@@ -26,17 +33,23 @@ public struct LocalBackend: Sendable {
     /// - Parameters:
     ///   - clock: now in Unix milliseconds (which subscriptions are active).
     ///   - appTransactions: what the app-transaction route needs from outside this module (RelayApp wires it).
+    ///   - rateLimitClock: monotonic nanoseconds for the public routes' rate limit (tests step it).
     public init(
         configuration: RelayConfiguration, database: SubscriptionDatabase,
-        clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil
+        clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil,
+        metrics: any MetricsFactory = NOOPMetricsHandler.instance, rateLimitClock: (@Sendable () -> UInt64)? = nil
     ) throws(ConfigurationError) {
-        guard let apiKey = configuration.backend.apiKey, !apiKey.isEmpty else {
-            throw ConfigurationError(key: "backend.apiKey", message: "the local backend requires an API key")
+        guard !configuration.backend.secretKeys.isEmpty else {
+            throw ConfigurationError(key: "backend.apiKey", message: "the local backend requires a secret key (backend.apiKey)")
         }
         self.configuration = configuration
         self.database = database
         self.events = EventStore(database: database)
-        self.apiKey = apiKey
+        self.keys = BackendKeys(configuration)
+        let limit = configuration.backend.publicRateLimit
+        self.limiter = ClientRateLimiter(ratePerSecond: limit.requestsPerSecond, burst: limit.burst, now: rateLimitClock)
+        self.accessRefusals = LabeledCounters(label: "relay_backend_access_refused_total", factory: metrics)
+        self.rateLimited = LabeledCounters(label: "relay_backend_rate_limited_total", factory: metrics)
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
@@ -54,21 +67,25 @@ public struct LocalBackend: Sendable {
 
     /// The HTTP application serving the routes on `backend.listen` (port 0 picks one; `onListening` gets it).
     public func application(logger: Logger, onListening: @escaping @Sendable (Int) async -> Void) -> some ApplicationProtocol {
-        let router = Router()
-        router.add(middleware: BearerAuthentication(apiKey: apiKey))
-        addRoutes(to: router)
         let listen = configuration.backend.listen
         return Application(
-            router: router, configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: nil),
+            router: router(), configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: nil),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? listen.port) }, logger: logger)
     }
 
-    func addRoutes(to router: Router<BasicRequestContext>) {
+    /// Every route behind the authentication middleware, each with its scope from `routeScopes`.
+    public func router() -> Router<BackendRequestContext> {
+        let router = Router(context: BackendRequestContext.self)
+        let limit = configuration.backend.publicRateLimit
+        router.add(
+            middleware: BackendAuthentication(
+                keys: keys, limiter: limiter, clientAddressHeader: limit.clientAddressHeader.flatMap { HTTPField.Name($0) },
+                refusals: accessRefusals, rateLimited: rateLimited))
         addEventRoutes(to: router)
         addSubscriptionListRoutes(to: router)
         addAppTransactionRoutes(to: router)
         let backend = self
-        router.get("/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion") { _, context in
+        route(router, .get, Self.configPath) { _, context, _ in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {
                 return errorResponse(.badRequest, "bad_request", "applicationId must be an integer")
             }
@@ -77,14 +94,14 @@ public struct LocalBackend: Sendable {
             }
             return json(.ok, mapping.json)
         }
-        router.get("\(Self.internalPrefix)/:store/:originalTransactionId") { _, context in
+        route(router, .get, Self.subscriptionPath) { _, context, _ in
             guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
             guard let state = try await backend.database.subscription(store: store, originalTransactionId: id) else {
                 return errorResponse(.notFound, "not_found", "no state for \(store.rawValue)/\(id)")
             }
             return json(.ok, state.json, etag: state.version)
         }
-        router.put("\(Self.internalPrefix)/:store/:originalTransactionId") { request, context in
+        route(router, .put, Self.subscriptionPath) { request, context, _ in
             guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
             guard let ifMatchText = request.headers[.ifMatch], let ifMatch = Int64(ifMatchText.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))),
                 ifMatch >= 0
@@ -118,7 +135,7 @@ public struct LocalBackend: Sendable {
                      "current": current.json])
             }
         }
-        router.get("/subscriptions-api/public/v1/users/:appUserId/entitlements") { request, context in
+        route(router, .get, Self.entitlementsPath) { request, context, principal in
             guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty else {
                 return errorResponse(.badRequest, "bad_request", "appUserId is required")
             }
@@ -128,21 +145,32 @@ public struct LocalBackend: Sendable {
             if let device = request.uri.queryParameters.get("deviceId"), !device.isEmpty, device != user { users.append(device) }
             // An id the backend has never seen (an SDK asking for a fresh install's device id before any
             // purchase) is a user without entitlements: 200 with empty lists, not 404.
-            return json(.ok, backend.entitlements(of: try await backend.database.subscriptions(ofUsers: users)).json)
+            // A public key sees its own app's purchases only: one user id that bought in two apps shows
+            // each app what was bought in it.
+            var subscriptions = try await backend.database.subscriptions(ofUsers: users)
+            if let allowed = principal.applicationIds { subscriptions.removeAll { !allowed.contains($0.applicationId) } }
+            return json(.ok, backend.entitlements(of: subscriptions).json)
         }
-        router.get("/subscriptions-api/public/v1/products") { request, _ in
-            // Every application's products, or one application's (`?applicationId=`).
-            guard let text = request.uri.queryParameters.get("applicationId") else { return json(.ok, backend.products(applicationId: nil).json) }
+        route(router, .get, Self.productsPath) { request, _, principal in
+            // Every application's products, or one application's (`?applicationId=`); a public key's
+            // app's only.
+            guard let text = request.uri.queryParameters.get("applicationId") else {
+                return json(.ok, backend.products(applicationId: principal.applicationIds.flatMap(\.first)).json)
+            }
             guard let applicationId = Int(text) else { return errorResponse(.badRequest, "bad_request", "applicationId must be an integer") }
+            if let allowed = principal.applicationIds, !allowed.contains(applicationId) {
+                return forbidden("this key reaches its own application's products only")
+            }
             guard backend.productMapping(applicationId: applicationId) != nil else {
                 return errorResponse(.notFound, "not_found", "no application \(applicationId)")
             }
             return json(.ok, backend.products(applicationId: applicationId).json)
         }
+        return router
     }
 
     /// The path's store and id (percent-decoded: ids may hold any character), or nil when invalid.
-    private func subscriptionKey(_ context: BasicRequestContext) -> (Store, String)? {
+    private func subscriptionKey(_ context: BackendRequestContext) -> (Store, String)? {
         guard let text = context.parameters.get("store"), let store = Store(rawValue: text),
             let id = context.parameters.get("originalTransactionId")?.removingPercentEncoding, !id.isEmpty
         else { return nil }
@@ -173,24 +201,6 @@ public struct LocalBackend: Sendable {
                         entitlements: product.entitlements.map(EntitlementIdentifier.init))
                 }
             })
-    }
-}
-
-/// Every route needs `Authorization: Bearer <backend.apiKey>`; anything else is 401.
-struct BearerAuthentication: RouterMiddleware {
-    typealias Context = BasicRequestContext
-    let apiKey: String
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let expected = Array("Bearer \(apiKey)".utf8)
-        let given = Array((request.headers[.authorization] ?? "").utf8)
-        // Compare without an early exit on the first differing byte.
-        var difference = UInt8(given.count == expected.count ? 0 : 1)
-        for index in 0..<min(given.count, expected.count) { difference |= given[index] ^ expected[index] }
-        guard difference == 0 else {
-            return errorResponse(.unauthorized, "unauthorized", "Authorization: Bearer <backend API key> is required")
-        }
-        return try await next(request, context)
     }
 }
 

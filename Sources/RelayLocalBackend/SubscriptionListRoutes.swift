@@ -10,16 +10,21 @@ extension LocalBackend {
     /// `activeOrChangedSince` (optional; Unix ms, RFC 3339 or a date). Answers
     /// `{"subscriptions": [state, ...], "nextCursor": "…" | null}`; pass `nextCursor` back as `cursor`.
     /// `revenue-relay reconcile` walks it.
-    func addSubscriptionListRoutes(to router: Router<BasicRequestContext>) {
+    ///
+    /// A read key lists its apps' subscriptions only: another `applicationId` is 403 `forbidden`.
+    func addSubscriptionListRoutes(to router: Router<BackendRequestContext>) {
         let database = self.database
         let clock = self.clock
-        router.get(RouterPath(Self.internalPrefix)) { request, _ in
+        route(router, .get, Self.internalPrefix) { request, _, principal in
             let parameters = request.uri.queryParameters
             guard let storeText = parameters["store"], let store = Store(rawValue: String(storeText)) else {
                 return errorResponse(.badRequest, "bad_request", "store: use apple, google, stripe or paddle")
             }
             guard let applicationText = parameters["applicationId"], let applicationId = Int(String(applicationText)) else {
                 return errorResponse(.badRequest, "bad_request", "applicationId: the application's integer id (apps[].applicationId) is required")
+            }
+            if let allowed = principal.applicationIds, !allowed.contains(applicationId) {
+                return forbidden("applicationId: this key reads the subscriptions of its own apps only")
             }
             let since: Int64?
             let cursor: Int64?
@@ -29,7 +34,7 @@ extension LocalBackend {
                 cursor = try EventQueryParameters.cursor(parameters)
                 limit = try EventQueryParameters.limit(parameters)
             } catch let invalid as EventQueryParameters.Invalid {
-                return errorResponse(.badRequest, "bad_request", invalid.message)
+                return invalid.response
             }
             let page = try await database.subscriptions(
                 store: store, applicationId: applicationId, activeOrChangedSince: since, now: clock(), after: cursor, limit: limit)

@@ -277,6 +277,29 @@ final class TestBackend: Sendable {
     static let document = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("docs/backend-openapi.yaml")
 
+    /// Each operation's `security` names exactly the kinds of key its route admits in the backend.
+    @Test func everyOperationDeclaresTheKeysItsRouteAdmits() throws {
+        let root = try #require(try Yams.load(yaml: try String(contentsOf: Self.document, encoding: .utf8)) as? [String: Any])
+        let paths = try #require(root["paths"] as? [String: Any])
+        let schemes = try #require(((root["components"] as? [String: Any])?["securitySchemes"] as? [String: Any])?.keys)
+        #expect(Set(schemes) == ["secretKey", "readKey", "publicKey"])
+        /// A path with its parameters blanked, so `{appUserIdOrDeviceId}` and `:appUserId` compare equal.
+        func shape(_ path: String) -> String {
+            path.split(separator: "/").map { $0.hasPrefix("{") || $0.hasPrefix(":") ? "*" : String($0) }.joined(separator: "/")
+        }
+        var documented: [String: Set<String>] = [:]
+        for (path, item) in paths {
+            for (method, operation) in (item as? [String: Any]) ?? [:] where method != "parameters" {
+                let security = ((operation as? [String: Any])?["security"] as? [[String: Any]]) ?? []
+                documented["\(method.uppercased()) \(shape(path))"] = Set(security.flatMap(\.keys))
+            }
+        }
+        let expected = Dictionary(uniqueKeysWithValues: LocalBackend.routeScopes.map { route, scope in
+            ("\(route.method.rawValue) \(shape(route.path))", scope == .secret ? Set(["secretKey"]) : scope == .read ? ["secretKey", "readKey"] : ["secretKey", "publicKey"])
+        })
+        #expect(documented == expected)
+    }
+
     @Test func everyDocumentedOperationAnswersWithADocumentedStatus() async throws {
         let yaml = try String(contentsOf: Self.document, encoding: .utf8)
         let root = try #require(try Yams.load(yaml: yaml) as? [String: Any])

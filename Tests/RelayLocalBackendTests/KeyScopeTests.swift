@@ -1,0 +1,404 @@
+import Foundation
+import Hummingbird
+import Logging
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+import RelayLocalBackend
+import RelayTestSupport
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+/// The kinds of key a request can carry (docs/contracts.md, "Keys and scopes"). "This app" is `ios`
+/// (application 1), the app every request of the table asks about; "another app" is `android`
+/// (application 2).
+enum KeyKind: String, CaseIterable, Sendable {
+    case secret, rotatedSecret, readThis, readOther, publicThis, publicOther, none, unknown
+
+    var authorization: String? {
+        switch self {
+        case .secret: "Bearer sk_primary_0001"
+        case .rotatedSecret: "Bearer sk_rotated_0002"
+        case .readThis: "Bearer rk_ios_0003"
+        case .readOther: "Bearer rk_android_0004"
+        case .publicThis: "Bearer pk_ios_0005"
+        case .publicOther: "Bearer pk_android_0006"
+        case .none: nil
+        // A known key with one character changed, and a known key without its scheme.
+        case .unknown: "Bearer sk_primary_0002"
+        }
+    }
+}
+
+/// A local backend with two apps, a user who bought in both, and every kind of key.
+final class ScopedBackend: Sendable {
+    static let yaml = """
+        backend:
+          apiKey: "sk_primary_0001"
+          apiKeys: ["sk_rotated_0002"]
+          listen: "127.0.0.1:0"
+          database: "DATABASE"
+          readKeys:
+            - { key: "rk_ios_0003", apps: [ios] }
+            - { key: "rk_android_0004", apps: [android] }
+          publicRateLimit: { requestsPerSecond: RATE, burst: 3 }
+        apps:
+          - key: ios
+            projectId: 1
+            applicationId: 1
+            publicApiKeys: ["pk_ios_0005"]
+            apple: { bundleId: com.example.ios, environments: [Xcode], grandfathering: [{ entitlements: [pro], originalAppVersionBelow: "2.0" }] }
+            products:
+              - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
+          - key: android
+            projectId: 1
+            applicationId: 2
+            publicApiKeys: ["pk_android_0006"]
+            google: { packageName: com.example.android, pushAudience: "https://relay.example.com/g", pushServiceAccount: "push@example.iam.gserviceaccount.com", jwks: google-jwks.json }
+            products:
+              - { productId: premium_sub, store: PLAY_STORE, entitlements: [premium] }
+        """
+
+    let url: String
+    let database: SubscriptionDatabase
+    let backend: LocalBackend
+    let metrics = TestMetrics()
+    /// The apps whose AppTransactions the route asked to verify.
+    let verified = LockedBox<[String]>([])
+    /// Monotonic nanoseconds for the rate limit, stepped by tests.
+    let limiterClock = LockedBox<UInt64>(1_000_000_000)
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    /// `rate`: the public routes' requests a second per client (0: off), bursts of 3.
+    init(rate: Double = 0, clientAddressHeader: String? = nil) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scopes"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Data("{\"keys\": []}".utf8).write(to: directory.appendingPathComponent("google-jwks.json"))
+        var yaml = Self.yaml.replacingOccurrences(of: "DATABASE", with: directory.appendingPathComponent("backend.sqlite").path)
+            .replacingOccurrences(of: "RATE", with: String(rate))
+        if let clientAddressHeader {
+            yaml = yaml.replacingOccurrences(of: "burst: 3 }", with: "burst: 3, clientAddressHeader: \(clientAddressHeader) }")
+        }
+        let configuration = try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
+        database = try SubscriptionDatabase(path: configuration.backend.database)
+        let verified = self.verified
+        let limiterClock = self.limiterClock
+        let grants = AppTransactionGrants(
+            topic: "relay.notifications",
+            verify: { app, _ in
+                verified.withLock { $0.append(app) }
+                return .failure(Rejection(.malformed, "test: AppTransactions of \(app) are not checked here"))
+            },
+            append: { _ in throw ScopeTestFailure("nothing may be appended") })
+        backend = try LocalBackend(
+            configuration: configuration, database: database, clock: { 1_800_000_000_000 }, appTransactions: grants, metrics: metrics,
+            rateLimitClock: { limiterClock.value })
+        let ports = AsyncStream.makeStream(of: Int.self)
+        let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
+        group = ServiceGroup(services: [application], gracefulShutdownSignals: [], logger: testLogger())
+        let group = self.group
+        task = Task { try await group.run() }
+        var iterator = ports.stream.makeAsyncIterator()
+        url = "http://127.0.0.1:\(await iterator.next() ?? 0)"
+    }
+
+    /// `shared-user` bought in both apps; each app has one recorded event.
+    func storeData() async throws {
+        for state in [
+            SubscriptionState(
+                store: .apple, originalTransactionId: "1000", applicationId: 1, originalAppUserId: "shared-user", appUserIds: ["shared-user"],
+                productId: "com.example.pro.monthly", status: .active, expiresAt: 4_000_000_000_000, environment: "PRODUCTION", sourceTimestamp: 1),
+            SubscriptionState(
+                store: .google, originalTransactionId: "token-2000", applicationId: 2, originalAppUserId: "shared-user", appUserIds: ["shared-user"],
+                productId: "premium_sub", status: .active, expiresAt: 4_000_000_000_000, environment: "PRODUCTION", sourceTimestamp: 1),
+        ] {
+            guard case .written = try await database.write(state, ifMatch: 0) else { throw ScopeTestFailure("\(state.originalTransactionId) not written") }
+        }
+        _ = try await backend.events.record([
+            .init(app: "ios", body: testEvent("e-ios", user: "shared-user", applicationId: 1)),
+            .init(app: "android", body: testEvent("e-android", store: .google, user: "shared-user", subject: "token-2000", product: "premium_sub", applicationId: 2)),
+        ])
+    }
+
+    func send(_ method: String, _ path: String, _ kind: KeyKind, body: [UInt8] = [], headers: [(String, String)] = []) async throws -> HTTPClientResponse {
+        var all = headers
+        if let authorization = kind.authorization { all.append(("Authorization", authorization)) }
+        if !body.isEmpty { all.append(("Content-Type", "application/json")) }
+        return try await HTTPClient().send(method, url + path, headers: all, body: body)
+    }
+
+    func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+    }
+}
+
+struct ScopeTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One request of the table, what it is an instance of, and what each kind of key gets.
+struct ScopeCase: Sendable {
+    enum Expected: Sendable, Equatable {
+        /// 200 (or another 2xx/4xx the route answers within its scope) with exactly these rows.
+        case rows(Int, [String])
+        case status(Int)
+    }
+
+    var route: BackendRoute
+    var method: String
+    var path: String
+    var body: String = ""
+    var headers: [(String, String)] = []
+    /// The rows of an answer: ids, entitlements, apps, as the route lists them (sorted).
+    var rows: @Sendable (_ body: [UInt8]) -> [String]
+    var expected: [KeyKind: Expected]
+
+    /// 401 for no key and an unknown key, 403 for the kinds not listed.
+    func expectation(_ kind: KeyKind) -> Expected {
+        if kind == .none || kind == .unknown { return .status(401) }
+        return expected[kind] ?? .status(403)
+    }
+}
+
+private func json(_ bytes: [UInt8]) -> JSON { (try? JSON.parse(bytes)) ?? .null }
+private func strings(_ values: [JSON]?) -> [String] { (values ?? []).compactMap(\.stringValue).sorted() }
+
+/// Every route × every kind of key: the status, and which rows come back.
+let scopeTable: [ScopeCase] = [
+    ScopeCase(
+        route: BackendRoute(.get, "/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion"), method: "GET",
+        path: "/config-api/read/v1-application-id/1/entitlements/1",
+        rows: { strings(json($0)["products"]?.arrayValue?.map { $0["productId"] ?? .null }) },
+        expected: [
+            .secret: .rows(200, ["$grandfathered:0", "com.example.pro.monthly"]), .rotatedSecret: .rows(200, ["$grandfathered:0", "com.example.pro.monthly"]),
+        ]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/subscriptions/:store/:originalTransactionId"), method: "GET",
+        path: "/subscriptions-api/internal/v1/subscriptions/apple/1000", rows: { strings([json($0)["originalTransactionId"] ?? .null]) },
+        expected: [.secret: .rows(200, ["1000"]), .rotatedSecret: .rows(200, ["1000"])]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/subscriptions"), method: "GET",
+        path: "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=1",
+        rows: { strings(json($0)["subscriptions"]?.arrayValue?.map { $0["originalTransactionId"] ?? .null }) },
+        expected: [.secret: .rows(200, ["1000"]), .rotatedSecret: .rows(200, ["1000"]), .readThis: .rows(200, ["1000"])]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/events"), method: "GET", path: "/subscriptions-api/internal/v1/events?app=ios",
+        rows: eventIds,
+        expected: [.secret: .rows(200, ["e-ios"]), .rotatedSecret: .rows(200, ["e-ios"]), .readThis: .rows(200, ["e-ios"])]),
+    // Without a filter a read key gets its own apps' rows, never another's.
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/events"), method: "GET", path: "/subscriptions-api/internal/v1/events",
+        rows: eventIds,
+        expected: [
+            .secret: .rows(200, ["e-android", "e-ios"]), .rotatedSecret: .rows(200, ["e-android", "e-ios"]), .readThis: .rows(200, ["e-ios"]),
+            .readOther: .rows(200, ["e-android"]),
+        ]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/events"), method: "GET", path: "/subscriptions-api/internal/v1/events",
+        headers: [("Accept", "application/x-ndjson")],
+        rows: { body in
+            String(decoding: body, as: UTF8.self).split(separator: "\n").compactMap { json(Array($0.utf8))["data"]?["id"]?.stringValue }.sorted()
+        },
+        expected: [
+            .secret: .rows(200, ["e-android", "e-ios"]), .rotatedSecret: .rows(200, ["e-android", "e-ios"]), .readThis: .rows(200, ["e-ios"]),
+            .readOther: .rows(200, ["e-android"]),
+        ]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/revenue"), method: "GET",
+        path: "/subscriptions-api/internal/v1/revenue?app=ios&groupBy=app", rows: revenueApps,
+        expected: [.secret: .rows(200, ["ios"]), .rotatedSecret: .rows(200, ["ios"]), .readThis: .rows(200, ["ios"])]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/revenue"), method: "GET", path: "/subscriptions-api/internal/v1/revenue?groupBy=app",
+        rows: revenueApps,
+        expected: [
+            .secret: .rows(200, ["android", "ios"]), .rotatedSecret: .rows(200, ["android", "ios"]), .readThis: .rows(200, ["ios"]),
+            .readOther: .rows(200, ["android"]),
+        ]),
+    // One user who bought in two apps: each app's public key sees what was bought in it.
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/public/v1/users/:appUserId/entitlements"), method: "GET",
+        path: "/subscriptions-api/public/v1/users/shared-user/entitlements",
+        rows: { body in
+            let document = json(body)
+            let listed = strings(document["entitlements"]?.arrayValue?.map { $0["identifier"] ?? .null })
+            let subscriptions = strings(document["customerInfo"]?["subscriptions"]?.arrayValue?.map { $0["productId"] ?? .null })
+            return listed + subscriptions
+        },
+        expected: [
+            .secret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
+            .rotatedSecret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
+            .publicThis: .rows(200, ["pro", "com.example.pro.monthly"]), .publicOther: .rows(200, ["premium", "premium_sub"]),
+        ]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/public/v1/products"), method: "GET", path: "/subscriptions-api/public/v1/products",
+        rows: productIds,
+        expected: [
+            .secret: .rows(200, ["com.example.pro.monthly", "premium_sub"]), .rotatedSecret: .rows(200, ["com.example.pro.monthly", "premium_sub"]),
+            .publicThis: .rows(200, ["com.example.pro.monthly"]), .publicOther: .rows(200, ["premium_sub"]),
+        ]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/public/v1/products"), method: "GET", path: "/subscriptions-api/public/v1/products?applicationId=1",
+        rows: productIds,
+        expected: [
+            .secret: .rows(200, ["com.example.pro.monthly"]), .rotatedSecret: .rows(200, ["com.example.pro.monthly"]),
+            .publicThis: .rows(200, ["com.example.pro.monthly"]),
+        ]),
+    // The verifier is reached (and refuses the test's JWS) only for keys that may use this app's rules.
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/users/:appUserId/app-transaction"), method: "POST",
+        path: "/subscriptions-api/public/v1/users/shared-user/app-transaction?applicationId=1", body: #"{"signedAppTransaction": "e30.e30.sig"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [
+            .secret: .rows(400, ["invalid_app_transaction"]), .rotatedSecret: .rows(400, ["invalid_app_transaction"]),
+            .publicThis: .rows(400, ["invalid_app_transaction"]),
+        ]),
+    // The attack of issue 25: a made-up purchase for mallory until 2100. Each kind writes its own id, so
+    // the test can tell afterwards which writes happened; last, so the reads above see none of them.
+    ScopeCase(
+        route: BackendRoute(.put, "/subscriptions-api/internal/v1/subscriptions/:store/:originalTransactionId"), method: "PUT",
+        path: "/subscriptions-api/internal/v1/subscriptions/apple/999-KIND", body: malloryState("999-KIND"), headers: [("If-Match", "0")],
+        rows: { strings([json($0)["originalTransactionId"] ?? .null]) },
+        expected: [.secret: .rows(200, ["999-secret"]), .rotatedSecret: .rows(200, ["999-rotatedSecret"])]),
+]
+
+private let eventIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["events"]?.arrayValue?.map { $0["data"]?["id"] ?? .null }) }
+private let revenueApps: @Sendable ([UInt8]) -> [String] = { strings(json($0)["rows"]?.arrayValue?.map { $0["app"] ?? .null }) }
+private let productIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["data"]?.arrayValue?.map { $0["identifier"] ?? .null }) }
+
+/// A lifetime purchase until 2100 for `mallory`, as the attacker sent it.
+private func malloryState(_ id: String) -> String {
+    String(
+        decoding: SubscriptionState(
+            store: .apple, originalTransactionId: id, applicationId: 1, originalAppUserId: "mallory", appUserIds: ["mallory"],
+            productId: "com.example.pro.monthly", status: .active, expiresAt: 4_102_444_800_000, environment: "PRODUCTION", sourceTimestamp: 5
+        ).json.serialized(), as: UTF8.self)
+}
+
+@Suite struct KeyScopeTests {
+    @Test func everyRouteAnswersEveryKindOfKeyWithinItsScope() async throws {
+        let backend = try await ScopedBackend()
+        try await backend.storeData()
+        var failures: [String] = []
+        for scopeCase in scopeTable {
+            for kind in KeyKind.allCases {
+                let path = scopeCase.path.replacingOccurrences(of: "KIND", with: kind.rawValue)
+                let body = Array(scopeCase.body.replacingOccurrences(of: "KIND", with: kind.rawValue).utf8)
+                let response = try await backend.send(scopeCase.method, path, kind, body: body, headers: scopeCase.headers)
+                let got: ScopeCase.Expected
+                switch scopeCase.expectation(kind) {
+                case .rows(_, let expected):
+                    got = .rows(response.status, scopeCase.rows(response.body))
+                    // The table lists rows in the order the extractor sorts groups; compare as sets.
+                    if case .rows(let status, let rows) = got, case .rows(let wantedStatus, _) = scopeCase.expectation(kind),
+                        status == wantedStatus, Set(rows) == Set(expected)
+                    {
+                        continue
+                    }
+                case .status(let status):
+                    got = .status(response.status)
+                    if response.status == status {
+                        let error = json(response.body)["error"]?.stringValue
+                        if error == (status == 401 ? "unauthorized" : "forbidden") { continue }
+                    }
+                }
+                failures.append("\(scopeCase.method) \(path) with \(kind): expected \(scopeCase.expectation(kind)), got \(got) \(String(decoding: response.body.prefix(300), as: UTF8.self))")
+            }
+        }
+        #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
+        // Only the secret keys' writes happened: mallory has nothing.
+        #expect(try await backend.database.subscription(store: .apple, originalTransactionId: "999-secret") != nil)
+        #expect(try await backend.database.subscription(store: .apple, originalTransactionId: "999-rotatedSecret") != nil)
+        for kind in KeyKind.allCases where kind != .secret && kind != .rotatedSecret {
+            #expect(try await backend.database.subscription(store: .apple, originalTransactionId: "999-\(kind.rawValue)") == nil, "\(kind) wrote")
+        }
+        // The app-transaction route reached the verifier for this app only, never with another app's rules.
+        #expect(backend.verified.value == ["ios", "ios", "ios"])
+        await backend.stop()
+    }
+
+    /// Adding a route without deciding its scope fails here: every route the router holds is in the one
+    /// scope table, and the test table above exercises each of them.
+    @Test func everyRegisteredRouteHasAScopeAndARowInTheTable() async throws {
+        let backend = try await ScopedBackend()
+        let registered = Set(backend.backend.router().routes.map { BackendRoute($0.method, normalized($0.path.description)) })
+        #expect(registered == Set(LocalBackend.routeScopes.keys), "registered \(registered.sorted { $0.description < $1.description })")
+        #expect(Set(scopeTable.map(\.route)) == registered)
+        // The table's expectations agree with the declared scopes.
+        for scopeCase in scopeTable {
+            let scope = try #require(LocalBackend.routeScopes[scopeCase.route])
+            let admitted = Set(KeyKind.allCases.filter { if case .status = scopeCase.expectation($0) { return false } else { return true } })
+            switch scope {
+            case .secret: #expect(admitted == [.secret, .rotatedSecret], "\(scopeCase.path)")
+            case .read: #expect(admitted.isSubset(of: [.secret, .rotatedSecret, .readThis, .readOther]) && admitted.contains(.readThis), "\(scopeCase.path)")
+            case .public: #expect(admitted.isSubset(of: [.secret, .rotatedSecret, .publicThis, .publicOther]) && admitted.contains(.publicThis), "\(scopeCase.path)")
+            }
+        }
+        await backend.stop()
+    }
+
+    /// Hummingbird prints a parameter as `{name}`; the table writes it as registered, `:name`.
+    private func normalized(_ path: String) -> String {
+        let text = path.replacingOccurrences(of: "{", with: ":").replacingOccurrences(of: "}", with: "")
+        return text.hasPrefix("/") ? text : "/" + text
+    }
+
+    @Test func aPathThatDoesNotExistNeedsAKnownKeyToBeTold() async throws {
+        let backend = try await ScopedBackend()
+        #expect(try await backend.send("GET", "/subscriptions-api/internal/v1/nothing-here", .none).status == 401)
+        #expect(try await backend.send("GET", "/subscriptions-api/internal/v1/nothing-here", .unknown).status == 401)
+        #expect(try await backend.send("GET", "/subscriptions-api/internal/v1/nothing-here", .secret).status == 404)
+        // The scheme is required; a key alone is not a bearer token.
+        let bare = try await HTTPClient().send("GET", backend.url + "/subscriptions-api/public/v1/products", headers: [("Authorization", "pk_ios_0005")])
+        #expect(bare.status == 401)
+        // Answers never echo the key.
+        let refused = try await backend.send("GET", "/subscriptions-api/internal/v1/events", .publicThis)
+        #expect(refused.status == 403)
+        #expect(!String(decoding: refused.body, as: UTF8.self).contains("pk_ios_0005"))
+        #expect(backend.metrics.value(of: "relay_backend_access_refused_total", ["401"]) == 3)
+        #expect(backend.metrics.value(of: "relay_backend_access_refused_total", ["403"]) == 1)
+        await backend.stop()
+    }
+
+    /// A public key copied out of the app cannot exhaust the backend: one client gets its burst, then
+    /// 429 with Retry-After; guessing keys counts against the same bucket; the secret key is never limited.
+    @Test func publicRoutesAreRateLimitedPerClient() async throws {
+        let backend = try await ScopedBackend(rate: 1)
+        let products = "/subscriptions-api/public/v1/products"
+        for _ in 0..<2 { #expect(try await backend.send("GET", products, .publicThis).status == 200) }
+        #expect(try await backend.send("GET", products, .unknown).status == 401)
+        let limited = try await backend.send("GET", products, .publicThis)
+        #expect(limited.status == 429)
+        #expect(limited.header("Retry-After") == "1")
+        #expect(json(limited.body)["error"] == "rate_limited")
+        // Guessing keys is limited too, before the key is even looked at.
+        #expect(try await backend.send("GET", products, .unknown).status == 429)
+        // The relay's own roles and BI tools are not: they hold server keys.
+        for _ in 0..<10 {
+            #expect(try await backend.send("GET", products, .secret).status == 200)
+            #expect(try await backend.send("GET", "/subscriptions-api/internal/v1/events", .readThis).status == 200)
+        }
+        // A second later one token has come back.
+        backend.limiterClock.withLock { $0 += 1_000_000_000 }
+        #expect(try await backend.send("GET", products, .publicThis).status == 200)
+        #expect(try await backend.send("GET", products, .publicThis).status == 429)
+        #expect(backend.metrics.value(of: "relay_backend_rate_limited_total", ["public"]) == 2)
+        #expect(backend.metrics.value(of: "relay_backend_rate_limited_total", ["none"]) == 1)
+        await backend.stop()
+    }
+
+    /// Behind the operator's proxy, the client is the last address the proxy added, not the proxy.
+    @Test func theClientAddressComesFromTheConfiguredProxyHeader() async throws {
+        let backend = try await ScopedBackend(rate: 1, clientAddressHeader: "X-Forwarded-For")
+        let products = "/subscriptions-api/public/v1/products"
+        for _ in 0..<3 { #expect(try await backend.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "203.0.113.7")]).status == 200) }
+        #expect(try await backend.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "203.0.113.7")]).status == 429)
+        // Another client behind the same proxy has its own bucket; a spoofed first entry changes nothing.
+        #expect(try await backend.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "198.51.100.9")]).status == 200)
+        #expect(try await backend.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "1.2.3.4, 203.0.113.7")]).status == 429)
+        await backend.stop()
+    }
+}
