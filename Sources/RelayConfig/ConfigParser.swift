@@ -170,7 +170,9 @@ enum ConfigParser {
         let map = try node.mapping(known: ["requestsPerSecond", "burst", "clientAddressHeader"])
         var limit = RelayConfiguration.Backend.RateLimit()
         if let value = try map.optional("requestsPerSecond", { (node) throws(ConfigurationError) -> Double in
-            guard let number = Double(try node.string()), number.isFinite, number >= 0 else { throw node.error("expected a number of requests a second (0 turns the limit off)") }
+            guard let number = Double(try node.string()), number.isFinite, number == 0 || number >= 0.001 else {
+                throw node.error("expected a number of requests a second, at least 0.001 (0 turns the limit off)")
+            }
             return number
         }) { limit.requestsPerSecond = value }
         if let value = try map.optional("burst", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { limit.burst = value }
@@ -194,6 +196,9 @@ enum ConfigParser {
         }
         var first: [String: String] = [:]
         for (place, key) in places {
+            guard key.utf8.count <= RelayConfiguration.Backend.maximumKeyLength else {
+                throw ConfigurationError(key: place, message: "longer than \(RelayConfiguration.Backend.maximumKeyLength) bytes; use a shorter random key")
+            }
             if let earlier = first[key] {
                 throw ConfigurationError(
                     key: place, message: "the same key is also configured as \(earlier); give each place its own key (a key has one kind and one app)")

@@ -141,6 +141,9 @@ public struct RelayConfiguration: Sendable {
 
         public init() {}
 
+        /// The longest key, in bytes: keys are compared over this length, whatever theirs.
+        public static let maximumKeyLength = 256
+
         /// Every secret key the local backend accepts: `apiKey`, then `apiKeys`.
         public var secretKeys: [String] { (apiKey.map { [$0] } ?? []) + apiKeys }
 

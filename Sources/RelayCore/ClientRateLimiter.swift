@@ -37,7 +37,8 @@ public final class ClientRateLimiter: Sendable {
                 bucket.tokens -= 1
                 decision = .allowed
             } else {
-                let wait = (1 - bucket.tokens) / ratePerSecond
+                // At most a day: a rate too small to count in seconds must not trap the conversion.
+                let wait = min((1 - bucket.tokens) / ratePerSecond, 86_400)
                 decision = .limited(retryAfterSeconds: max(1, Int(wait.rounded(.up))))
             }
             if buckets[client] == nil, buckets.count >= maxClients { evict(now: now) }

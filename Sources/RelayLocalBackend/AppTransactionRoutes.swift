@@ -127,7 +127,7 @@ extension LocalBackend {
     private func grandfatheringApp(applicationId: String?, principal: BackendPrincipal) -> Result<RelayConfiguration.App, RouteProblem> {
         if case .publicApp(let key, let ownApplicationId) = principal {
             if let applicationId, applicationId != String(ownApplicationId) {
-                return .failure(RouteProblem(response: forbidden("this key grants AppTransactions of its own app only")))
+                return .failure(RouteProblem(response: self.forbidden("this key grants AppTransactions of its own app only")))
             }
             guard let app = configuration.apps.first(where: { $0.key == key }), app.apple != nil else {
                 return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "this key's app has no apple section")))

@@ -109,16 +109,22 @@ extension LocalBackend {
         guard let scope = Self.routeScopes[BackendRoute(method, path)] else {
             preconditionFailure("\(method.rawValue) \(path) has no scope in LocalBackend.routeScopes: decide who may call it there")
         }
-        let refusals = accessRefusals
+        let backend = self
         router.on(RouterPath(path), method: method) { request, context in
             // The authentication middleware ran first: a request without a known key never gets here.
             guard let principal = context.principal else { return unauthorizedResponse }
             guard scope.admits(principal) else {
-                refusals.increment([("status", "403")])
-                return forbidden("a \(principal.kind) key does not reach this route; \(scope.requirement)")
+                return backend.forbidden("a \(principal.kind) key does not reach this route; \(scope.requirement)")
             }
             return try await handler(request, context, principal)
         }
+    }
+
+    /// 403 `forbidden`: a known key outside its scope (a route it does not reach, or another app's rows),
+    /// counted. The detail names the kind of key, never the key.
+    func forbidden(_ detail: String) -> Response {
+        accessRefusals.increment([("status", "403")])
+        return errorResponse(.forbidden, "forbidden", detail)
     }
 }
 
@@ -133,16 +139,12 @@ extension RouteScope {
     }
 }
 
-/// 403 `forbidden`: a known key outside its scope. The detail names the kind of key, never the key.
-func forbidden(_ detail: String) -> Response {
-    errorResponse(.forbidden, "forbidden", detail)
-}
-
 let unauthorizedResponse = errorResponse(
     .unauthorized, "unauthorized", "Authorization: Bearer <key> is required, with a key this backend knows (secret, read or an app's public key)")
 
-/// The backend's keys, resolved in constant time: every configured key is compared in full with what
-/// the request presents, whichever matches, so timing tells nothing about how much of a key was right.
+/// The backend's keys, resolved in constant time: every configured key is compared with what the
+/// request presents over the same fixed length (`RelayConfiguration.Backend.maximumKeyLength` bytes),
+/// whichever matches, so timing tells nothing about how much of a key was right, nor how long keys are.
 struct BackendKeys: Sendable {
     private let entries: [(key: [UInt8], principal: BackendPrincipal)]
 
@@ -161,19 +163,22 @@ struct BackendKeys: Sendable {
 
     /// The principal of `Authorization: Bearer <key>`, or nil for none or an unknown key.
     func principal(authorization: String?) -> BackendPrincipal? {
-        guard let authorization, authorization.utf8.count > 7,
-            authorization.utf8.prefix(7).elementsEqual("Bearer ".utf8) || authorization.utf8.prefix(7).elementsEqual("bearer ".utf8)
+        // The scheme is case-insensitive (RFC 9110, section 11.1).
+        guard let authorization, authorization.utf8.count > 7, authorization.utf8.prefix(7).map({ $0 | 0x20 }).elementsEqual("bearer ".utf8)
         else { return nil }
         let given = Array(authorization.utf8.dropFirst(7))
+        // Longer than any key can be: no key, and no need to compare.
+        guard given.count <= RelayConfiguration.Backend.maximumKeyLength else { return nil }
         var found: BackendPrincipal?
         for entry in entries where Self.equal(given, entry.key) { found = entry.principal }
         return found
     }
 
-    /// Compares every byte of the longer of the two, without an early exit.
+    /// Compares `maximumKeyLength` bytes whatever the lengths (both at most that long), without an early
+    /// exit: the time is the same for every key and every guess.
     static func equal(_ given: [UInt8], _ expected: [UInt8]) -> Bool {
         var difference = UInt8(given.count == expected.count ? 0 : 1)
-        for index in 0..<max(given.count, expected.count) {
+        for index in 0..<RelayConfiguration.Backend.maximumKeyLength {
             let left = index < given.count ? given[index] : 0
             let right = index < expected.count ? expected[index] : 0
             difference |= left ^ right
@@ -201,15 +206,15 @@ public struct BackendRequestContext: RequestContext {
 /// not exist, so the routes cannot be mapped without one). A request with a public key, or without a
 /// known key, takes a token from its client's bucket first: 429 with `Retry-After` when it is empty, so
 /// a public key copied out of an app cannot exhaust the backend, nor can anyone guess keys quickly.
-struct BackendAuthentication: RouterMiddleware {
-    typealias Context = BackendRequestContext
+package struct BackendAuthentication: RouterMiddleware {
+    package typealias Context = BackendRequestContext
     let keys: BackendKeys
     let limiter: ClientRateLimiter
     let clientAddressHeader: HTTPField.Name?
     let refusals: LabeledCounters
     let rateLimited: LabeledCounters
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+    package func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let principal = keys.principal(authorization: request.headers[.authorization])
         switch principal {
         case .secret, .read:
@@ -232,13 +237,34 @@ struct BackendAuthentication: RouterMiddleware {
         return try await next(request, context)
     }
 
-    /// The configured header's last entry (the one the operator's proxy added), else the TCP peer.
+    /// The configured header's last entry (the one the operator's proxy added), else the TCP peer; an
+    /// IPv6 address by its /64, which one subscriber usually holds whole.
     private func clientAddress(_ request: Request, _ context: Context) -> String {
         if let clientAddressHeader, let value = request.headers[clientAddressHeader],
             let last = value.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
         {
-            return last
+            return Self.bucket(last)
         }
-        return context.peerAddress ?? "unknown"
+        return Self.bucket(context.peerAddress ?? "unknown")
+    }
+
+    /// The rate limit's client key of an address: an IPv4 address as it is, an IPv6 address by its first
+    /// 64 bits (`2001:db8:1:2::/64`), so one subscriber's 2^64 addresses share one bucket.
+    package static func bucket(_ address: String) -> String {
+        guard address.contains(":") else { return address }
+        var text = Substring(address)
+        if text.hasPrefix("[") { text = text.dropFirst() }
+        if let end = text.firstIndex(where: { $0 == "]" || $0 == "%" }) { text = text[..<end] }
+        // Expand `::` into the zero groups it stands for, then keep the first four.
+        let halves = text.components(separatedBy: "::")
+        let head = halves[0].split(separator: ":", omittingEmptySubsequences: false).filter { !$0.isEmpty }
+        let tail = halves.count > 1 ? halves[1].split(separator: ":").map(String.init) : []
+        let missing = max(0, 8 - head.count - tail.count)
+        let groups = head.map(String.init) + (halves.count > 1 ? Array(repeating: "0", count: missing) : []) + tail
+        guard groups.count >= 4 else { return address }
+        return groups.prefix(4).map { group in
+            let trimmed = group.drop { $0 == "0" }.lowercased()
+            return trimmed.isEmpty ? "0" : trimmed
+        }.joined(separator: ":") + "::/64"
     }
 }

@@ -20,6 +20,7 @@ extension LocalBackend {
     /// outside them is 403 `forbidden`.
     func addEventRoutes(to router: Router<BackendRequestContext>) {
         let events = self.events
+        let backend = self
         route(router, .get, Self.eventsPath) { request, _, principal in
             let filter: EventFilter
             let limit: Int
@@ -29,7 +30,7 @@ extension LocalBackend {
                 limit = try EventQueryParameters.limit(request.uri.queryParameters)
                 cursor = try EventQueryParameters.cursor(request.uri.queryParameters)
             } catch let invalid as EventQueryParameters.Invalid {
-                return invalid.response
+                return invalid.response(events: backend)
             }
             if request.headers[.accept]?.contains("application/x-ndjson") == true {
                 return Self.export(events, filter: filter, after: cursor)
@@ -51,7 +52,7 @@ extension LocalBackend {
                 filter = try EventQueryParameters.filter(request.uri.queryParameters, defaultEnvironment: "PRODUCTION", readableBy: principal)
                 groupBy = try EventQueryParameters.groupBy(request.uri.queryParameters)
             } catch let invalid as EventQueryParameters.Invalid {
-                return invalid.response
+                return invalid.response(events: backend)
             }
             let report = try await events.revenue(filter, groupBy: groupBy)
             return json(.ok, report.json)
@@ -87,8 +88,8 @@ enum EventQueryParameters {
         /// A filter outside the key's rows: 403, not 400.
         var forbidden = false
 
-        var response: Response {
-            forbidden ? RelayLocalBackend.forbidden(message) : errorResponse(.badRequest, "bad_request", message)
+        func response(events backend: LocalBackend) -> Response {
+            forbidden ? backend.forbidden(message) : errorResponse(.badRequest, "bad_request", message)
         }
     }
 

@@ -159,7 +159,7 @@ public struct LocalBackend: Sendable {
             }
             guard let applicationId = Int(text) else { return errorResponse(.badRequest, "bad_request", "applicationId must be an integer") }
             if let allowed = principal.applicationIds, !allowed.contains(applicationId) {
-                return forbidden("this key reaches its own application's products only")
+                return backend.forbidden("this key reaches its own application's products only")
             }
             guard backend.productMapping(applicationId: applicationId) != nil else {
                 return errorResponse(.notFound, "not_found", "no application \(applicationId)")

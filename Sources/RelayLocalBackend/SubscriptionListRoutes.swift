@@ -15,6 +15,7 @@ extension LocalBackend {
     func addSubscriptionListRoutes(to router: Router<BackendRequestContext>) {
         let database = self.database
         let clock = self.clock
+        let backend = self
         route(router, .get, Self.internalPrefix) { request, _, principal in
             let parameters = request.uri.queryParameters
             guard let storeText = parameters["store"], let store = Store(rawValue: String(storeText)) else {
@@ -24,7 +25,7 @@ extension LocalBackend {
                 return errorResponse(.badRequest, "bad_request", "applicationId: the application's integer id (apps[].applicationId) is required")
             }
             if let allowed = principal.applicationIds, !allowed.contains(applicationId) {
-                return forbidden("applicationId: this key reads the subscriptions of its own apps only")
+                return backend.forbidden("applicationId: this key reads the subscriptions of its own apps only")
             }
             let since: Int64?
             let cursor: Int64?
@@ -34,7 +35,7 @@ extension LocalBackend {
                 cursor = try EventQueryParameters.cursor(parameters)
                 limit = try EventQueryParameters.limit(parameters)
             } catch let invalid as EventQueryParameters.Invalid {
-                return invalid.response
+                return invalid.response(events: backend)
             }
             let page = try await database.subscriptions(
                 store: store, applicationId: applicationId, activeOrChangedSince: since, now: clock(), after: cursor, limit: limit)

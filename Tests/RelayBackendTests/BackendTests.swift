@@ -291,6 +291,8 @@ final class TestBackend: Sendable {
         for (path, item) in paths {
             for (method, operation) in (item as? [String: Any]) ?? [:] where method != "parameters" {
                 let security = ((operation as? [String: Any])?["security"] as? [[String: Any]]) ?? []
+                // Alternatives (any one key), never a requirement of two keys at once.
+                #expect(security.allSatisfy { $0.count == 1 }, "\(method) \(path)")
                 documented["\(method.uppercased()) \(shape(path))"] = Set(security.flatMap(\.keys))
             }
         }

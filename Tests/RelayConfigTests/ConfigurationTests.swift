@@ -194,6 +194,9 @@ import Testing
         #expect(error("backend: { apiKey: k, readKeys: [{ key: r }] }\n" + app)?.key == "backend.readKeys[0].apps")
         #expect(error("backend: { apiKey: k, apiKeys: [\"\"] }")?.key == "backend.apiKeys[0]")
         #expect(error("backend: { publicRateLimit: { requestsPerSecond: -1 } }")?.key == "backend.publicRateLimit.requestsPerSecond")
+        // A rate too small to state a wait in seconds.
+        #expect(error("backend: { publicRateLimit: { requestsPerSecond: 1e-20 } }")?.key == "backend.publicRateLimit.requestsPerSecond")
+        #expect(error("backend: { apiKey: \"\(String(repeating: "k", count: 257))\" }")?.key == "backend.apiKey")
         #expect(error("backend: { publicRateLimit: { clientAddressHeader: \"X Forwarded\" } }")?.key == "backend.publicRateLimit.clientAddressHeader")
         #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, publicApiKeys: p, stripe: { signingSecrets: [x] } }]")?.key == "apps[0].publicApiKeys")
     }

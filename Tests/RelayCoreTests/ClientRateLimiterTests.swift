@@ -43,6 +43,13 @@ import Testing
         #expect(limiter.take("c") == .allowed)
     }
 
+    /// However small the rate, the wait is stated (at most a day), never a trap converting it.
+    @Test func aTinyRateWaitsAtMostADay() {
+        let limiter = ClientRateLimiter(ratePerSecond: 1e-20, burst: 1, now: { 5 })
+        #expect(limiter.take("c") == .allowed)
+        #expect(limiter.take("c") == .limited(retryAfterSeconds: 86_400))
+    }
+
     @Test func aRateOfZeroTurnsTheLimitOff() {
         let limiter = ClientRateLimiter(ratePerSecond: 0, burst: 1, now: { 0 })
         for _ in 0..<1_000 { #expect(limiter.take("c") == .allowed) }

@@ -25,7 +25,7 @@ enum KeyKind: String, CaseIterable, Sendable {
         case .publicThis: "Bearer pk_ios_0005"
         case .publicOther: "Bearer pk_android_0006"
         case .none: nil
-        // A known key with one character changed, and a known key without its scheme.
+        // A known key with its last character changed.
         case .unknown: "Bearer sk_primary_0002"
         }
     }
@@ -42,6 +42,7 @@ final class ScopedBackend: Sendable {
           readKeys:
             - { key: "rk_ios_0003", apps: [ios] }
             - { key: "rk_android_0004", apps: [android] }
+            - { key: "rk_both_0007", apps: [ios, android] }
           publicRateLimit: { requestsPerSecond: RATE, burst: 3 }
         apps:
           - key: ios
@@ -51,6 +52,10 @@ final class ScopedBackend: Sendable {
             apple: { bundleId: com.example.ios, environments: [Xcode], grandfathering: [{ entitlements: [pro], originalAppVersionBelow: "2.0" }] }
             products:
               - { productId: com.example.pro.monthly, store: APP_STORE, entitlements: [pro] }
+          - key: web
+            projectId: 1
+            applicationId: 3
+            stripe: { signingSecrets: ["whsec_web"] }
           - key: android
             projectId: 1
             applicationId: 2
@@ -265,7 +270,7 @@ let scopeTable: [ScopeCase] = [
         expected: [.secret: .rows(200, ["999-secret"]), .rotatedSecret: .rows(200, ["999-rotatedSecret"])]),
 ]
 
-private let eventIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["events"]?.arrayValue?.map { $0["data"]?["id"] ?? .null }) }
+let eventIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["events"]?.arrayValue?.map { $0["data"]?["id"] ?? .null }) }
 private let revenueApps: @Sendable ([UInt8]) -> [String] = { strings(json($0)["rows"]?.arrayValue?.map { $0["app"] ?? .null }) }
 private let productIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["data"]?.arrayValue?.map { $0["identifier"] ?? .null }) }
 
@@ -340,6 +345,51 @@ private func malloryState(_ id: String) -> String {
         await backend.stop()
     }
 
+    /// Refusals for another app's rows are counted like refusals of a route; a read key for two apps reads
+    /// both, and no third; a device id cannot pull another app's purchases into a public key's answer;
+    /// the scheme's case does not matter.
+    @Test func rowRefusalsAreCountedAndReadKeysOverSeveralAppsReadThoseOnly() async throws {
+        let backend = try await ScopedBackend()
+        try await backend.storeData()
+        _ = try await backend.backend.events.record([.init(app: "web", body: testEvent("e-web", store: .stripe, user: "shared-user", subject: "sub_web", product: "price_web", applicationId: 3))])
+        for path in [
+            "/subscriptions-api/internal/v1/events?app=android", "/subscriptions-api/internal/v1/revenue?app=android",
+            "/subscriptions-api/internal/v1/subscriptions?store=google&applicationId=2",
+        ] {
+            #expect(try await backend.send("GET", path, .readThis).status == 403, "\(path)")
+        }
+        #expect(try await backend.send("GET", "/subscriptions-api/public/v1/products?applicationId=2", .publicThis).status == 403)
+        #expect(backend.metrics.value(of: "relay_backend_access_refused_total", ["403"]) == 4)
+
+        let both = try await HTTPClient().send("GET", backend.url + "/subscriptions-api/internal/v1/events", headers: [("Authorization", "Bearer rk_both_0007")])
+        #expect(eventIds(both.body) == ["e-android", "e-ios"])
+        let all = try await backend.send("GET", "/subscriptions-api/internal/v1/events", .secret)
+        #expect(eventIds(all.body) == ["e-android", "e-ios", "e-web"])
+        let web = try await HTTPClient().send("GET", backend.url + "/subscriptions-api/internal/v1/events?app=web", headers: [("Authorization", "Bearer rk_both_0007")])
+        #expect(web.status == 403)
+
+        // The Android purchase belongs to a device id too: the iOS key still sees iOS's purchases only.
+        var device = try #require(try await backend.database.subscription(store: .google, originalTransactionId: "token-2000"))
+        device.appUserIds.append("$SuperwallDevice:D1")
+        _ = try await backend.database.write(device, ifMatch: device.version)
+        let answer = try await backend.send("GET", "/subscriptions-api/public/v1/users/nobody/entitlements?deviceId=%24SuperwallDevice%3AD1", .publicThis)
+        #expect(json(answer.body)["entitlements"] == [])
+        let other = try await backend.send("GET", "/subscriptions-api/public/v1/users/nobody/entitlements?deviceId=%24SuperwallDevice%3AD1", .publicOther)
+        #expect(json(other.body)["entitlements"]?.arrayValue?.count == 1)
+
+        let lower = try await HTTPClient().send("GET", backend.url + "/subscriptions-api/public/v1/products", headers: [("Authorization", "bearer pk_ios_0005")])
+        #expect(lower.status == 200)
+        await backend.stop()
+    }
+
+    @Test func anIPv6ClientIsLimitedByItsSlash64() {
+        #expect(BackendAuthentication.bucket("203.0.113.7") == "203.0.113.7")
+        #expect(BackendAuthentication.bucket("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64")
+        #expect(BackendAuthentication.bucket("2001:0db8:0001:0002:ffff:ffff:ffff:ffff") == "2001:db8:1:2::/64")
+        #expect(BackendAuthentication.bucket("[2001:db8::1%eth0]") == "2001:db8:0:0::/64")
+        #expect(BackendAuthentication.bucket("::1") == "0:0:0:0::/64")
+    }
+
     /// Hummingbird prints a parameter as `{name}`; the table writes it as registered, `:name`.
     private func normalized(_ path: String) -> String {
         let text = path.replacingOccurrences(of: "{", with: ":").replacingOccurrences(of: "}", with: "")
@@ -374,7 +424,7 @@ private func malloryState(_ id: String) -> String {
         #expect(limited.status == 429)
         #expect(limited.header("Retry-After") == "1")
         #expect(json(limited.body)["error"] == "rate_limited")
-        // Guessing keys is limited too, before the key is even looked at.
+        // Guessing keys is limited too, before any route runs.
         #expect(try await backend.send("GET", products, .unknown).status == 429)
         // The relay's own roles and BI tools are not: they hold server keys.
         for _ in 0..<10 {
