@@ -57,6 +57,10 @@ public struct SubscriptionState: Sendable, Equatable {
     /// An `expiration` was sent for the current lapse: access ended and has not come back since. The
     /// store's own later expiration of the same lapse then sends no second one.
     public var expirationSent: Bool
+    /// The subscription that replaced this one (Google: the purchase token whose `linkedPurchaseToken`
+    /// names this one, after a plan change). A replaced subscription gives no access from the moment it
+    /// is replaced, whatever the store still says of it: the replacing one carries the access.
+    public var replacedBy: String?
 
     /// One payment: its store id, what it bought, when, and what it cost in the purchased currency.
     public struct Transaction: Sendable, Equatable {
@@ -114,7 +118,8 @@ public struct SubscriptionState: Sendable, Equatable {
         store: Store, originalTransactionId: String, applicationId: Int, originalAppUserId: String? = nil, appUserIds: [String] = [],
         productId: String, productGroupId: String? = nil, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
         gracePeriodExpiresAt: Int64? = nil, environment: String = "PRODUCTION", lastTransactionId: String? = nil, sourceTimestamp: Int64,
-        version: Int64 = 0, recentNotifications: [RecentNotification] = [], transactions: [Transaction] = [], expirationSent: Bool = false
+        version: Int64 = 0, recentNotifications: [RecentNotification] = [], transactions: [Transaction] = [], expirationSent: Bool = false,
+        replacedBy: String? = nil
     ) {
         self.store = store
         self.originalTransactionId = originalTransactionId
@@ -135,11 +140,13 @@ public struct SubscriptionState: Sendable, Equatable {
         self.recentNotifications = recentNotifications
         self.transactions = transactions
         self.expirationSent = expirationSent
+        self.replacedBy = replacedBy
     }
 
     /// Whether the subscription gives access at `now` (Unix milliseconds): active or in its grace
     /// period, and not past its expiry (or grace expiry).
     public func isActive(at now: Int64) -> Bool {
+        guard replacedBy == nil else { return false }
         switch status {
         case .active:
             return expiresAt.map { $0 > now } ?? true
@@ -187,6 +194,7 @@ public struct SubscriptionState: Sendable, Equatable {
         object["recentNotifications"] = .array(recentNotifications.map { ["id": .string($0.id), "context": $0.context] })
         object["transactions"] = .array(transactions.map(\.json))
         object["expirationSent"] = .bool(expirationSent)
+        object["replacedBy"] = replacedBy.map(JSON.string) ?? .null
         return .object(object)
     }
 
@@ -281,7 +289,7 @@ public struct SubscriptionState: Sendable, Equatable {
             gracePeriodExpiresAt: try optionalInteger("gracePeriodExpiresAt"), environment: try optionalString("environment") ?? "PRODUCTION",
             lastTransactionId: try optionalString("lastTransactionId"), sourceTimestamp: sourceTimestamp,
             version: try optionalInteger("version") ?? 0, recentNotifications: recent, transactions: transactions,
-            expirationSent: expirationSent)
+            expirationSent: expirationSent, replacedBy: try optionalString("replacedBy"))
     }
 }
 

@@ -86,6 +86,7 @@ struct CustomerInfoBuilder {
     /// SuperwallKit's `LatestSubscription.State`; nil while paused (it has no such state). A period
     /// past its end without a notification saying so reads as what the store does next.
     private func sdkState(_ state: SubscriptionState) -> LatestSubscriptionState? {
+        if state.replacedBy != nil { return .expired }
         let active = state.isActive(at: now)
         switch state.status {
         case .active: return active ? .subscribed : .expired
@@ -111,7 +112,9 @@ extension SubscriptionState {
 
     /// Auto-renew is on and the subscription has not ended (billing retry and pauses resume).
     var willRenew: Bool {
-        switch status {
+        // A replaced subscription never renews: the one that replaced it does.
+        guard replacedBy == nil else { return false }
+        return switch status {
         case .active, .inGracePeriod, .inBillingRetry, .paused: autoRenew
         case .expired, .revoked, .refunded: false
         }

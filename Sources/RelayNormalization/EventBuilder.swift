@@ -16,14 +16,15 @@ struct EventBuilder: Sendable {
 
     func build(
         _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
-        mapping: ProductMapping
+        othersAfter: [String]? = nil, mapping: ProductMapping
     ) -> [StandardEvent] {
         let notification = input.notification
         let store = notification.store
         let storeName = ProductMapping.storeName(store)
         let base = notification.notificationId.map { "\(store.rawValue):\($0)" } ?? "\(store.rawValue):\(subject ?? "-"):\(result.eventTime)"
         let before = SubscriptionStatus(entitlements: others + (prior.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
-        let status = SubscriptionStatus(entitlements: others + (after.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
+        // `othersAfter`: without a subscription this notification replaced (a Google plan change).
+        let status = SubscriptionStatus(entitlements: (othersAfter ?? others) + (after.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
         let appUserId = after?.originalAppUserId ?? result.appUserId
         let source = EventSource(store: store, notificationId: notification.notificationId, type: notification.type, subtype: notification.subtype)
         let eventSubject = subject ?? after?.originalTransactionId ?? base
@@ -105,5 +106,5 @@ struct EventBuilder: Sendable {
 extension SubscriptionState {
     /// Whether the state gives access, judged by its status alone: transitions come from the store's
     /// notifications, so a renewal a few seconds after the old period's end is not an outage.
-    var grantsAccess: Bool { status == .active || status == .inGracePeriod }
+    var grantsAccess: Bool { replacedBy == nil && (status == .active || status == .inGracePeriod) }
 }

@@ -83,6 +83,10 @@ enum GoogleMapping {
         mapping.bundleId = input.notification.payload.text("packageName")
 
         var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
+        // After a plan change the new token names the old one in every answer: the old one stops giving
+        // access now, even while Play still shows it active (Android Developers, "Implementing
+        // linkedPurchaseToken correctly to prevent duplicate subscriptions").
+        if let linked = purchase.text("linkedPurchaseToken"), linked != token { mapping.replaces = linked }
 
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {
@@ -262,6 +266,10 @@ enum GoogleMapping {
             // also records this notification: a redelivery then replays the events as first built.
             if let token {
                 var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
+        // After a plan change the new token names the old one in every answer: the old one stops giving
+        // access now, even while Play still shows it active (Android Developers, "Implementing
+        // linkedPurchaseToken correctly to prevent duplicate subscriptions").
+        if let linked = purchase.text("linkedPurchaseToken"), linked != token { mapping.replaces = linked }
                 if prior?.status == .revoked, !state.grantsAccess { state.status = .revoked }
                 mapping.state = state
             }

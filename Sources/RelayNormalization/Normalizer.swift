@@ -121,7 +121,13 @@ public final class Normalizer: Sendable {
                 replay.api = context.api
                 let again = mapAgainst(replay, prior: context.prior)
                 let after = merge(context.prior, again) ?? context.prior
-                return events.build(again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others, mapping: mapping)
+                // A crash may have come between this state's write and the replaced one's: done again, once.
+                if let replaced = again.replaces, let after {
+                    try await markReplaced(store: notification.store, replaced, by: after, productId: replay.api?.replacedProductId, at: again.eventTime)
+                }
+                return events.build(
+                    again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
+                    othersAfter: context.othersAfter, mapping: mapping)
             }
             if !fetched {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
@@ -132,10 +138,15 @@ public final class Normalizer: Sendable {
             var next = merge(current, result)
             let user = (next ?? current)?.entitlementUserIds.first
             var others: [String] = []
+            // The user's other subscriptions once this notification is applied: without the one it replaces.
+            var othersAfter: [String] = []
             if let user, !user.hasPrefix("$RelayAnonymous:") {
-                others = try await backend { () async throws(BackendError) in
+                let active = try await backend { () async throws(BackendError) in
                     try await stateStore.otherActiveSubscriptions(appUserId: user, excluding: notification.store, originalTransactionId: subject)
-                }.flatMap { mapping.entitlements(of: $0) }
+                }
+                others = active.flatMap { mapping.entitlements(of: $0) }
+                othersAfter = active.filter { $0.store != notification.store || $0.originalTransactionId != result.replaces }
+                    .flatMap { mapping.entitlements(of: $0) }
             }
             // A notification with events but no state change is still remembered in a stored state,
             // so that a repeat yields these events rather than ones built from a later state.
@@ -152,24 +163,58 @@ public final class Normalizer: Sendable {
                 next = state
             }
             guard var state = next else {
-                return events.build(result, input: input, subject: subject, prior: current, after: current, others: others, mapping: mapping)
+                return events.build(
+                    result, input: input, subject: subject, prior: current, after: current, others: others, othersAfter: othersAfter, mapping: mapping)
             }
             if let id = notification.notificationId {
                 let context = AppliedContext(
-                    receivedAt: receivedAt, prior: current, others: others, api: input.api, transactionsRead: result.transactionsRead)
+                    receivedAt: receivedAt, prior: current, others: others, othersAfter: othersAfter, api: input.api,
+                    transactionsRead: result.transactionsRead)
                 state.recentNotifications.append(.init(id: id, context: context.json))
                 state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
             }
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
             switch written {
             case .written:
-                return events.build(result, input: input, subject: subject, prior: current, after: state, others: others, mapping: mapping)
+                if let replaced = result.replaces {
+                    try await markReplaced(store: notification.store, replaced, by: state, productId: input.api?.replacedProductId, at: result.eventTime)
+                }
+                return events.build(
+                    result, input: input, subject: subject, prior: current, after: state, others: others, othersAfter: othersAfter, mapping: mapping)
             case .versionMismatch, .stale:
                 counters.writeConflicts.increment()
                 continue
             }
         }
         throw .unavailable("subscription \(notification.store.rawValue)/\(subject) kept changing under 10 attempts")
+    }
+
+    /// Marks `token` replaced by `replacing` (idempotent): from now on it gives no access, and its own
+    /// later cancellation or expiration sends nothing. A replaced subscription the relay never saw (it
+    /// was bought before the relay ran, or its notifications come later) is recorded as an expired
+    /// placeholder at source time 0, so its real notifications still apply and keep the mark.
+    private func markReplaced(store: Store, _ token: String, by replacing: SubscriptionState, productId: String?, at eventTime: Int64)
+        async throws(NormalizationError)
+    {
+        for _ in 0..<10 {
+            let current = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: store, originalTransactionId: token) }
+            if current?.replacedBy != nil { return }
+            let marked: SubscriptionState
+            if var current {
+                current.replacedBy = replacing.originalTransactionId
+                marked = current
+            } else {
+                marked = SubscriptionState(
+                    store: store, originalTransactionId: token, applicationId: replacing.applicationId, originalAppUserId: replacing.originalAppUserId,
+                    appUserIds: replacing.appUserIds, productId: productId ?? replacing.productId, status: .expired, autoRenew: false,
+                    expiresAt: eventTime, environment: replacing.environment, sourceTimestamp: 0, replacedBy: replacing.originalTransactionId)
+            }
+            switch try await backend({ () async throws(BackendError) in try await stateStore.write(marked, ifMatch: current?.version ?? 0) }) {
+            case .written: return
+            case .versionMismatch, .stale: counters.writeConflicts.increment()
+            }
+        }
+        throw .unavailable("subscription \(store.rawValue)/\(token), replaced, kept changing under 10 attempts")
     }
 
     /// A backend call whose failure means "try the record again later".
@@ -215,6 +260,9 @@ public final class Normalizer: Sendable {
             return mapping
         }
         if prior?.expirationSent == true { mapping.events.removeAll { $0.type == .expiration } }
+        // A replaced subscription's access already moved to the one that replaced it: its own later
+        // cancellation or expiration (Play's replacement cancellation) is no news to customers.
+        if prior?.replacedBy != nil { mapping.events.removeAll { $0.type == .cancellation || $0.type == .expiration } }
         return mapping
     }
 
@@ -225,6 +273,7 @@ public final class Normalizer: Sendable {
         state.recentNotifications = current?.recentNotifications ?? []
         state.transactions = current?.transactions ?? []
         state.expirationSent = current?.expirationSent ?? false
+        state.replacedBy = current?.replacedBy
         state.version = current?.version ?? 0
         if let current {
             if mapping.eventTime < current.sourceTimestamp {
@@ -360,11 +409,13 @@ struct AppliedContext {
     var receivedAt: Int64
     var prior: SubscriptionState?
     var others: [String]
+    /// The other subscriptions' entitlements once applied (without a subscription the notification replaced).
+    var othersAfter: [String]
     /// The store APIs' answers the notification was mapped with.
     var api: StoreAPIData?
 
     /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
-    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], api: StoreAPIData?, transactionsRead: [String]) {
+    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], othersAfter: [String], api: StoreAPIData?, transactionsRead: [String]) {
         self.receivedAt = receivedAt
         self.prior = prior.map {
             var stripped = $0
@@ -374,6 +425,7 @@ struct AppliedContext {
             return stripped
         }
         self.others = others
+        self.othersAfter = othersAfter
         self.api = api
     }
 
@@ -388,6 +440,8 @@ struct AppliedContext {
             self.prior = nil
         }
         self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        // Recorded only when it differs (contexts from before replacements were tracked have none).
+        self.othersAfter = json["othersAfter"]?.arrayValue?.compactMap(\.stringValue) ?? others
         // "play": what earlier versions recorded (Google's answers only).
         if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
     }
@@ -396,6 +450,7 @@ struct AppliedContext {
     /// `JSON` value directly (through JSONEncoder and back it cost more than the rest of the write).
     var json: JSON {
         var members: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
+        if othersAfter != others { members["othersAfter"] = .array(othersAfter.map(JSON.string)) }
         if let api { members["api"] = api.json }
         return .object(members)
     }

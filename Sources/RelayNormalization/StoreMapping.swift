@@ -55,6 +55,9 @@ struct StoreMapping {
     /// The recorded payments (`SubscriptionState.transactions`) the mapping looked up, kept with the
     /// notification so that a repeat maps the same.
     var transactionsRead: [String] = []
+    /// The subscription (same store) this one replaces: Google's `linkedPurchaseToken` after a plan
+    /// change. The normalizer marks it replaced, so it gives no access from now on.
+    var replaces: String?
 
     /// The recorded payment with this store id (`MappingInput.history`), remembered as read.
     mutating func recorded(_ id: String?, in history: [SubscriptionState.Transaction]) -> SubscriptionState.Transaction? {

@@ -107,6 +107,25 @@ private let entitlementMembers = [
 ]
 
 @Suite struct CustomerInfoTests {
+    /// A Play plan change: the old token, which Play may still show active, is listed as replaced and
+    /// unlocks nothing; only the new plan's entitlements are the user's.
+    @Test func aReplacedSubscriptionIsListedButGivesNoAccess() async throws {
+        let backend = try await CustomerInfoBackend()
+        var old = state("token-old", store: .google, product: "premium_sub:monthly", group: "premium_sub", expiresAt: now + 20 * day, payments: [("GPA.old", now - 10 * day)])
+        old.replacedBy = "token-new"
+        try await backend.store(old, state("token-new", product: "com.example.pro.monthly", expiresAt: now + 30 * day, payments: [("GPA.new", now - day)]))
+        let document = try await backend.get("/subscriptions-api/public/v1/users/user-1/entitlements").body
+        #expect(document["entitlements"] == [["identifier": "pro", "type": "SERVICE_LEVEL"]])
+        let replaced = try #require(document["customerInfo"]?["subscriptions"]?.arrayValue?.first { $0["originalTransactionId"] == "token-old" })
+        #expect(replaced["isActive"] == false)
+        #expect(replaced["willRenew"] == false)
+        #expect(replaced["replacedBy"] == "token-new")
+        let premium = try #require(document["customerInfo"]?["entitlements"]?.arrayValue?.first { $0["identifier"] == "premium" })
+        #expect(premium["isActive"] == false)
+        #expect(premium["state"] == "expired")
+        await backend.stop()
+    }
+
     @Test func activeExpiredOneTimeAndGracePeriodInTheSDKShapes() async throws {
         let backend = try await CustomerInfoBackend()
         try await backend.store(

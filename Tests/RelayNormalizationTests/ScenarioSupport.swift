@@ -222,6 +222,8 @@ final class ScenarioHarness: Sendable {
               - { productId: premium_monthly, store: PLAY_STORE, entitlements: [pro] }
               - { productId: "premium_monthly:monthly", store: PLAY_STORE, entitlements: [pro, premium] }
               - { productId: lifetime, store: PLAY_STORE, entitlements: [lifetime] }
+              - { productId: "tier:monthly", store: PLAY_STORE, entitlements: [pro, tier_monthly] }
+              - { productId: "tier:yearly", store: PLAY_STORE, entitlements: [pro, tier_yearly] }
               - { productId: price_pro_monthly, store: STRIPE, entitlements: [pro] }
               - { productId: prod_premium, store: STRIPE, entitlements: [pro, premium] }
               - { productId: price_lifetime, store: STRIPE, entitlements: [lifetime] }
