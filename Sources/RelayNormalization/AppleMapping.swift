@@ -89,7 +89,10 @@ enum AppleMapping {
                 // Takes effect now: this transaction is already the new product's, charged now. The product
                 // change moves no money (Superwall); the renewal beside it carries the charge (RevenueCat
                 // sends RENEWAL with an App Store PRODUCT_CHANGE).
-                change.productId = priorProduct.flatMap { $0 == productId ? nil : $0 } ?? productId
+                // The notification names only the product changed to: the one changed from is the stored
+                // state's. Without one (`inspect`, or a subscription bought before the relay ran) it is
+                // unknown, so null, never the new product named twice.
+                change.productId = priorProduct.flatMap { $0 == productId ? nil : $0 }
                 change.newProductId = productId
                 draft.type = .renewal
                 draft.isTrialConversion = prior?.periodType == .trial && facts.periodType != .trial
