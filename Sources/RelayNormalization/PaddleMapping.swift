@@ -147,6 +147,10 @@ enum PaddleMapping {
             // The $0 transaction of a payment-method change on an active subscription pays for nothing (a
             // past-due subscription's new method pays the past-due transaction itself).
             guard origin != "subscription_payment_method_change" else { return }
+            if origin == "subscription_charge" {
+                charges(transaction, draft: draft, currency: currency, input, prior: prior, into: &mapping)
+                return
+            }
             guard var state = prior ?? priceId.map({
                 SubscriptionState(
                     store: .paddle, originalTransactionId: subscriptionId, applicationId: input.app.applicationId, productId: $0,
@@ -190,6 +194,45 @@ enum PaddleMapping {
                 productGroupId: item?["price"]?.text("product_id"), status: .active, autoRenew: false, environment: mapping.environment,
                 lastTransactionId: id, sourceTimestamp: mapping.eventTime)
         }
+    }
+
+    /// A `subscription_charge` transaction: one-time charges billed to a subscription (Paddle's "create a
+    /// one-time charge" for a subscription). Real money for something bought once, so each line is a
+    /// `non_renewing_purchase` of its price, with the line's total and the subscription's user. The
+    /// subscription is not renewed by it: its product, period and status stay; the payment is recorded on
+    /// it, so a later refund of the charge finds what it was.
+    private static func charges(
+        _ transaction: JSON, draft: EventDraft, currency: String?, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping
+    ) {
+        let lines = transaction["details"]?["line_items"]?.arrayValue ?? []
+        var charge = draft
+        charge.type = .nonRenewingPurchase
+        charge.expirationAt = nil
+        charge.sdkEvents = [SDKEvent.transactionComplete, SDKEvent.nonRecurringProductPurchase]
+        if lines.count <= 1 {
+            if let line = lines.first { charge.productId = line.text("price_id") ?? charge.productId }
+            mapping.events = [charge]
+        } else {
+            // Several charges at once: one event a line, each with its own price and total (the seller's
+            // earnings are reported for the whole transaction only, so each line's proceeds come from the
+            // configured commission).
+            let base = input.notification.notificationId.map { "paddle:\($0)" } ?? "paddle:\(transaction.text("id") ?? "-")"
+            mapping.events = lines.enumerated().map { index, line in
+                var item = charge
+                item.productId = line.text("price_id") ?? charge.productId
+                item.amount = Amount.paddleMinorUnits(line["totals"]?.text("total"), currency)
+                item.earnings = nil
+                let tax = Amount.paddleMinorUnits(line["totals"]?.text("tax"), currency)
+                item.taxPercentage = nil
+                if let amount = item.amount, let tax, amount.value - tax.value > 0 { item.taxPercentage = tax.value / (amount.value - tax.value) }
+                item.idBase = "\(base):\(index)"
+                return item
+            }
+        }
+        // Recorded on the subscription the relay holds; without one the events stand for themselves.
+        guard var state = prior else { return }
+        state.sourceTimestamp = max(state.sourceTimestamp, mapping.eventTime)
+        mapping.state = state
     }
 
     private static func adjustment(_ adjustment: JSON, _ input: MappingInput, prior: SubscriptionState?, into mapping: inout StoreMapping) {
