@@ -134,6 +134,9 @@ public final class RelayProcess: Sendable {
                 health.addReadinessCheck("backend_unreachable") { backendClient.isReachable }
                 health.addReadinessCheck("backend_unauthorized") { backendClient.isAuthorized }
             }
+            for warning in configuration.warnings {
+                logger.warning("configuration loses data", metadata: ["config.key": "\(warning.key)", "detail": "\(warning.message)"])
+            }
             let (group, topics) = configuration.consumerGroups[0]
             let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: configuration.worker.maxInFlight))
             // Verification reads the roots and key files now, so a bad one stops startup with its key.

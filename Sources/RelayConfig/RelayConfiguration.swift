@@ -306,6 +306,18 @@ public struct RelayConfiguration: Sendable {
         }
     }
 
+    /// What a valid configuration still loses, each with the key to set: logged as warnings at startup by
+    /// the roles it concerns (the worker).
+    public var warnings: [ConfigurationError] {
+        apps.enumerated().compactMap { index, app in
+            guard let stripe = app.stripe, !stripe.signingSecrets.isEmpty, stripe.api == nil else { return nil }
+            return ConfigurationError(
+                key: "apps[\(index)].stripe.api",
+                message: "not set for app \(app.key): a Stripe refund (charge.refunded) then names no subscription, product or user, so it cannot "
+                    + "revoke access and its refund event carries no app user; set api.secretKey to a restricted key that may read charges and invoices")
+        }
+    }
+
     public struct Stripe: Sendable {
         public var signingSecrets: [String]
         public var tolerance: Duration = .seconds(300)

@@ -201,6 +201,16 @@ import Testing
         #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, publicApiKeys: p, stripe: { signingSecrets: [x] } }]")?.key == "apps[0].publicApiKeys")
     }
 
+    /// An app that takes Stripe webhooks without Stripe's API loses what a refund is for: said at startup.
+    @Test func stripeWithoutItsAPIIsAWarningNamingTheKey() throws {
+        let without = try parse("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x] } }, { key: b, projectId: 1, applicationId: 2, paddle: { secretKeys: [p] } }]")
+        #expect(without.warnings.map(\.key) == ["apps[0].stripe.api"])
+        #expect(without.warnings.first?.message.contains("refund") == true)
+        let with = try parse("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x], api: { secretKey: rk_test } } }]")
+        #expect(with.warnings.isEmpty)
+        #expect(with.warnings.first?.message.contains("rk_test") != true)
+    }
+
     @Test func durationsAcceptTheDocumentedUnits() throws {
         let configuration = try parse("delivery: { retrySchedule: [250ms, 15s, 5m, 2h] }")
         #expect(configuration.delivery.retrySchedule == [.milliseconds(250), .seconds(15), .seconds(300), .seconds(7200)])
