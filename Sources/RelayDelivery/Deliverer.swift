@@ -275,6 +275,21 @@ public final class Deliverer: Service {
         lane.counters.deferred.increment()
         logger.debug("delivery deferred", metadata: ["endpoint": "\(lane.id)", "reason": "\(why)"])
         produceThenMarkDone(record, delivery.retryRecord(topic: topics.retry(step: step), due: now + waitMilliseconds))
+        // Moved to a retry topic: the subscription's next delivery may go (and overtake it).
+        advance(lane, after: record)
+    }
+
+    /// `record` (its key's head) has its outcome: the subscription's next delivery to this endpoint
+    /// starts, or waits for a slot. Nothing when it was not a head or no delivery waits behind it.
+    private func advance(_ lane: EndpointLane, after record: ConsumedRecord) {
+        guard let (next, startNow) = lane.keyFinished(record, now: options.now(), limit: maxPerEndpoint), startNow else { return }
+        // The endpoint answered 410 meanwhile: as for queued deliveries, dead-lettered unsent (but replays).
+        if lane.isDisabled && next.delivery.replayedFrom == nil {
+            finishSlot(lane)
+            deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
+            return
+        }
+        start(next.record, next.delivery, lane, probe: false)
     }
 
     /// Sends one attempt. The lane already counted it in flight.
@@ -284,6 +299,8 @@ public final class Deliverer: Service {
             if probe { lane.abandonProbe(now: options.now()) }
             finishSlot(lane)
             tracker.end()
+            // Its followers were read from the same partition: each is let go the same way.
+            advance(lane, after: record)
             return
         }
         var attempt = delivery
@@ -336,6 +353,7 @@ public final class Deliverer: Service {
             lane.counters.delivered.increment()
             consumer.markDone(record)
             tracker.end()
+            advance(lane, after: record)
             return
         case .gone(let delivery), .retry(let delivery, _, _), .exhausted(let delivery):
             failed = delivery
@@ -356,6 +374,9 @@ public final class Deliverer: Service {
         case .retry(_, let topicStep, let dueAt):
             lane.counters.retried.increment()
             produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt))
+            // Moved to a retry topic: the subscription's later deliveries go ahead of it (the README's
+            // Delivery section says why; `data.sequence` lets receivers drop a stale one).
+            advance(lane, after: record)
         case .exhausted:
             deadLetter(record, failed, reason: .retriesExhausted, endpointLabel: lane.id)
         case .aborted, .delivered:
@@ -372,6 +393,7 @@ public final class Deliverer: Service {
                 "attempts": "\(delivery.attempts)",
             ])
         produceThenMarkDone(record, delivery.deadLetterRecord(topic: topics.deadLetter, reason: reason, at: options.now()))
+        if let lane = lanes[delivery.endpointID] { advance(lane, after: record) }
     }
 
     /// Produces `outgoing` (retrying while the log cannot take it) and then marks `record` done. On

@@ -7,13 +7,35 @@ import RelayHTTPClient
 import ServiceLifecycle
 import Synchronization
 
-/// One endpoint's signer, limits, queue and breaker.
+/// One endpoint's signer, limits, queue and breaker, and the order of each subscription's deliveries:
+/// the deliveries of one record key (`<endpoint>:<subject>`, one subscription) go out one at a time, in
+/// the order they were read (log order, per partition), each starting once the one before it has an
+/// outcome (delivered, moved to a retry topic, or dead-lettered). Different keys go out concurrently.
 final class EndpointLane: Sendable {
     struct Pending: Sendable {
         var record: ConsumedRecord
         var delivery: DeliveryRecord
         /// This delivery is the open breaker's probe.
         var probe = false
+    }
+
+    /// A record's place in the log: which delivery is a key's head.
+    struct Position: Hashable, Sendable {
+        var topic: String
+        var partition: Int32
+        var offset: Int64
+
+        init(_ record: ConsumedRecord) {
+            topic = record.topic
+            partition = record.partition
+            offset = record.offset
+        }
+    }
+
+    /// A key's head (started, or waiting for a slot) and the deliveries read after it, in order.
+    struct KeyQueue: Sendable {
+        var head: Position
+        var followers = Deque<Pending>()
     }
 
     enum Admission: Sendable {
@@ -36,6 +58,8 @@ final class EndpointLane: Sendable {
         var stopped = false
         /// When a transfer last finished, or the lane last went from idle to busy.
         var lastProgressAt: Int64 = 0
+        /// The keys with a delivery under way; a key's next delivery waits here, using no slot.
+        var keys: [[UInt8]: KeyQueue] = [:]
     }
 
     let id: String
@@ -52,42 +76,85 @@ final class EndpointLane: Sendable {
         self.state = Mutex(State(breaker: breaker))
     }
 
-    /// Whether `delivery` may start now, waits for a slot, or goes elsewhere.
+    /// Whether `delivery` may start now, waits for a slot (or behind an earlier delivery of its key), or
+    /// goes elsewhere.
     /// - Parameter isNew: the record comes from `relay.deliveries` (not a retry topic, where due retries
     ///   and deferred deliveries wait) and is not a replay: only those are held back by an open breaker.
     func admit(_ record: ConsumedRecord, _ delivery: DeliveryRecord, isNew: Bool, now: Int64, limit: Int, canDefer: Bool) -> Admission {
         let (admission, circuitOpen) = state.withLock { state -> (Admission, Bool) in
             if state.disabled && delivery.replayedFrom == nil { return (.disabled, true) }
-            var probing = false
-            if isNew {
-                switch state.breaker.admitNew(now: now) {
-                case .pass: break
-                case .probe: probing = true
-                case .divert: return (.divert("circuit open", evicted: []), true)
-                }
-            }
-            if state.inFlight < limit {
-                if state.inFlight == 0 { state.lastProgressAt = now }
-                state.inFlight += 1
-                return (.start(probe: probing), state.breaker.isOpen)
-            }
-            // A busy endpoint that keeps finishing transfers queues without bound (the consumer's
-            // back-pressure bounds it); a stalled one keeps a queue of `limit` and defers the rest.
-            let stalled = now - state.lastProgressAt > Self.stallMilliseconds
-            if !stalled || state.waiting.count < limit || !canDefer {
-                state.waiting.append(Pending(record: record, delivery: delivery, probe: probing))
+            // Behind an earlier delivery of the same subscription: it goes when that one has an outcome.
+            if let key = record.key, state.keys[key] != nil {
+                state.keys[key]?.followers.append(Pending(record: record, delivery: delivery))
                 return (.queued, state.breaker.isOpen)
             }
-            if probing { state.breaker.probeAbandoned(now: now) }
-            var evicted: [Pending] = []
-            while state.waiting.count > limit, let last = state.waiting.popLast() {
-                if last.probe { state.breaker.probeAbandoned(now: now) }
-                evicted.append(last)
+            let result = Self.place(Pending(record: record, delivery: delivery), isNew: isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
+            // Started or waiting for a slot: the key's head until it has an outcome. (A diverted or
+            // dead-lettered delivery holds nothing back.)
+            switch result.0 {
+            case .start, .queued: if let key = record.key { state.keys[key] = KeyQueue(head: Position(record)) }
+            case .disabled, .divert: break
             }
-            return (.divert("endpoint stalled", evicted: evicted.reversed()), state.breaker.isOpen)
+            return result
         }
         counters.circuitOpen.record(circuitOpen ? 1 : 0)
         return admission
+    }
+
+    /// A key's head has its outcome (`record`): the key's next delivery becomes its head and is returned
+    /// to start now (`start`), or it was queued for a slot; nil when none waits, and the key is free. A
+    /// record that is not its key's head (dead-lettered or diverted as it was read) changes nothing.
+    func keyFinished(_ record: ConsumedRecord, now: Int64, limit: Int) -> (next: Pending, start: Bool)? {
+        state.withLock { state -> (next: Pending, start: Bool)? in
+            guard let key = record.key, let queue = state.keys[key], queue.head == Position(record) else { return nil }
+            guard !state.stopped, let next = state.keys[key]?.followers.popFirst() else {
+                state.keys[key] = nil
+                return nil
+            }
+            state.keys[key]?.head = Position(next.record)
+            // Already admitted behind its key: it takes a slot, or waits for one (never diverted: it is
+            // the subscription's next in order).
+            if state.inFlight < limit {
+                if state.inFlight == 0 { state.lastProgressAt = now }
+                state.inFlight += 1
+                return (next, true)
+            }
+            state.waiting.append(next)
+            return (next, false)
+        }
+    }
+
+    /// Starts, queues or diverts a delivery that is its key's head (or has no key).
+    private static func place(_ pending: Pending, isNew: Bool, now: Int64, limit: Int, canDefer: Bool, in state: inout State) -> (Admission, Bool) {
+        var probing = false
+        if isNew {
+            switch state.breaker.admitNew(now: now) {
+            case .pass: break
+            case .probe: probing = true
+            case .divert: return (.divert("circuit open", evicted: []), true)
+            }
+        }
+        if state.inFlight < limit {
+            if state.inFlight == 0 { state.lastProgressAt = now }
+            state.inFlight += 1
+            return (.start(probe: probing), state.breaker.isOpen)
+        }
+        // A busy endpoint that keeps finishing transfers queues without bound (the consumer's
+        // back-pressure bounds it); a stalled one keeps a queue of `limit` and defers the rest.
+        let stalled = now - state.lastProgressAt > stallMilliseconds
+        if !stalled || state.waiting.count < limit || !canDefer {
+            var queued = pending
+            queued.probe = probing
+            state.waiting.append(queued)
+            return (.queued, state.breaker.isOpen)
+        }
+        if probing { state.breaker.probeAbandoned(now: now) }
+        var evicted: [Pending] = []
+        while state.waiting.count > limit, let last = state.waiting.popLast() {
+            if last.probe { state.breaker.probeAbandoned(now: now) }
+            evicted.append(last)
+        }
+        return (.divert("endpoint stalled", evicted: evicted.reversed()), state.breaker.isOpen)
     }
 
     /// A transfer finished: the next queued delivery takes its slot (returned), or the slot is freed.
@@ -132,11 +199,14 @@ final class EndpointLane: Sendable {
         state.withLock { $0.stopped = true }
     }
 
-    /// Drops the queued deliveries (not done: redelivered later). Returns how many.
+    /// Drops the queued deliveries, also those waiting behind their key (not done: redelivered later).
+    /// Returns how many.
     func dropWaiting() -> Int {
         state.withLock { state in
-            defer { state.waiting.removeAll() }
-            return state.waiting.count
+            let count = state.waiting.count + state.keys.values.reduce(0) { $0 + $1.followers.count }
+            state.waiting.removeAll()
+            state.keys.removeAll()
+            return count
         }
     }
 }
