@@ -165,6 +165,12 @@ public struct StoreEventData: Sendable, Equatable, Codable {
     public var subscriptionStatus: SubscriptionStatus
     public var gracePeriodExpiresAt: Int64?
     public var source: EventSource
+    /// The subscription's sequence number: grows with each notification the relay applies to the
+    /// subscription (the version of its state that notification wrote), the same for every event of one
+    /// notification and on every redelivery. A receiver that gets events of one subscription out of order
+    /// keeps the status of the highest. Null for an event that names no subscription the relay holds.
+    /// An addition to Superwall's format.
+    public var sequence: Int64?
 
     public init(
         id: String, name: EventType, cancelReason: Reason?, expirationReason: Reason?, exchangeRate: Double?,
@@ -249,6 +255,7 @@ public struct StoreEventData: Sendable, Equatable, Codable {
             "subscriptionStatus": subscriptionStatus.json,
             "gracePeriodExpiresAt": gracePeriodExpiresAt.map(JSON.integer) ?? .null,
             "source": source.json,
+            "sequence": sequence.map(JSON.integer) ?? .null,
         ]
     }
 
@@ -272,6 +279,8 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
     public var entitlements: [EntitlementReference]
     public var subscriptionStatus: SubscriptionStatus
     public var source: EventSource
+    /// As `StoreEventData.sequence`.
+    public var sequence: Int64?
 
     public init(
         id: String, appUserId: String, originalAppUserId: String?, from: SubscriptionStatus, to: SubscriptionStatus, store: String,
@@ -312,6 +321,7 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
             "entitlements": .array(entitlements.map(\.json)),
             "subscriptionStatus": subscriptionStatus.json,
             "source": source.json,
+            "sequence": sequence.map(JSON.integer) ?? .null,
         ]
     }
 

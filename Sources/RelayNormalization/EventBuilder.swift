@@ -16,7 +16,7 @@ struct EventBuilder: Sendable {
 
     func build(
         _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
-        othersAfter: [String]? = nil, mapping: ProductMapping
+        othersAfter: [String]? = nil, sequence: Int64? = nil, mapping: ProductMapping
     ) -> [StandardEvent] {
         let notification = input.notification
         let store = notification.store
@@ -40,7 +40,7 @@ struct EventBuilder: Sendable {
                 taxPercentage: draft.taxPercentage,
                 storeName: storeName, money: money, rates: rates)
             if let missing = money.missingRate { countMissingRate(missing, event: id) }
-            let data = StoreEventData(
+            var data = StoreEventData(
                 id: id, name: draft.type, cancelReason: draft.cancelReason, expirationReason: draft.expirationReason,
                 exchangeRate: draft.amount == nil ? nil : money.exchangeRate?.number, isSmallBusiness: money.isSmallBusiness,
                 periodType: draft.periodType, countryCode: draft.countryCode, price: money.price?.number, proceeds: money.proceeds?.number,
@@ -53,14 +53,16 @@ struct EventBuilder: Sendable {
                 bundleId: result.bundleId, ts: result.eventTime, sdkEvents: draft.sdkEvents,
                 entitlements: productEntitlements.map(EntitlementReference.init(id:)), subscriptionStatus: userStatus,
                 gracePeriodExpiresAt: draft.gracePeriodExpiresAt, source: source)
+            data.sequence = sequence
             events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .store(data)))
         }
         if before != status, let user = (after ?? prior)?.entitlementUserIds.first ?? appUserId {
             let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue)"
-            let data = StatusChangeData(
+            var data = StatusChangeData(
                 id: id, appUserId: user, originalAppUserId: appUserId, from: before, to: status, store: storeName,
                 environment: result.environment, originalTransactionId: eventSubject, productId: (after ?? prior)?.productId,
                 ts: result.eventTime, sdkEvents: [SDKEvent.subscriptionStatusDidChange], source: source)
+            data.sequence = sequence
             events.append(
                 event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .statusChange(data)))
         }

@@ -127,7 +127,7 @@ public final class Normalizer: Sendable {
                 }
                 return events.build(
                     again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
-                    othersAfter: context.othersAfter, mapping: mapping)
+                    othersAfter: context.othersAfter, sequence: context.sequence, mapping: mapping)
             }
             if !fetched {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
@@ -169,7 +169,7 @@ public final class Normalizer: Sendable {
             if let id = notification.notificationId {
                 let context = AppliedContext(
                     receivedAt: receivedAt, prior: current, others: others, othersAfter: othersAfter, api: input.api,
-                    transactionsRead: result.transactionsRead)
+                    transactionsRead: result.transactionsRead, sequence: (current?.version ?? 0) + 1)
                 state.recentNotifications.append(.init(id: id, context: context.json))
                 state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
             }
@@ -179,8 +179,10 @@ public final class Normalizer: Sendable {
                 if let replaced = result.replaces {
                     try await markReplaced(store: notification.store, replaced, by: state, productId: input.api?.replacedProductId, at: result.eventTime)
                 }
+                // The version this write gave the state: the subscription's sequence number.
                 return events.build(
-                    result, input: input, subject: subject, prior: current, after: state, others: others, othersAfter: othersAfter, mapping: mapping)
+                    result, input: input, subject: subject, prior: current, after: state, others: others, othersAfter: othersAfter,
+                    sequence: (current?.version ?? 0) + 1, mapping: mapping)
             case .versionMismatch, .stale:
                 counters.writeConflicts.increment()
                 continue
@@ -413,9 +415,16 @@ struct AppliedContext {
     var othersAfter: [String]
     /// The store APIs' answers the notification was mapped with.
     var api: StoreAPIData?
+    /// The subscription's sequence number its events carried (the version its write gave the state); nil
+    /// in contexts recorded before events carried one.
+    var sequence: Int64?
 
     /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
-    init(receivedAt: Int64, prior: SubscriptionState?, others: [String], othersAfter: [String], api: StoreAPIData?, transactionsRead: [String]) {
+    init(
+        receivedAt: Int64, prior: SubscriptionState?, others: [String], othersAfter: [String], api: StoreAPIData?, transactionsRead: [String],
+        sequence: Int64?
+    ) {
+        self.sequence = sequence
         self.receivedAt = receivedAt
         self.prior = prior.map {
             var stripped = $0
@@ -442,6 +451,7 @@ struct AppliedContext {
         self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
         // Recorded only when it differs (contexts from before replacements were tracked have none).
         self.othersAfter = json["othersAfter"]?.arrayValue?.compactMap(\.stringValue) ?? others
+        self.sequence = json["sequence"]?.int64Value
         // "play": what earlier versions recorded (Google's answers only).
         if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
     }
@@ -451,6 +461,7 @@ struct AppliedContext {
     var json: JSON {
         var members: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
         if othersAfter != others { members["othersAfter"] = .array(othersAfter.map(JSON.string)) }
+        if let sequence { members["sequence"] = .integer(sequence) }
         if let api { members["api"] = api.json }
         return .object(members)
     }

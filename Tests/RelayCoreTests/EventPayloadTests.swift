@@ -9,7 +9,7 @@ import Testing
         "expirationReason":null,"gracePeriodExpiresAt":null,"id":"apple:n1:renewal","isFamilyShare":false,\
         "isSmallBusiness":false,"isTrialConversion":false,"name":"renewal","newProductId":null,"offerCode":null,"originalAppUserId":"user-1",\
         "originalTransactionId":"2000000100000001","periodType":"NORMAL","price":9.99,"priceInPurchasedCurrency":9.99,\
-        "proceeds":8.49,"productId":"com.example.pro.monthly","purchasedAt":1890000000000,"sdkEvents":[],\
+        "proceeds":8.49,"productId":"com.example.pro.monthly","purchasedAt":1890000000000,"sdkEvents":[],"sequence":12,\
         "source":{"notificationId":"n1","store":"apple","subtype":null,"type":"DID_RENEW"},"store":"APP_STORE",\
         "subscriptionStatus":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"takehomePercentage":0.85,\
         "taxPercentage":null,"transactionId":"2000000100000009","ts":1890000000000},"object":"event","projectId":1,"timestamp":1890000000001,\
@@ -19,7 +19,7 @@ import Testing
     @Test func aStoreEventEncodesEveryMemberSortedWithNulls() throws {
         let payload = try WireCoding.decode(EventPayload.self, from: Array(Self.renewal.utf8))
         let data = try #require(payload.data.storeEvent)
-        #expect(data.name == .renewal && data.cancelReason == nil && data.price == 9.99 && data.source.store == .apple)
+        #expect(data.name == .renewal && data.cancelReason == nil && data.price == 9.99 && data.source.store == .apple && data.sequence == 12)
         // What records and webhooks carry (`StandardEvent.body`).
         #expect(payload.json.text == Self.renewal)
     }
