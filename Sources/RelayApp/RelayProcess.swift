@@ -174,12 +174,21 @@ public final class RelayProcess: Sendable {
         }
         services.append(ReadinessService(health: health))
 
+        let running = RunningServices()
+        services = services.map { TrackedService($0, registry: running) }
         var groupConfiguration = ServiceGroupConfiguration(services: services, logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownTimeout
         if installSignalHandlers {
             groupConfiguration.gracefulShutdownSignals = [.sigterm, .sigint]
+            // A process of its own: the watchdog bounds the shutdown and exits 75 naming what it
+            // abandons, so the group's cancellation bound (a fatal error, SIGILL) is never reached.
+            groupConfiguration.services.append(
+                .init(service: ShutdownWatchdog(shutdownTimeout: configuration.shutdownTimeout, registry: running, logger: logger)))
+            groupConfiguration.maximumCancellationDuration = nil
+        } else {
+            // In a test's process: no exit; the group's own bound applies.
+            groupConfiguration.maximumCancellationDuration = .seconds(5)
         }
-        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownTimeout
-        groupConfiguration.maximumCancellationDuration = .seconds(5)
         self.group = ServiceGroup(configuration: groupConfiguration)
         self.health = health
         self.registry = registry

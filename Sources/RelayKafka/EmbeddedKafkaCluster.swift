@@ -46,6 +46,16 @@ public final class EmbeddedKafkaCluster: @unchecked Sendable {
         guard result == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(result, context: "could not take the broker down") }
     }
 
+    /// Delays every answer of a broker (1-based id; nil: every broker) by `milliseconds`: a broker that
+    /// stops answering while connections stay open (tests of shutdowns and timeouts).
+    public func setRoundTripTime(_ milliseconds: Int, broker: Int32? = nil) throws(KafkaError) {
+        let brokers: [Int32] = broker.map { [$0] } ?? Array(1...Int32(brokerCount))
+        for id in brokers {
+            let result = rd_kafka_mock_broker_set_rtt(cluster, id, Int32(milliseconds))
+            guard result == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(result, context: "could not set the broker's round-trip time") }
+        }
+    }
+
     /// Accepts connections again on a broker (1-based id); nil brings every broker up.
     public func bringUp(broker: Int32? = nil) throws(KafkaError) {
         let result = rd_kafka_mock_broker_set_up(cluster, broker ?? -1)

@@ -1,6 +1,8 @@
 import Foundation
 import Glibc
+import RelayConfig
 import RelayCore
+import RelayKafka
 import RelayHTTPClient
 import RelayTestSupport
 import Testing
@@ -82,6 +84,62 @@ import Testing
         #expect(receiver.requests.allSatisfy { StandardWebhooksReceiver.verify($0, secret: Self.secret) })
         second.signal(SIGTERM)
         #expect(await second.result().status == 0)
+        await receiver.stop()
+    }
+
+    /// SIGTERM while the broker stops answering, so the Kafka consumer can neither commit nor leave its
+    /// group. This used to end in the service group's fatal error (SIGILL, "Cancellation took longer
+    /// than allowed"). Now the process exits 75 at its own deadline (shutdownTimeout + 5 s), saying what it
+    /// abandoned; the partitions' next owner does that work (offsets are stored only after it).
+    @Test func sigtermWhileTheBrokerStopsAnsweringExitsAtTheDeadlineWithoutACrash() async throws {
+        let executable: URL = try #require(CommandLineTests.executable, "the revenue-relay executable was not built next to the tests")
+        let cluster = try EmbeddedKafkaCluster(brokers: 1, logger: testLogger("mock-cluster"))
+        let receiver = try await TestHTTPServer { _ in TestHTTPResponse(status: 200) }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-stuck-leave"))
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("relay.yaml")
+        try Data(
+            """
+            log: { kind: kafka }
+            kafka: { properties: { fetch.wait.max.ms: "5", auto.commit.interval.ms: "600000" } }
+            ingest: { listen: "127.0.0.1:0" }
+            apps: [{ key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["whsec_test"] } }]
+            endpoints: [{ id: hooks, app: demo, url: "\(receiver.baseURL)/hooks", secrets: ["\(Self.secret)"], events: ["*"] }]
+            delivery: { retrySchedule: [5s], allowPrivateNetworks: true }
+            shutdownTimeout: 2s
+            """.utf8
+        ).write(to: file)
+        let configuration = try RelayConfiguration.load(path: file.path, environment: [:])
+        for topic in configuration.topics.all(retrySteps: 1) { try cluster.createTopic(topic, partitions: 2) }
+
+        let child = try startChildProcess(executable, ["run", "--config", file.path, "--role", "deliverer", "--bootstrap-servers", cluster.bootstrapServers])
+        defer { child.killIfRunning() }
+        guard await child.stderr(contains: "partitions assigned", within: .seconds(60)) else {
+            child.killIfRunning()
+            Issue.record("the deliverer did not join its group: \(await child.result().stderr.suffix(2000))")
+            return
+        }
+        // One webhook delivered: its offset is stored and, with auto-commit far off, left for the final
+        // commit, which then waits for a broker that no longer answers.
+        let log = KafkaRecordLog(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger())
+        _ = try await log.producer.produce(
+            DeliveryRecord.fresh(
+                topic: configuration.topics.deliveries, endpoint: "hooks", subject: "stripe:sub_stuck", body: Array(#"{"data":{"id":"e1"}}"#.utf8),
+                eventID: "stripe:evt_stuck:renewal", eventType: "renewal", app: "demo"))
+        try await waitUntil("the webhook delivered", timeout: .seconds(60)) { receiver.requests.count >= 1 }
+        await log.close()
+        try cluster.setRoundTripTime(600_000)
+
+        let signalled = ContinuousClock.now
+        child.signal(SIGTERM)
+        let ended = await child.result()
+        let took = ContinuousClock.now - signalled
+        #expect(ended.status == 75, "\(ended.stderr.suffix(3000))")
+        #expect(!ended.stderr.contains("Fatal error"))
+        #expect(ended.stderr.contains("shutdown deadline passed"))
+        #expect(ended.stderr.contains("Deliverer"), "the log line names what was still stopping")
+        // 2 s to stop, 5 s for cancelled services to return, then the exit: well before the broker answers.
+        #expect(took >= .seconds(6) && took < .seconds(20), "took \(took)")
         await receiver.stop()
     }
 

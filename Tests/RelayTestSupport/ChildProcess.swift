@@ -34,6 +34,7 @@ public func runChildProcess(_ executable: URL, _ arguments: [String]) async thro
 public final class RunningChildProcess: Sendable {
     public let pid: pid_t
     private let printed = LockedBox<[UInt8]>([])
+    private let complained = LockedBox<[UInt8]>([])
     private let ended = Eventual<ChildProcessResult>()
 
     fileprivate init(pid: pid_t, stdout: Int32, stderr: Int32) {
@@ -43,8 +44,9 @@ public final class RunningChildProcess: Sendable {
         // Both pipes at once: a child filling one while the other is read would never finish.
         let errorText = LockedBox<[UInt8]>([])
         let errorsRead = DispatchSemaphore(value: 0)
+        let complained = self.complained
         startDedicatedThread(named: "test-stderr") {
-            let bytes = readToEnd(stderr, into: nil)
+            let bytes = readToEnd(stderr, into: complained)
             errorText.withLock { $0 = bytes }
             errorsRead.signal()
         }
@@ -57,6 +59,17 @@ public final class RunningChildProcess: Sendable {
 
     /// What the child printed on stdout so far.
     public var stdoutText: String { String(decoding: printed.value, as: UTF8.self) }
+
+    /// Whether the child wrote `text` on stderr, waiting until it does, it ends, or `limit` passes.
+    public func stderr(contains text: String, within limit: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if String(decoding: complained.value, as: UTF8.self).contains(text) { return true }
+            if ended.isSet { return false }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
 
     /// Sends `signal` while the child runs (never to a reaped pid another process may have now).
     public func signal(_ signal: Int32) {
