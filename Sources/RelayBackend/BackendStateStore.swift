@@ -43,6 +43,8 @@ public struct BackendStateStore: SubscriptionStateStore {
         for entry in subscriptions + purchases {
             guard let state = (try? SubscriptionState(customerInfoEntry: entry)) ?? Self.sdkSubscription(entry) else { continue }
             if state.store == store && state.originalTransactionId == originalTransactionId { continue }
+            // Replaced by a plan change: no access, whatever a platform's backend says of `isActive`.
+            if state.replacedBy != nil { continue }
             result.append(state)
         }
         return result

@@ -75,7 +75,8 @@ struct CustomerInfoBuilder {
         let latestRenewable = renewables.max { Self.older($0, $1) }
         let latest = lifetime ?? latestRenewable ?? states.max { Self.older($0, $1) }
         let current = lifetime == nil ? latestRenewable : nil
-        let kept = renewables.filter { !$0.isRevoked }
+        // A replaced subscription's dates say nothing of the access the user has (its replacement does).
+        let kept = renewables.filter { !$0.isRevoked && $0.replacedBy == nil }
         return CustomerEntitlement(
             identifier: identifier, isActive: states.contains { $0.isActive(at: now) }, productIds: productIds, latestProductId: latest?.productId,
             store: latest.map { ProductStore($0.store) }, startsAt: states.map(\.firstPurchaseDate).min(),

@@ -86,7 +86,12 @@ enum GoogleMapping {
         // After a plan change the new token names the old one in every answer: the old one stops giving
         // access now, even while Play still shows it active (Android Developers, "Implementing
         // linkedPurchaseToken correctly to prevent duplicate subscriptions").
-        if let linked = purchase.text("linkedPurchaseToken"), linked != token { mapping.replaces = linked }
+        // A DEFERRED change takes effect at the renewal: the old token keeps its access until Play ends it
+        // then (with a replacement cancellation, which sends nothing).
+        if let linked = purchase.text("linkedPurchaseToken"), linked != token, facts.replacementMode != "DEFERRED" {
+            mapping.replaces = linked
+            mapping.replacedProductId = facts.replacedProductId ?? input.api?.replacedProductId
+        }
 
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {

@@ -122,8 +122,8 @@ public final class Normalizer: Sendable {
                 let again = mapAgainst(replay, prior: context.prior)
                 let after = merge(context.prior, again) ?? context.prior
                 // A crash may have come between this state's write and the replaced one's: done again, once.
-                if let replaced = again.replaces, let after {
-                    try await markReplaced(store: notification.store, replaced, by: after, productId: replay.api?.replacedProductId, at: again.eventTime)
+                if let replaced = again.replaces, let after, after.grantsAccess {
+                    try await markReplaced(store: notification.store, replaced, by: after, productId: again.replacedProductId, at: again.eventTime)
                 }
                 return events.build(
                     again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
@@ -149,9 +149,11 @@ public final class Normalizer: Sendable {
                     .flatMap { mapping.entitlements(of: $0) }
             }
             // A notification with events but no state change is still remembered in a stored state,
-            // so that a repeat yields these events rather than ones built from a later state.
-            if next == nil, let current, notification.notificationId != nil, !result.events.isEmpty {
-                next = current
+            // so that a repeat yields these events rather than ones built from a later state; its payments
+            // are recorded there (a late Paddle charge), for a later refund to find.
+            if next == nil, var state = current, notification.notificationId != nil, !result.events.isEmpty {
+                Self.record(payments: result.events, in: &state)
+                next = state
             }
             // The lapse marker: cleared when access is back, set by the lapse's expiration.
             if var state = next {
@@ -176,8 +178,10 @@ public final class Normalizer: Sendable {
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
             switch written {
             case .written:
-                if let replaced = result.replaces {
-                    try await markReplaced(store: notification.store, replaced, by: state, productId: input.api?.replacedProductId, at: result.eventTime)
+                // Only a replacement that gives access takes it from the one it replaces (a pending purchase
+                // that is never paid must leave the paid one alone).
+                if let replaced = result.replaces, state.grantsAccess {
+                    try await markReplaced(store: notification.store, replaced, by: state, productId: result.replacedProductId, at: result.eventTime)
                 }
                 // The version this write gave the state: the subscription's sequence number.
                 return events.build(
@@ -202,6 +206,16 @@ public final class Normalizer: Sendable {
             let current = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: store, originalTransactionId: token) }
             if current?.replacedBy != nil { return }
             let marked: SubscriptionState
+            if let current, Set(current.entitlementUserIds).isDisjoint(with: replacing.entitlementUserIds),
+                current.originalAppUserId != nil || !current.appUserIds.isEmpty
+            {
+                // Another app user's purchase: taking its access away without a word to that user would be
+                // worse than two subscriptions granting for a while. Logged; the store ends it later.
+                logger.warning(
+                    "a purchase links a subscription of another app user; the linked one is not marked replaced",
+                    metadata: [LogKey.notificationStore: "\(store.rawValue)", "subscription": "\(token)"])
+                return
+            }
             if var current {
                 current.replacedBy = replacing.originalTransactionId
                 marked = current
@@ -259,13 +273,23 @@ public final class Normalizer: Sendable {
             input.late = true
             mapping = map(input, prior: nil)
             if prior.grantsAccess || prior.expirationSent { mapping.events.removeAll { $0.type == .expiration } }
+            Self.dropReplacedNews(prior, &mapping)
             return mapping
         }
         if prior?.expirationSent == true { mapping.events.removeAll { $0.type == .expiration } }
-        // A replaced subscription's access already moved to the one that replaced it: its own later
-        // cancellation or expiration (Play's replacement cancellation) is no news to customers.
-        if prior?.replacedBy != nil { mapping.events.removeAll { $0.type == .cancellation || $0.type == .expiration } }
+        Self.dropReplacedNews(prior, &mapping)
         return mapping
+    }
+
+    /// A replaced subscription's access already moved to the one that replaced it: its own later
+    /// cancellation or expiration (Play's replacement cancellation, a hold, a revocation) is no news to
+    /// customers, and an expiration would make receivers revoke the access the replacement carries. A
+    /// refund of its payments still counts (a cancellation for CUSTOMER_SUPPORT, money back).
+    private static func dropReplacedNews(_ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
+        guard prior?.replacedBy != nil else { return }
+        mapping.events.removeAll { event in
+            event.type == .expiration || event.type == .billingIssue || (event.type == .cancellation && event.cancelReason != Reason.customerSupport)
+        }
     }
 
     /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a

@@ -226,6 +226,8 @@ enum PaddleMapping {
                 item.taxPercentage = nil
                 if let amount = item.amount, let tax, amount.value - tax.value > 0 { item.taxPercentage = tax.value / (amount.value - tax.value) }
                 item.idBase = "\(base):\(index)"
+                // Each line recorded on its own (a refund names its line through `items[].item_id`).
+                item.transactionId = line.text("id") ?? charge.transactionId
                 return item
             }
         }
@@ -250,7 +252,8 @@ enum PaddleMapping {
         let tax = Amount.paddleMinorUnits(totals?.text("tax"), currency)
         let earnings = Amount.paddleMinorUnits(totals?.text("earnings"), currency)
         // The adjusted transaction as the relay recorded it when it was paid: its product and time.
-        let paid = mapping.recorded(adjustment.text("transaction_id"), in: input.history)
+        let paid = mapping.recorded(adjustment["items"]?.arrayValue?.first?.text("item_id"), in: input.history)
+            ?? mapping.recorded(adjustment.text("transaction_id"), in: input.history)
         var draft = EventDraft(
             type: reversal ? .refundReversed : .cancellation, periodType: paid?.periodType ?? .normal, productId: paid?.productId ?? prior?.productId,
             transactionId: adjustment.text("transaction_id"), purchasedAt: paid?.purchasedAt, expirationAt: prior?.autoRenew == true ? prior?.expiresAt : nil,

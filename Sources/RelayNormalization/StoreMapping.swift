@@ -58,6 +58,8 @@ struct StoreMapping {
     /// The subscription (same store) this one replaces: Google's `linkedPurchaseToken` after a plan
     /// change. The normalizer marks it replaced, so it gives no access from now on.
     var replaces: String?
+    /// The product of the subscription `replaces` names, when the store says (a placeholder's product).
+    var replacedProductId: String?
 
     /// The recorded payment with this store id (`MappingInput.history`), remembered as read.
     mutating func recorded(_ id: String?, in history: [SubscriptionState.Transaction]) -> SubscriptionState.Transaction? {

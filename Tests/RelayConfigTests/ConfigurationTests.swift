@@ -203,12 +203,13 @@ import Testing
 
     /// An app that takes Stripe webhooks without Stripe's API loses what a refund is for: said at startup.
     @Test func stripeWithoutItsAPIIsAWarningNamingTheKey() throws {
-        let without = try parse("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x] } }, { key: b, projectId: 1, applicationId: 2, paddle: { secretKeys: [p] } }]")
+        let without = try parse(
+            "apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [whsec_not_to_print] } }, { key: b, projectId: 1, applicationId: 2, paddle: { secretKeys: [p] } }]")
         #expect(without.warnings.map(\.key) == ["apps[0].stripe.api"])
         #expect(without.warnings.first?.message.contains("refund") == true)
+        #expect(without.warnings.first?.description.contains("whsec_not_to_print") == false)
         let with = try parse("apps: [{ key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x], api: { secretKey: rk_test } } }]")
         #expect(with.warnings.isEmpty)
-        #expect(with.warnings.first?.message.contains("rk_test") != true)
     }
 
     @Test func durationsAcceptTheDocumentedUnits() throws {
