@@ -5,8 +5,8 @@ import RelayCore
 import ServiceLifecycle
 import Synchronization
 
-/// Flips readiness to not-ready as the very first step of a graceful shutdown (it is the last
-/// service in the group, so it is shut down first).
+/// Flips readiness to not-ready as the very first step of a graceful shutdown (it is among the last
+/// services in the group, so it is shut down first, with the shutdown watchdog).
 struct ReadinessService: Service {
     let health: HealthState
 
@@ -81,11 +81,9 @@ struct ShutdownWatchdog: Service {
     let logger: Logger
 
     func run() async throws {
-        do {
-            try await gracefulShutdown()
-        } catch {
-            return  // cancelled: the group is ending without a graceful shutdown
-        }
+        // Armed by a graceful shutdown, and also when the group is cancelled instead (a service failed or
+        // returned): the group then waits for cancelled services without a bound of its own.
+        try? await gracefulShutdown()
         let deadline = shutdownTimeout + Self.cancellationGrace
         let registry = self.registry
         let logger = self.logger
@@ -97,6 +95,13 @@ struct ShutdownWatchdog: Service {
                 var pause = timespec(tv_sec: Int(max(0, seconds)), tv_nsec: Int(max(0, attoseconds) / 1_000_000_000))
                 var left = timespec()
                 _ = nanosleep(&pause, &left)
+            }
+            // Should writing the log line block (a full stderr pipe), exit all the same.
+            startDedicatedThread(named: "shutdown-watchdog-exit") {
+                var pause = timespec(tv_sec: 2, tv_nsec: 0)
+                var left = timespec()
+                _ = nanosleep(&pause, &left)
+                _exit(Self.exitCode)
             }
             logger.error(
                 "shutdown deadline passed; exiting and leaving unfinished work to the next owner of the partitions (offsets are stored only after work, so nothing is lost)",

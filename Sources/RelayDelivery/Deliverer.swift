@@ -282,14 +282,28 @@ public final class Deliverer: Service {
     /// `record` (its key's head) has its outcome: the subscription's next delivery to this endpoint
     /// starts, or waits for a slot. Nothing when it was not a head or no delivery waits behind it.
     private func advance(_ lane: EndpointLane, after record: ConsumedRecord) {
-        guard let (next, startNow) = lane.keyFinished(record, now: options.now(), limit: maxPerEndpoint), startNow else { return }
-        // The endpoint answered 410 meanwhile: as for queued deliveries, dead-lettered unsent (but replays).
-        if lane.isDisabled && next.delivery.replayedFrom == nil {
-            finishSlot(lane)
+        let now = options.now()
+        guard let (next, admission) = lane.keyFinished(record, now: now, limit: maxPerEndpoint, canDefer: !policy.schedule.isEmpty) else { return }
+        switch admission {
+        case .start(let probe):
+            // The endpoint answered 410 meanwhile: as for queued deliveries, dead-lettered unsent (but replays).
+            if lane.isDisabled && next.delivery.replayedFrom == nil {
+                if probe { lane.abandonProbe(now: now) }
+                finishSlot(lane)
+                deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
+                return
+            }
+            start(next.record, next.delivery, lane, probe: probe)
+        case .queued:
+            break
+        case .disabled:
             deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
-            return
+        case .divert(let why, let evicted):
+            // An open breaker or a stalled endpoint: to the retry topic unsent, like a delivery just read
+            // (and the key moves on behind it).
+            divert(next.record, next.delivery, lane, why: why, now: now)
+            for pending in evicted { divert(pending.record, pending.delivery, lane, why: why, now: now) }
         }
-        start(next.record, next.delivery, lane, probe: false)
     }
 
     /// Sends one attempt. The lane already counted it in flight.
@@ -299,7 +313,8 @@ public final class Deliverer: Service {
             if probe { lane.abandonProbe(now: options.now()) }
             finishSlot(lane)
             tracker.end()
-            // Its followers were read from the same partition: each is let go the same way.
+            // The key's next delivery: checked the same way when it starts (one of the same partition is
+            // let go too).
             advance(lane, after: record)
             return
         }

@@ -17,6 +17,8 @@ final class EndpointLane: Sendable {
         var delivery: DeliveryRecord
         /// This delivery is the open breaker's probe.
         var probe = false
+        /// From `relay.deliveries` and not a replay: held back by an open breaker (see `admit`).
+        var isNew = false
     }
 
     /// A record's place in the log: which delivery is a key's head.
@@ -85,10 +87,11 @@ final class EndpointLane: Sendable {
             if state.disabled && delivery.replayedFrom == nil { return (.disabled, true) }
             // Behind an earlier delivery of the same subscription: it goes when that one has an outcome.
             if let key = record.key, state.keys[key] != nil {
-                state.keys[key]?.followers.append(Pending(record: record, delivery: delivery))
+                state.keys[key]?.followers.append(Pending(record: record, delivery: delivery, isNew: isNew))
                 return (.queued, state.breaker.isOpen)
             }
-            let result = Self.place(Pending(record: record, delivery: delivery), isNew: isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
+            let result = Self.place(
+                Pending(record: record, delivery: delivery, isNew: isNew), isNew: isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
             // Started or waiting for a slot: the key's head until it has an outcome. (A diverted or
             // dead-lettered delivery holds nothing back.)
             switch result.0 {
@@ -101,27 +104,24 @@ final class EndpointLane: Sendable {
         return admission
     }
 
-    /// A key's head has its outcome (`record`): the key's next delivery becomes its head and is returned
-    /// to start now (`start`), or it was queued for a slot; nil when none waits, and the key is free. A
-    /// record that is not its key's head (dead-lettered or diverted as it was read) changes nothing.
-    func keyFinished(_ record: ConsumedRecord, now: Int64, limit: Int) -> (next: Pending, start: Bool)? {
-        state.withLock { state -> (next: Pending, start: Bool)? in
-            guard let key = record.key, let queue = state.keys[key], queue.head == Position(record) else { return nil }
-            guard !state.stopped, let next = state.keys[key]?.followers.popFirst() else {
+    /// A key's head has its outcome (`record`): the key's next delivery becomes its head and is placed as
+    /// a delivery just read would be (the breaker and the stall rule apply): returned with its admission,
+    /// `.start`, `.queued` or `.divert` (its key then moves on once it is diverted). Nil when none waits
+    /// (the key is free), when the lane stopped (the waiting ones are for `dropWaiting` to count), or when
+    /// `record` is not its key's head (dead-lettered or diverted as it was read).
+    func keyFinished(_ record: ConsumedRecord, now: Int64, limit: Int, canDefer: Bool) -> (next: Pending, admission: Admission)? {
+        let (result, circuitOpen) = state.withLock { state -> ((next: Pending, admission: Admission)?, Bool) in
+            guard !state.stopped, let key = record.key, state.keys[key]?.head == Position(record) else { return (nil, state.breaker.isOpen) }
+            guard let next = state.keys[key]?.followers.popFirst() else {
                 state.keys[key] = nil
-                return nil
+                return (nil, state.breaker.isOpen)
             }
             state.keys[key]?.head = Position(next.record)
-            // Already admitted behind its key: it takes a slot, or waits for one (never diverted: it is
-            // the subscription's next in order).
-            if state.inFlight < limit {
-                if state.inFlight == 0 { state.lastProgressAt = now }
-                state.inFlight += 1
-                return (next, true)
-            }
-            state.waiting.append(next)
-            return (next, false)
+            let (admission, open) = Self.place(next, isNew: next.isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
+            return ((next, admission), open)
         }
+        counters.circuitOpen.record(circuitOpen ? 1 : 0)
+        return result
     }
 
     /// Starts, queues or diverts a delivery that is its key's head (or has no key).

@@ -1,5 +1,6 @@
 import Foundation
 import RelayCore
+import RelayDelivery
 import RelayTestSupport
 import Synchronization
 import Testing
@@ -76,6 +77,29 @@ import Testing
             #expect(arrivals.mostAtOnce[subject] == 1, "\(subject) had \(arrivals.mostAtOnce[subject] ?? 0) deliveries out at once")
         }
         #expect(arrivals.subjectsAtOnce == subjects.count)
+        await harness.close()
+        await receiver.stop()
+    }
+
+    /// The deliveries waiting behind their subscription's first one are checked like any new delivery when
+    /// their turn comes: the first one's failure opened the breaker, so they go to the retry topic unsent
+    /// instead of each spending an attempt (and a timeout) on an endpoint that is down.
+    @Test func waitingDeliveriesMeetTheOpenBreakerWhenTheirTurnComes() async throws {
+        let receiver = try await TestHTTPServer { _ in TestHTTPResponse(status: 503) }
+        var options = DelivererOptions()
+        options.breakerThreshold = 1
+        options.breakerCooldown = .seconds(60)
+        let harness = try DeliveryHarness(endpoints: [("down", receiver.baseURL + "/hook")], schedule: "[30s]", options: options)
+        for index in 0..<3 {
+            let event = "stripe:evt_down_\(index):renewal"
+            try await harness.send(endpoint: "down", eventID: event, subject: "stripe:sub_down", body: Self.body(subject: "sub_down", event: event))
+        }
+        let (reader, retried) = try harness.reader(harness.configuration.topics.retry(step: 1))
+        try harness.start()
+        let records = try await retried.waitFor(count: 3)
+        #expect(Set(records.compactMap { $0.header("relay-event-id") }).count == 3)
+        #expect(receiver.requests.count == 1, "only the first delivery was attempted; the others met the open breaker")
+        await reader.close()
         await harness.close()
         await receiver.stop()
     }
