@@ -60,6 +60,11 @@ public final class KafkaConsumer: RecordConsumer, Sendable {
         try config.set("auto.commit.interval.ms", String(consumer.commitInterval.wholeMilliseconds))
         try config.set("statistics.interval.ms", String(consumer.statisticsInterval.wholeMilliseconds))
         try config.set("partition.assignment.strategy", "cooperative-sticky")
+        // The group's rebalance timeout: a member that dies during a rebalance holds every member's
+        // partitions until it passes (librdkafka's default, 300 s, stalled a scale-out for minutes after a
+        // SIGKILL). The poll thread polls at least every 100 ms, even while paused, so 60 s is never
+        // reached by a live member. At least session.timeout.ms, as librdkafka requires; overridable.
+        try config.set("max.poll.interval.ms", String(max(60_000, consumer.sessionTimeout.wholeMilliseconds)))
         try config.set(configuration.consumerProperties)
         // At-least-once depends on these; operators' properties cannot turn them off.
         try config.set("enable.auto.offset.store", "false")
