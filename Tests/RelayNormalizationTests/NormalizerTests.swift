@@ -94,6 +94,82 @@ import Testing
         return VerifiedNotification(store: .google, app: "demo", payload: notification, notificationId: "m-1", type: "SUBSCRIPTION_RENEWED")
     }
 
+    /// The backend, through which every write of one subscription fails once: a worker that crashed
+    /// between a plan change's two writes (the new token's state, then the old token's mark).
+    final class FailingOnce: SubscriptionStateStore {
+        let inner: any SubscriptionStateStore
+        let subject: String
+        let failed = LockedBox(false)
+        init(_ inner: any SubscriptionStateStore, failingWriteOf subject: String) {
+            self.inner = inner
+            self.subject = subject
+        }
+        func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping { try await inner.productMapping(applicationId: applicationId) }
+        func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? {
+            try await inner.subscription(store: store, originalTransactionId: originalTransactionId)
+        }
+        func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
+            if state.originalTransactionId == subject {
+                let first = failed.withLock { wasFailed -> Bool in
+                    defer { wasFailed = true }
+                    return !wasFailed
+                }
+                if first { throw BackendError(kind: .unavailable, message: "test: the process died here") }
+            }
+            return try await inner.write(state, ifMatch: ifMatch)
+        }
+        func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError) -> [SubscriptionState] {
+            try await inner.otherActiveSubscriptions(appUserId: appUserId, excluding: store, originalTransactionId: originalTransactionId)
+        }
+    }
+
+    /// A crash between the new token's write and the old token's mark: the redelivered notification
+    /// finds itself applied (its recorded context) and marks the old token then, with the same events.
+    @Test func aPlanChangeRedeliveredAfterACrashMarksTheReplacedTokenThen() async throws {
+        let harness = try await ScenarioHarness()
+        let line: JSON = [
+            "productId": "pro_monthly", "offerDetails": ["basePlanId": "monthly"], "offerPhase": ["basePrice": [:]], "expiryTime": "2030-01-31T00:00:00.000Z",
+            "latestSuccessfulOrderId": "GPA.9900-1", "autoRenewingPlan": ["autoRenewEnabled": true, "recurringPrice": ["currencyCode": "USD", "units": "9", "nanos": 990_000_000]],
+        ]
+        func purchase(_ linked: String?) -> JSON {
+            var document: JSON = [
+                "kind": "androidpublisher#subscriptionPurchaseV2", "regionCode": "US", "startTime": "2030-01-01T00:00:00.000Z",
+                "subscriptionState": "SUBSCRIPTION_STATE_ACTIVE", "externalAccountIdentifiers": ["obfuscatedExternalAccountId": "user-crash"],
+                "lineItems": [line],
+            ]
+            if let linked { document = deepMerge(document, ["linkedPurchaseToken": .string(linked)]) }
+            return document
+        }
+        func purchased(_ token: String, message: String) -> VerifiedNotification {
+            let notification: JSON = [
+                "version": "1.0", "packageName": "com.example.app", "eventTimeMillis": "1893456000000",
+                "subscriptionNotification": ["version": "1.0", "notificationType": 4, "purchaseToken": .string(token), "subscriptionId": "pro_monthly"],
+            ]
+            return VerifiedNotification(store: .google, app: "demo", payload: notification, notificationId: message, type: "SUBSCRIPTION_PURCHASED")
+        }
+        harness.play.withLock { $0 = ["subscription": purchase(nil)] }
+        _ = try await harness.normalizer.normalize(purchased("token-crash-old", message: "m-old"), receivedAt: 1_893_456_001_000)
+
+        harness.play.withLock { $0 = ["subscription": purchase("token-crash-old")] }
+        let crashing = try Normalizer(
+            configuration: harness.configuration, stateStore: FailingOnce(BackendStateStore(client: harness.client), failingWriteOf: "token-crash-old"),
+            storeAPIs: try testStoreAPIs(harness.configuration), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+        do {
+            _ = try await crashing.normalize(purchased("token-crash-new", message: "m-new"), receivedAt: 1_893_456_002_000)
+            Issue.record("the mark's write failed: the record must be retried")
+        } catch {
+            guard case .unavailable = error else { Issue.record("\(error)"); return }
+        }
+        #expect(try await harness.client.subscription(store: .google, originalTransactionId: "token-crash-new") != nil)
+        #expect(try await harness.client.subscription(store: .google, originalTransactionId: "token-crash-old")?.replacedBy == nil)
+
+        // Redelivered (another worker, or this one after the restart).
+        let events = try await harness.normalizer.normalize(purchased("token-crash-new", message: "m-new"), receivedAt: 1_893_456_002_000)
+        #expect(try await harness.client.subscription(store: .google, originalTransactionId: "token-crash-old")?.replacedBy == "token-crash-new")
+        #expect(events.map(\.id).contains("google:m-new:initial_purchase"))
+        await harness.stop()
+    }
+
     @Test func playAPIFailuresAreRetriedOrRejectedByKind() async throws {
         let harness = try await ScenarioHarness()
         harness.play.withLock { $0 = ["$status": 503] }
