@@ -38,12 +38,12 @@ public final class Normalizer: Sendable {
     public static let recentNotificationLimit = 16
 
     private let apps: [String: RelayConfiguration.App]
-    private let stateStore: any SubscriptionStateStore
+    let stateStore: any SubscriptionStateStore
     private let events: EventBuilder
     private let play: [String: any PlayPurchases]
     private let stripe: [String: any StripeCharges]
-    private let logger: Logger
-    private let counters: NormalizerCounters
+    let logger: Logger
+    let counters: NormalizerCounters
 
     /// The normalizer of `configuration`'s apps and `money` section.
     public convenience init(
@@ -122,7 +122,7 @@ public final class Normalizer: Sendable {
                 let again = mapAgainst(replay, prior: context.prior)
                 let after = merge(context.prior, again) ?? context.prior
                 // A crash may have come between this state's write and the replaced one's: done again, once.
-                if let replaced = again.replaces, let after, after.grantsAccess {
+                if let replaced = again.replaces, let after, Self.beginsAccess(prior: context.prior, after: after) {
                     try await markReplaced(store: notification.store, replaced, by: after, productId: again.replacedProductId, at: again.eventTime)
                 }
                 return events.build(
@@ -178,9 +178,7 @@ public final class Normalizer: Sendable {
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
             switch written {
             case .written:
-                // Only a replacement that gives access takes it from the one it replaces (a pending purchase
-                // that is never paid must leave the paid one alone).
-                if let replaced = result.replaces, state.grantsAccess {
+                if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) {
                     try await markReplaced(store: notification.store, replaced, by: state, productId: result.replacedProductId, at: result.eventTime)
                 }
                 // The version this write gave the state: the subscription's sequence number.
@@ -195,46 +193,8 @@ public final class Normalizer: Sendable {
         throw .unavailable("subscription \(notification.store.rawValue)/\(subject) kept changing under 10 attempts")
     }
 
-    /// Marks `token` replaced by `replacing` (idempotent): from now on it gives no access, and its own
-    /// later cancellation or expiration sends nothing. A replaced subscription the relay never saw (it
-    /// was bought before the relay ran, or its notifications come later) is recorded as an expired
-    /// placeholder at source time 0, so its real notifications still apply and keep the mark.
-    private func markReplaced(store: Store, _ token: String, by replacing: SubscriptionState, productId: String?, at eventTime: Int64)
-        async throws(NormalizationError)
-    {
-        for _ in 0..<10 {
-            let current = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: store, originalTransactionId: token) }
-            if current?.replacedBy != nil { return }
-            let marked: SubscriptionState
-            if let current, Set(current.entitlementUserIds).isDisjoint(with: replacing.entitlementUserIds),
-                current.originalAppUserId != nil || !current.appUserIds.isEmpty
-            {
-                // Another app user's purchase: taking its access away without a word to that user would be
-                // worse than two subscriptions granting for a while. Logged; the store ends it later.
-                logger.warning(
-                    "a purchase links a subscription of another app user; the linked one is not marked replaced",
-                    metadata: [LogKey.notificationStore: "\(store.rawValue)", "subscription": "\(token)"])
-                return
-            }
-            if var current {
-                current.replacedBy = replacing.originalTransactionId
-                marked = current
-            } else {
-                marked = SubscriptionState(
-                    store: store, originalTransactionId: token, applicationId: replacing.applicationId, originalAppUserId: replacing.originalAppUserId,
-                    appUserIds: replacing.appUserIds, productId: productId ?? replacing.productId, status: .expired, autoRenew: false,
-                    expiresAt: eventTime, environment: replacing.environment, sourceTimestamp: 0, replacedBy: replacing.originalTransactionId)
-            }
-            switch try await backend({ () async throws(BackendError) in try await stateStore.write(marked, ifMatch: current?.version ?? 0) }) {
-            case .written: return
-            case .versionMismatch, .stale: counters.writeConflicts.increment()
-            }
-        }
-        throw .unavailable("subscription \(store.rawValue)/\(token), replaced, kept changing under 10 attempts")
-    }
-
     /// A backend call whose failure means "try the record again later".
-    private func backend<Value>(_ body: () async throws(BackendError) -> Value) async throws(NormalizationError) -> Value {
+    func backend<Value>(_ body: () async throws(BackendError) -> Value) async throws(NormalizationError) -> Value {
         do {
             return try await body()
         } catch {
@@ -281,16 +241,6 @@ public final class Normalizer: Sendable {
         return mapping
     }
 
-    /// A replaced subscription's access already moved to the one that replaced it: its own later
-    /// cancellation or expiration (Play's replacement cancellation, a hold, a revocation) is no news to
-    /// customers, and an expiration would make receivers revoke the access the replacement carries. A
-    /// refund of its payments still counts (a cancellation for CUSTOMER_SUPPORT, money back).
-    private static func dropReplacedNews(_ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
-        guard prior?.replacedBy != nil else { return }
-        mapping.events.removeAll { event in
-            event.type == .expiration || event.type == .billingIssue || (event.type == .cancellation && event.cancelReason != Reason.customerSupport)
-        }
-    }
 
     /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a
     /// newer stored state as it is.
@@ -427,67 +377,6 @@ extension EventDraft {
         case .cancellation: cancelReason == Reason.customerSupport
         default: false
         }
-    }
-}
-
-/// What the normalizer recorded when it applied a notification (`recentNotifications[].context`).
-struct AppliedContext {
-    var receivedAt: Int64
-    var prior: SubscriptionState?
-    var others: [String]
-    /// The other subscriptions' entitlements once applied (without a subscription the notification replaced).
-    var othersAfter: [String]
-    /// The store APIs' answers the notification was mapped with.
-    var api: StoreAPIData?
-    /// The subscription's sequence number its events carried (the version its write gave the state); nil
-    /// in contexts recorded before events carried one.
-    var sequence: Int64?
-
-    /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
-    init(
-        receivedAt: Int64, prior: SubscriptionState?, others: [String], othersAfter: [String], api: StoreAPIData?, transactionsRead: [String],
-        sequence: Int64?
-    ) {
-        self.sequence = sequence
-        self.receivedAt = receivedAt
-        self.prior = prior.map {
-            var stripped = $0
-            stripped.recentNotifications = []
-            stripped.transactions = $0.transactions.filter { transactionsRead.contains($0.id) }
-            stripped.version = 0
-            return stripped
-        }
-        self.others = others
-        self.othersAfter = othersAfter
-        self.api = api
-    }
-
-    /// A context as `json` wrote it; nil when it is not one (the repeat is then mapped afresh).
-    init?(_ json: JSON) {
-        guard let receivedAt = json["receivedAt"]?.int64Value else { return nil }
-        self.receivedAt = receivedAt
-        if let prior = json["prior"], !prior.isNull {
-            guard let state = try? SubscriptionState(json: prior) else { return nil }
-            self.prior = state
-        } else {
-            self.prior = nil
-        }
-        self.others = json["others"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        // Recorded only when it differs (contexts from before replacements were tracked have none).
-        self.othersAfter = json["othersAfter"]?.arrayValue?.compactMap(\.stringValue) ?? others
-        self.sequence = json["sequence"]?.int64Value
-        // "play": what earlier versions recorded (Google's answers only).
-        if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
-    }
-
-    /// The context as stored: written with every notification that changes a state, so built as a
-    /// `JSON` value directly (through JSONEncoder and back it cost more than the rest of the write).
-    var json: JSON {
-        var members: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
-        if othersAfter != others { members["othersAfter"] = .array(othersAfter.map(JSON.string)) }
-        if let sequence { members["sequence"] = .integer(sequence) }
-        if let api { members["api"] = api.json }
-        return .object(members)
     }
 }
 
