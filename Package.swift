@@ -122,6 +122,7 @@ let package = Package(
             name: "RelayIngest",
             dependencies: [
                 "RelayCore", "RelayConfig",
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -344,7 +345,7 @@ let package = Package(
         .testTarget(
             name: "RelayIngestTests",
             dependencies: [
-                "RelayIngest", "RelayEmbeddedLog", "RelayTestSupport", "RelayConfig", "RelayCore",
+                "RelayIngest", "RelayEmbeddedLog", "RelayTestSupport", "RelayConfig", "RelayCore", "RelayHTTPClient",
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

@@ -80,7 +80,7 @@ public final class RelayProcess: Sendable {
         let listening = Eventual<Int>()
         let metricsListening = Eventual<Int>()
         // Every role uses the log: the backend consumes relay.events into its events store.
-        let log = try Self.makeLog(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
+        let log = try Self.makeLog(configuration: configuration, roles: roles, bootstrapServers: bootstrapServers, logger: logger, metrics: metrics)
 
         // Start order; shutdown runs backwards through this list.
         var services: [any Service] = []
@@ -122,9 +122,14 @@ public final class RelayProcess: Sendable {
             let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: 2_048))
             services.append(EventRecorder(consumer: consumer, store: eventStore, logger: logger, metrics: metrics))
         }
-        var ingestProducer: (any RecordProducer)?
+        var ingestRoutes: RelayHTTPServer.IngestRoutes?
         if roles.contains(.ingest) {
-            ingestProducer = try log.producer
+            ingestRoutes = try RelayHTTPServer.IngestRoutes(configuration, log: log)
+            if let embedded = log as? EmbeddedRecordLog {
+                // The notifications' budget is full: the ingest answers 503 until the worker catches up.
+                let topic = configuration.topics.notifications
+                health.addReadinessCheck("log_budget_full") { !embedded.isFull(topic) }
+            }
         }
         if roles.contains(.worker) {
             if !roles.contains(.backend) {
@@ -167,7 +172,7 @@ public final class RelayProcess: Sendable {
         let server = RelayHTTPServer(
             listen: configuration.ingest.listen, metricsListen: configuration.metrics.listen, limits: .init(configuration.ingest),
             health: health, registry: registry,
-            ingest: ingestProducer.map { RelayHTTPServer.IngestRoutes(configuration, producer: $0) }, logger: logger)
+            ingest: ingestRoutes, logger: logger)
         services.append(server.makeService(onListening: { port in listening.set(port) }))
         if let metricsServer = server.makeMetricsService(onListening: { port in metricsListening.set(port) }) {
             services.append(metricsServer)
@@ -220,9 +225,12 @@ public final class RelayProcess: Sendable {
 
     /// The log `log.kind` names: Kafka at `bootstrapServers` (else `kafka.bootstrapServers`), or the
     /// embedded log at `log.path`.
-    static func makeLog(configuration: RelayConfiguration, bootstrapServers: String?, logger: Logger, metrics: any MetricsFactory) throws
-        -> any RecordLog
-    {
+    /// - Parameter roles: on the embedded log, retention waits for the worker and the deliverer (whichever
+    ///   roles run now: they process what piles up once they run) and for the backend's events recorder only
+    ///   when it runs here (a remote backend does not read this log).
+    static func makeLog(
+        configuration: RelayConfiguration, roles: [Role] = Role.allCases, bootstrapServers: String?, logger: Logger, metrics: any MetricsFactory
+    ) throws -> any RecordLog {
         switch configuration.log.kind {
         case .kafka:
             let kafka = KafkaConfiguration(
@@ -231,7 +239,8 @@ public final class RelayProcess: Sendable {
                 configuration: kafka, producer: KafkaProducerConfiguration(deliveryTimeout: configuration.ingest.ackTimeout), logger: logger,
                 metrics: metrics)
         case .embedded:
-            return try EmbeddedRecordLog.open(configuration: configuration, logger: logger, metrics: metrics)
+            let groups = configuration.consumerGroups.filter { $0.group != "relay-backend" || roles.contains(.backend) }
+            return try EmbeddedRecordLog.open(configuration: configuration, consumerGroups: groups, logger: logger, metrics: metrics)
         }
     }
 

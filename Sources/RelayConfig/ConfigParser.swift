@@ -116,7 +116,8 @@ enum ConfigParser {
     }
 
     static func ingest(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Ingest {
-        let map = try node.mapping(known: ["listen", "maxBodyBytes", "ackTimeout", "idleTimeout", "requestTimeout", "maxConnections"])
+        let map = try node.mapping(
+            known: ["listen", "maxBodyBytes", "ackTimeout", "idleTimeout", "requestTimeout", "maxConnections", "trustedProxies", "clientLimit", "allowedSources"])
         var ingest = RelayConfiguration.Ingest()
         if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { ingest.listen = value }
         if let value = try map.optional("maxBodyBytes", { (node) throws(ConfigurationError) in try node.int(in: 1...64 * 1024 * 1024) }) { ingest.maxBodyBytes = value }
@@ -124,7 +125,51 @@ enum ConfigParser {
         if let value = try map.optional("idleTimeout", positive) { ingest.idleTimeout = value }
         if let value = try map.optional("requestTimeout", positive) { ingest.requestTimeout = value }
         if let value = try map.optional("maxConnections", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { ingest.maxConnections = value }
+        if let value = try map.optional("trustedProxies", addressRanges) { ingest.trustedProxies = value }
+        if let value = try map.optional("clientLimit", clientLimit) { ingest.clientLimit = value }
+        if let value = try map.optional("allowedSources", { (node) throws(ConfigurationError) -> [Store: [AddressRange]] in
+            let map = try node.mapping(known: Store.allCases.map(\.rawValue))
+            var sources: [Store: [AddressRange]] = [:]
+            for store in Store.allCases {
+                guard let ranges = try map.optional(store.rawValue, addressRanges) else { continue }
+                guard !ranges.isEmpty else {
+                    throw ConfigurationError(key: "\(node.path).\(store.rawValue)", message: "name at least one range, or leave \(store.rawValue) out to take any source")
+                }
+                sources[store] = ranges
+            }
+            return sources
+        }) { ingest.allowedSources = value }
         return ingest
+    }
+
+    /// A list of CIDR ranges (`17.0.0.0/8`, `2001:db8::/32`) or single addresses.
+    static func addressRanges(_ node: ConfigNode) throws(ConfigurationError) -> [AddressRange] {
+        try list(node) { (node) throws(ConfigurationError) -> AddressRange in
+            let text = try node.nonEmptyString()
+            guard let range = AddressRange(text) else { throw node.error("expected an IP address or CIDR range (17.0.0.0/8, 2001:db8::/32)") }
+            return range
+        }
+    }
+
+    static func clientLimit(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Ingest.ClientLimit {
+        let map = try node.mapping(known: ["requestsPerSecond", "burst", "unverifiedBytes"])
+        var limit = RelayConfiguration.Ingest.ClientLimit()
+        if let value = try map.optional("requestsPerSecond", requestRate) { limit.requestsPerSecond = value }
+        if let value = try map.optional("burst", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { limit.burst = value }
+        if let value = try map.optional("unverifiedBytes", { (node) throws(ConfigurationError) -> Int in
+            let value = try node.int(in: 0...Int.max)
+            guard value == 0 || value >= 65_536 else { throw node.error("expected at least 65536 bytes (0 turns the bound off)") }
+            return value
+        }) { limit.unverifiedBytes = Int64(value) }
+        return limit
+    }
+
+    /// Requests a second: a number, at least 0.001, or 0 (no limit).
+    static func requestRate(_ node: ConfigNode) throws(ConfigurationError) -> Double {
+        guard let number = Double(try node.string()), number.isFinite, number == 0 || number >= 0.001 else {
+            throw node.error("expected a number of requests a second, at least 0.001 (0 turns the limit off)")
+        }
+        return number
     }
 
     static func metrics(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Metrics {
@@ -169,12 +214,7 @@ enum ConfigParser {
     static func publicRateLimit(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend.RateLimit {
         let map = try node.mapping(known: ["requestsPerSecond", "burst", "clientAddressHeader"])
         var limit = RelayConfiguration.Backend.RateLimit()
-        if let value = try map.optional("requestsPerSecond", { (node) throws(ConfigurationError) -> Double in
-            guard let number = Double(try node.string()), number.isFinite, number == 0 || number >= 0.001 else {
-                throw node.error("expected a number of requests a second, at least 0.001 (0 turns the limit off)")
-            }
-            return number
-        }) { limit.requestsPerSecond = value }
+        if let value = try map.optional("requestsPerSecond", requestRate) { limit.requestsPerSecond = value }
         if let value = try map.optional("burst", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { limit.burst = value }
         limit.clientAddressHeader = try map.optional("clientAddressHeader") { (node) throws(ConfigurationError) -> String in
             let name = try node.nonEmptyString()

@@ -111,8 +111,30 @@ public struct RelayConfiguration: Sendable {
         /// Open connections at most; beyond it new ones wait in the listen backlog until one closes, so a
         /// flood of idle clients cannot use up the process's file descriptors. Default: 512.
         public var maxConnections = 512
+        /// The operator's proxies and load balancers (CIDR ranges): only from these peers is
+        /// `X-Forwarded-For` believed, read from the right, to find the client's address. Default: none
+        /// (the TCP peer is the client).
+        public var trustedProxies: [AddressRange] = []
+        /// What one client address may do (`clientLimit`).
+        public var clientLimit = ClientLimit()
+        /// Per store, the only source ranges its notifications are taken from (403 otherwise). Default:
+        /// none (any source; the worker verifies every notification anyway).
+        public var allowedSources: [Store: [AddressRange]] = [:]
 
         public init() {}
+
+        /// What one client address (an IPv6 client by its /64) may send to the store routes.
+        public struct ClientLimit: Sendable {
+            /// Requests a second on average; 0 turns the limit off. Default: 100.
+            public var requestsPerSecond: Double = 100
+            /// Requests at once after being idle. Default: 1000.
+            public var burst = 1_000
+            /// Bytes written to the log and not yet processed by the worker; 0 turns the bound off.
+            /// Default: 16777216 (16 MiB).
+            public var unverifiedBytes: Int64 = 16 * 1024 * 1024
+
+            public init() {}
+        }
     }
 
     public struct Metrics: Sendable {

@@ -242,6 +242,9 @@ public struct RecordLogError: Error, Sendable, CustomStringConvertible {
         case recordTooLarge = "record_too_large"
         /// The client's configuration is wrong; fix the configuration.
         case configuration
+        /// The log holds as much unprocessed work as its budget allows (the embedded log's
+        /// `log.retentionBytes`); the same append succeeds once its consumers caught up.
+        case full
         /// Anything else the log reported.
         case other
     }

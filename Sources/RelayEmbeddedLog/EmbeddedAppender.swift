@@ -63,12 +63,16 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     /// How long a caller waits for its acknowledgement before it is told `timedOut` (the record may still be
     /// committed: a retry is then a duplicate, which the stages recognize by its ids). Nil: no bound.
     private let ackTimeout: Duration?
+    /// The owner's count of unprocessed bytes: appends to a full budgeted topic are refused (`full`).
+    private let budget: LogBudget?
 
     init(
         database: LogDatabase, topics: [String: LogDatabase.Topic], ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory,
-        housekeeping: (interval: Duration, run: @Sendable () -> Void)?, onAppend: @escaping @Sendable (Set<String>) -> Void
+        budget: LogBudget? = nil, housekeeping: (interval: Duration, run: @Sendable () -> Void)?,
+        onAppend: @escaping @Sendable (Set<String>) -> Void
     ) {
         self.ackTimeout = ackTimeout
+        self.budget = budget
         self.database = database
         self.topics = Mutex(topics)
         self.logger = logger
@@ -96,6 +100,12 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                     isRetriable: false)
             }
             sizes.append(size)
+            if let budget, !budget.admits(record.topic) {
+                throw RecordLogError(
+                    code: .full,
+                    reason: "the embedded log holds log.retentionBytes (\(budget.limit) bytes) of \(record.topic) not yet processed in one partition;"
+                        + " it takes more once its consumers catch up", isRetriable: true)
+            }
         }
         do {
             return try await withCheckedThrowingContinuation { continuation in
@@ -164,6 +174,8 @@ final class EmbeddedAppender: RecordProducer, Sendable {
 
     private func runWriter() {
         var lastHousekeeping = ContinuousClock.now
+        var lastCount = ContinuousClock.now - LogBudget.refreshInterval
+        budget?.refresh(database)
         while true {
             _ = wake.wait(timeout: .now() + .milliseconds(500))
             let (batch, closed) = state.withLock { state -> ([Pending], Bool) in
@@ -191,6 +203,11 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 lastHousekeeping = .now
                 housekeeping.run()
             }
+            // Consumers store their offsets on their own: count what they processed at most 4 times a second.
+            if let budget, ContinuousClock.now - lastCount >= LogBudget.refreshInterval {
+                lastCount = .now
+                budget.refresh(database)
+            }
             if closed {
                 finished.signal()
                 return
@@ -207,11 +224,12 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         }
         var results: [Result<RecordPosition, RecordLogError>] = []
         var touched = Set<String>()
+        var grown: [LogBudget.Slot: Int64] = [:]
         do {
             try database.pool.write { db in
                 results = []
-                var ends: [String: Int64] = [:]  // "<topic id>:<partition>" -> next offset
-                var grown: [String: (topic: Int64, partition: Int32, bytes: Int)] = [:]
+                var ends: [String: (next: Int64, appended: Int64)] = [:]  // "<topic id>:<partition>" -> next offset, bytes appended
+                var growth: [String: (topic: Int64, partition: Int32, bytes: Int)] = [:]
                 let now = wallClockMilliseconds()
                 for item in batch {
                     let record = item.record
@@ -222,31 +240,39 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                     }
                     let partition = self.partition(for: record.key, topic: topic)
                     let slot = "\(topic.id):\(partition)"
-                    var next: Int64
+                    var end: (next: Int64, appended: Int64)
                     if let known = ends[slot] {
-                        next = known
+                        end = known
                     } else {
-                        next = try Int64.fetchOne(
-                            db.cachedStatement(sql: "SELECT next_offset FROM partition_state WHERE topic_id = ? AND partition = ?"),
-                            arguments: [topic.id, partition]) ?? 0
+                        let row = try Row.fetchOne(
+                            db.cachedStatement(sql: "SELECT next_offset, appended_bytes FROM partition_state WHERE topic_id = ? AND partition = ?"),
+                            arguments: [topic.id, partition])
+                        end = (row?[0] ?? 0, row?[1] ?? 0)
                     }
+                    end.appended += Int64(item.size)
                     // Cached statements: preparing the SQL anew for each record was a sixth of the pipeline's CPU.
                     try db.cachedStatement(
-                        sql: "INSERT INTO record (topic_id, partition, offset, timestamp, key, value, headers, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                        sql: """
+                            INSERT INTO record (topic_id, partition, offset, timestamp, key, value, headers, size, end_bytes)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            """
                     ).execute(
                         arguments: [
-                            topic.id, partition, next, now, record.key.map { Data($0) }, Data(record.value), Data(HeaderCoding.encode(record.headers)),
-                            item.size,
+                            topic.id, partition, end.next, now, record.key.map { Data($0) }, Data(record.value), Data(HeaderCoding.encode(record.headers)),
+                            item.size, end.appended,
                         ])
-                    results.append(.success(RecordPosition(topic: record.topic, partition: partition, offset: next)))
-                    next += 1
-                    ends[slot] = next
-                    grown[slot, default: (topic.id, partition, 0)].bytes += item.size
+                    results.append(.success(RecordPosition(topic: record.topic, partition: partition, offset: end.next)))
+                    end.next += 1
+                    ends[slot] = end
+                    growth[slot, default: (topic.id, partition, 0)].bytes += item.size
                     touched.insert(record.topic)
                 }
-                for (slot, growth) in grown {
-                    try db.cachedStatement(sql: "UPDATE partition_state SET next_offset = ?, bytes = bytes + ? WHERE topic_id = ? AND partition = ?")
-                        .execute(arguments: [ends[slot]!, growth.bytes, growth.topic, growth.partition])
+                grown = [:]
+                for (slot, added) in growth {
+                    grown[LogBudget.Slot(topic: added.topic, partition: added.partition), default: 0] += Int64(added.bytes)
+                    try db.cachedStatement(
+                        sql: "UPDATE partition_state SET next_offset = ?, appended_bytes = ?, bytes = bytes + ? WHERE topic_id = ? AND partition = ?"
+                    ).execute(arguments: [ends[slot]!.next, ends[slot]!.appended, added.bytes, added.topic, added.partition])
                 }
             }
         } catch {
@@ -255,6 +281,8 @@ final class EmbeddedAppender: RecordProducer, Sendable {
             for item in batch { item.waiter.resume(with: .failure(failure)) }
             return
         }
+        // Counted before anyone is answered: an append that follows an acknowledgement sees the budget it used.
+        if let budget, !grown.isEmpty { budget.appended(grown) }
         for (item, result) in zip(batch, results) { item.waiter.resume(with: result.mapError { $0 as any Error }) }
         appended.increment(by: results.count)
         if !touched.isEmpty { onAppend(touched) }

@@ -19,7 +19,11 @@ import Synchronization
 ///   FULL` in WAL mode (on disk, fsynced), group-committed with every other waiting append.
 /// - **Retention** (the owner, once a minute): records older than `log.retention` go, except in the
 ///   dead-letter topic and the replay ledger; the oldest records of a partition over `log.retentionBytes`
-///   go; the replay ledger is compacted to the newest record per key.
+///   go; the replay ledger is compacted to the newest record per key. Neither bound removes a record a
+///   consumer group of its topic (`retainedFor`) has not processed yet.
+/// - **Budget.** A budgeted topic (the notifications) refuses appends with `full` while one of its
+///   partitions holds `log.retentionBytes` of records not yet processed (`LogBudget`), so a flood cannot
+///   grow the disk without bound nor push out unprocessed work.
 public final class EmbeddedRecordLog: RecordLog {
     public let directory: String
     private let database: LogDatabase
@@ -32,6 +36,10 @@ public final class EmbeddedRecordLog: RecordLog {
     private let isOwner: Bool
     private let logger: Logger
     private let metrics: any MetricsFactory
+    /// The owner's count of unprocessed bytes per topic (nil for tools).
+    private let budget: LogBudget?
+    /// The consumer groups retention waits for, by topic name.
+    private let retainedFor: [String: [String]]
 
     /// Why the data directory cannot be owned: another process owns it.
     public struct AlreadyOwned: Error, CustomStringConvertible {
@@ -43,31 +51,43 @@ public final class EmbeddedRecordLog: RecordLog {
     }
 
     /// Opens (creating if needed) the log at `log.path` with every topic the configuration uses.
-    /// - Parameter owner: take the directory's lock (a process that consumes); tools pass false.
+    /// - Parameters:
+    ///   - owner: take the directory's lock (a process that consumes); tools pass false.
+    ///   - consumerGroups: the groups whose progress retention waits for, with their topics. Default: every
+    ///     group of the configuration (`consumerGroups`).
     public static func open(
-        configuration: RelayConfiguration, directory: String? = nil, owner: Bool = true, logger: Logger,
-        metrics: any MetricsFactory = MetricsSystem.factory
+        configuration: RelayConfiguration, directory: String? = nil, owner: Bool = true,
+        consumerGroups: [(group: String, topics: [String])]? = nil, logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
     ) throws -> EmbeddedRecordLog {
         let topics = configuration.topics
+        var retainedFor: [String: [String]] = [:]
+        for (group, names) in consumerGroups ?? configuration.consumerGroups {
+            for name in names { retainedFor[name, default: []].append(group) }
+        }
         return try EmbeddedRecordLog(
             directory: directory ?? configuration.log.path, topics: topics.all(retrySteps: configuration.delivery.retrySchedule.count),
             partitions: configuration.log.partitions, compacted: [topics.replayed], keptByAge: [topics.deadLetter, topics.replayed],
-            retention: configuration.log.retention, retentionBytes: configuration.log.retentionBytes, ackTimeout: configuration.ingest.ackTimeout,
-            owner: owner, logger: logger, metrics: metrics)
+            retainedFor: retainedFor, budgeted: [topics.notifications], retention: configuration.log.retention,
+            retentionBytes: configuration.log.retentionBytes, ackTimeout: configuration.ingest.ackTimeout, owner: owner, logger: logger,
+            metrics: metrics)
     }
 
-    /// - Parameter ackTimeout: how long an append waits for its commit before `timedOut` (`ingest.ackTimeout`); nil: no bound.
+    /// - Parameters:
+    ///   - retainedFor: per topic, the consumer groups whose unprocessed records retention keeps.
+    ///   - budgeted: topics whose appends are refused (`full`) while a partition holds `retentionBytes` unprocessed.
+    ///   - ackTimeout: how long an append waits for its commit before `timedOut` (`ingest.ackTimeout`); nil: no bound.
     public convenience init(
         directory: String, topics names: [String], partitions: Int, compacted: Set<String> = [], keptByAge: Set<String> = [],
-        retention: Duration = .seconds(7 * 86_400), retentionBytes: Int64 = 1 << 30, ackTimeout: Duration? = nil, owner: Bool = true,
-        logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
+        retainedFor: [String: [String]] = [:], budgeted: Set<String> = [], retention: Duration = .seconds(7 * 86_400),
+        retentionBytes: Int64 = 1 << 30, ackTimeout: Duration? = nil, owner: Bool = true, logger: Logger,
+        metrics: any MetricsFactory = MetricsSystem.factory
     ) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let lock = owner ? try OwnerLock(path: directory + "/owner.lock", directory: directory) : nil
         try self.init(
             directory: directory, database: try LogDatabase(path: directory + "/log.sqlite"), lock: lock, owner: owner, topics: names,
-            partitions: partitions, compacted: compacted, keptByAge: keptByAge, retention: retention, retentionBytes: retentionBytes,
-            ackTimeout: ackTimeout, logger: logger, metrics: metrics)
+            partitions: partitions, compacted: compacted, keptByAge: keptByAge, retainedFor: retainedFor, budgeted: budgeted,
+            retention: retention, retentionBytes: retentionBytes, ackTimeout: ackTimeout, logger: logger, metrics: metrics)
     }
 
     /// The log in memory: the embedded log's code and semantics with nothing on disk, for tests of the stages
@@ -78,19 +98,27 @@ public final class EmbeddedRecordLog: RecordLog {
         let name = "relay-log-\(UInt64.random(in: 0...UInt64.max))"
         return try EmbeddedRecordLog(
             directory: ":memory:", database: try LogDatabase(inMemory: name), lock: nil, owner: true, topics: names, partitions: partitions,
-            compacted: compacted, keptByAge: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30, ackTimeout: nil, logger: logger,
-            metrics: metrics)
+            compacted: compacted, keptByAge: [], retainedFor: [:], budgeted: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30,
+            ackTimeout: nil, logger: logger, metrics: metrics)
     }
 
     private init(
         directory: String, database: LogDatabase, lock: OwnerLock?, owner: Bool, topics names: [String], partitions: Int, compacted: Set<String>,
-        keptByAge: Set<String>, retention: Duration, retentionBytes: Int64, ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory
+        keptByAge: Set<String>, retainedFor: [String: [String]], budgeted: Set<String>, retention: Duration, retentionBytes: Int64,
+        ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory
     ) throws {
         let topics = try database.ensureTopics(names, partitions: Int32(partitions), compacted: compacted, keptByAge: keptByAge)
         let consumers = ConsumerRegistry()
         let housekeep: @Sendable () -> Void = {
-            EmbeddedRecordLog.housekeep(database, retention: retention, retentionBytes: retentionBytes, logger: logger)
+            EmbeddedRecordLog.housekeep(database, retention: retention, retentionBytes: retentionBytes, retainedFor: retainedFor, logger: logger)
         }
+        // Only the owner counts: its consumers are the only ones, and only its ingest appends notifications.
+        let counted = retainedFor.compactMap { name, groups in
+            topics[name].map { LogBudget.Counted(topic: $0, groups: groups, budgeted: budgeted.contains(name)) }
+        }
+        let budget = owner && !counted.isEmpty ? LogBudget(limit: retentionBytes, counted: counted, logger: logger, metrics: metrics) : nil
+        self.budget = budget
+        self.retainedFor = retainedFor
         let housekeeping: (interval: Duration, run: @Sendable () -> Void)? = owner ? (.seconds(60), housekeep) : nil
         // The owner checkpoints the WAL beside the appends (tools appending beside it do not need to).
         self.checkpointer = owner && directory != ":memory:" ? try WALCheckpointer(path: database.path, logger: logger) : nil
@@ -103,7 +131,7 @@ public final class EmbeddedRecordLog: RecordLog {
         self.logger = logger
         self.metrics = metrics
         self.appender = EmbeddedAppender(
-            database: database, topics: topics, ackTimeout: ackTimeout, logger: logger, metrics: metrics, housekeeping: housekeeping,
+            database: database, topics: topics, ackTimeout: ackTimeout, logger: logger, metrics: metrics, budget: budget, housekeeping: housekeeping,
             onAppend: { appended in
                 for consumer in consumers.all where !consumer.subscribedTopics.isDisjoint(with: appended) { consumer.notify() }
             })
@@ -176,6 +204,22 @@ public final class EmbeddedRecordLog: RecordLog {
     /// Always: the log is on this machine's disk.
     public var isAvailable: Bool { true }
 
+    /// Whether appends to `topic` are refused now because its budget of unprocessed records is full.
+    public func isFull(_ topic: String) -> Bool {
+        budget?.fullTopics.contains(topic) ?? false
+    }
+
+    /// The bytes of each partition of `topic` its consumer groups have not processed, as last counted (the
+    /// owner counts them 4 times a second); empty for a topic no group is configured for, or in a tool.
+    public func unprocessedBytes(of topic: String) -> [Int32: Int64] {
+        budget?.unprocessedBytes(of: topic) ?? [:]
+    }
+
+    /// Counts the unprocessed records now (tests; the owner's writer does it 4 times a second).
+    public func countUnprocessed() {
+        budget?.refresh(database)
+    }
+
     /// Whether a commit is synced to disk before it returns (`synchronous = FULL` on the writer connection).
     public func commitsAreSynced() throws -> Bool {
         try database.synchronousLevel() == 2
@@ -192,13 +236,17 @@ public final class EmbeddedRecordLog: RecordLog {
 
     /// Runs the owner's retention and compaction now (tests; the owner runs them once a minute).
     public func runHousekeeping(retention: Duration, retentionBytes: Int64, now: Int64 = wallClockMilliseconds()) {
-        Self.housekeep(database, retention: retention, retentionBytes: retentionBytes, now: now, logger: logger)
+        Self.housekeep(database, retention: retention, retentionBytes: retentionBytes, retainedFor: retainedFor, now: now, logger: logger)
+        budget?.refresh(database)
     }
 
     /// Records per deleting transaction: appends wait for one chunk at most, not for a whole sweep.
     static let housekeepingChunk = 2_000
 
-    static func housekeep(_ database: LogDatabase, retention: Duration, retentionBytes: Int64, now: Int64 = wallClockMilliseconds(), logger: Logger) {
+    static func housekeep(
+        _ database: LogDatabase, retention: Duration, retentionBytes: Int64, retainedFor: [String: [String]], now: Int64 = wallClockMilliseconds(),
+        logger: Logger
+    ) {
         do {
             let cutoff = now - retention.wholeMilliseconds
             for topic in try database.topics().values {
@@ -215,10 +263,24 @@ public final class EmbeddedRecordLog: RecordLog {
                 }
                 for partition in 0..<topic.partitions {
                     // Oldest first, a chunk per transaction, while the oldest record is past its age or the
-                    // partition over its size (appends keep partition_state.bytes current).
+                    // partition over its size (appends keep partition_state.bytes current), and never a record
+                    // one of the topic's groups has not processed.
+                    var kept: (count: Int64, oldest: Int64)?
                     while try database.pool.write({ db in
-                        try removeOldestChunk(db, topic: topic, partition: partition, cutoff: topic.keptByAge ? nil : cutoff, maximumBytes: retentionBytes)
+                        let floor = try LogDatabase.processedFloor(db, topic: topic.id, partition: partition, groups: retainedFor[topic.name] ?? [])
+                        let more = try removeOldestChunk(
+                            db, topic: topic, partition: partition, cutoff: topic.keptByAge ? nil : cutoff, maximumBytes: retentionBytes, floor: floor)
+                        if !more, let floor, !topic.keptByAge { kept = try overdue(db, topic: topic, partition: partition, from: floor, cutoff: cutoff) }
+                        return more
                     }) {}
+                    if let kept, kept.count > 0 {
+                        logger.warning(
+                            "records past log.retention are kept: their consumer groups have not processed them",
+                            metadata: [
+                                "topic": "\(topic.name)", "partition": "\(partition)", "records": "\(kept.count)",
+                                "oldest_age_seconds": "\((now - kept.oldest) / 1000)", "groups": "\((retainedFor[topic.name] ?? []).joined(separator: ", "))",
+                            ])
+                    }
                 }
             }
         } catch {
@@ -226,9 +288,21 @@ public final class EmbeddedRecordLog: RecordLog {
         }
     }
 
-    /// Deletes the oldest records of one partition that are older than `cutoff` or over `maximumBytes`, at most a
-    /// chunk; returns whether more may remain.
-    private static func removeOldestChunk(_ db: Database, topic: LogDatabase.Topic, partition: Int32, cutoff: Int64?, maximumBytes: Int64) throws -> Bool {
+    /// How many records from `floor` on (not processed) are older than `cutoff`, and the oldest one's time.
+    private static func overdue(_ db: Database, topic: LogDatabase.Topic, partition: Int32, from floor: Int64, cutoff: Int64) throws -> (Int64, Int64)? {
+        guard let row = try Row.fetchOne(
+            db, sql: "SELECT COUNT(*), MIN(timestamp) FROM record WHERE topic_id = ? AND partition = ? AND offset >= ? AND timestamp < ?",
+            arguments: [topic.id, partition, floor, cutoff])
+        else { return nil }
+        let count: Int64 = row[0]
+        return count > 0 ? (count, row[1]) : nil
+    }
+
+    /// Deletes the oldest records of one partition that are older than `cutoff` or over `maximumBytes` and below
+    /// `floor` (what every group of the topic processed; nil: no group), at most a chunk; returns whether more may remain.
+    private static func removeOldestChunk(
+        _ db: Database, topic: LogDatabase.Topic, partition: Int32, cutoff: Int64?, maximumBytes: Int64, floor: Int64?
+    ) throws -> Bool {
         var bytes = try Int64.fetchOne(
             db, sql: "SELECT bytes FROM partition_state WHERE topic_id = ? AND partition = ?", arguments: [topic.id, partition]) ?? 0
         let oldest = try Row.fetchAll(
@@ -237,6 +311,7 @@ public final class EmbeddedRecordLog: RecordLog {
         var below: Int64?
         var removed: Int64 = 0
         for row in oldest {
+            if let floor, (row["offset"] as Int64) >= floor { break }
             let expired = cutoff.map { (row["timestamp"] as Int64) < $0 } ?? false
             guard expired || bytes > maximumBytes else { break }
             let size: Int64 = row["size"]

@@ -84,6 +84,21 @@ final class LogDatabase: Sendable {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v2: cumulative bytes per partition") { db in
+            // `end_bytes`: the partition's bytes appended up to and including the record, so the bytes from any
+            // offset to the end are one lookup (the budget of unprocessed records). A log from before starts
+            // counting at its oldest record kept.
+            try db.execute(
+                sql: """
+                    ALTER TABLE record ADD COLUMN end_bytes INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE partition_state ADD COLUMN appended_bytes INTEGER NOT NULL DEFAULT 0;
+                    UPDATE record SET end_bytes = c.total FROM (
+                        SELECT id, SUM(size) OVER (PARTITION BY topic_id, partition ORDER BY offset) AS total FROM record) AS c
+                    WHERE record.id = c.id;
+                    UPDATE partition_state SET appended_bytes = COALESCE((SELECT MAX(end_bytes) FROM record r
+                        WHERE r.topic_id = partition_state.topic_id AND r.partition = partition_state.partition), 0);
+                    """)
+        }
         return migrator
     }
 
@@ -146,6 +161,34 @@ final class LogDatabase: Sendable {
             }
             return result
         }
+    }
+
+    /// The bytes of one partition's records from `offset` to its end (records retention removed count as 0).
+    static func bytes(_ db: Database, topic: Int64, partition: Int32, from offset: Int64) throws -> Int64 {
+        let appended = try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT appended_bytes FROM partition_state WHERE topic_id = ? AND partition = ?"),
+            arguments: [topic, partition]) ?? 0
+        // The first record kept at or after `offset`: the partition's bytes before it are its end_bytes - size.
+        guard let before = try Int64.fetchOne(
+            db.cachedStatement(
+                sql: "SELECT end_bytes - size FROM record WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT 1"),
+            arguments: [topic, partition, offset])
+        else { return 0 }
+        return max(0, appended - before)
+    }
+
+    /// The lowest offset every one of `groups` goes on from in one partition: what all of them processed is
+    /// below it. A group that stored nothing there has processed nothing (0).
+    static func processedFloor(_ db: Database, topic: Int64, partition: Int32, groups: [String]) throws -> Int64? {
+        guard !groups.isEmpty else { return nil }
+        var floor = Int64.max
+        for group in groups {
+            let stored = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT next_offset FROM group_offset WHERE group_id = ? AND topic_id = ? AND partition = ?"),
+                arguments: [group, topic, partition]) ?? 0
+            floor = min(floor, stored)
+        }
+        return floor
     }
 
     /// Up to `limit` records of one partition from `offset` on, in offset order.

@@ -25,17 +25,32 @@ public struct RelayHTTPServer: Sendable {
         public var apps: [RelayConfiguration.App]
         public var topic: String
         public var producer: any RecordProducer
+        /// The worker group's next offset per partition of `topic` (a blocking read), for the per-client
+        /// bound on unprocessed bytes; nil: no bound.
+        public var processedOffsets: (@Sendable () throws -> [Int32: Int64])?
+        /// Monotonic nanoseconds for the per-client request limit (tests step it). Nil: the system's clock.
+        public var clock: (@Sendable () -> UInt64)?
 
-        public init(ingest: RelayConfiguration.Ingest, apps: [RelayConfiguration.App], topic: String, producer: any RecordProducer) {
+        public init(
+            ingest: RelayConfiguration.Ingest, apps: [RelayConfiguration.App], topic: String, producer: any RecordProducer,
+            processedOffsets: (@Sendable () throws -> [Int32: Int64])? = nil, clock: (@Sendable () -> UInt64)? = nil
+        ) {
             self.ingest = ingest
             self.apps = apps
             self.topic = topic
             self.producer = producer
+            self.processedOffsets = processedOffsets
+            self.clock = clock
         }
 
-        /// The routes of `configuration`'s `ingest` section, apps and notifications topic.
-        public init(_ configuration: RelayConfiguration, producer: any RecordProducer) {
-            self.init(ingest: configuration.ingest, apps: configuration.apps, topic: configuration.topics.notifications, producer: producer)
+        /// The routes of `configuration`'s `ingest` section, apps and notifications topic on `log`: the
+        /// per-client bound follows the progress of the worker's group (`relay-worker`).
+        public init(_ configuration: RelayConfiguration, log: any RecordLog) throws(RecordLogError) {
+            let topic = configuration.topics.notifications
+            let group = configuration.consumerGroups[0].group
+            self.init(
+                ingest: configuration.ingest, apps: configuration.apps, topic: topic, producer: try log.producer,
+                processedOffsets: { try log.committedOffsets(group: group, topic: topic) })
         }
     }
 
@@ -80,7 +95,7 @@ public struct RelayHTTPServer: Sendable {
 
     /// The server as a `Service`. `onListening` receives the bound port (useful with port 0).
     public func makeService(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
-        let router = Router()
+        let router = Router(context: RelayRequestContext.self)
         router.add(middleware: MethodNotAllowed(ingest: ingest != nil, metrics: metricsListen == nil))
         addHealthRoutes(router)
         if metricsListen == nil { addMetricsRoute(router) }
@@ -94,8 +109,8 @@ public struct RelayHTTPServer: Sendable {
 
     /// The metrics server at `metricsListen` (health and `/metrics`), or nil when `/metrics` is on the main server.
     public func makeMetricsService(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) -> (some ApplicationProtocol)? {
-        guard let metricsListen else { return nil as Application<RouterResponder<BasicRequestContext>>? }
-        let router = Router()
+        guard let metricsListen else { return nil as Application<RouterResponder<RelayRequestContext>>? }
+        let router = Router(context: RelayRequestContext.self)
         router.add(middleware: MethodNotAllowed(ingest: false, metrics: true))
         addHealthRoutes(router)
         addMetricsRoute(router)
@@ -103,8 +118,8 @@ public struct RelayHTTPServer: Sendable {
     }
 
     private func application(
-        _ router: Router<BasicRequestContext>, at address: ListenAddress, onListening: @escaping @Sendable (Int) async -> Void
-    ) -> Application<RouterResponder<BasicRequestContext>> {
+        _ router: Router<RelayRequestContext>, at address: ListenAddress, onListening: @escaping @Sendable (Int) async -> Void
+    ) -> Application<RouterResponder<RelayRequestContext>> {
         let limits = self.limits
         let channel = HTTP1Channel.Configuration(
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: TimeAmount(limits.requestTimeout))],
@@ -120,7 +135,7 @@ public struct RelayHTTPServer: Sendable {
         )
     }
 
-    private func addHealthRoutes(_ router: Router<BasicRequestContext>) {
+    private func addHealthRoutes(_ router: Router<RelayRequestContext>) {
         let health = self.health
         router.get("/health/live") { _, _ in
             jsonResponse(.ok, ["status": "live"])
@@ -132,7 +147,7 @@ public struct RelayHTTPServer: Sendable {
         }
     }
 
-    private func addMetricsRoute(_ router: Router<BasicRequestContext>) {
+    private func addMetricsRoute(_ router: Router<RelayRequestContext>) {
         let registry = self.registry
         let health = self.health
         // What /health/ready answers, as a metric: alerts need no probe of their own.
@@ -190,6 +205,19 @@ final class RequestDeadlineHandler: ChannelInboundHandler, RemovableChannelHandl
 }
 
 
+/// The context of a request to the relay's HTTP server: Hummingbird's storage and the TCP peer's
+/// address (the ingest's per-client limits start from it).
+public struct RelayRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    /// The TCP peer's IP address; nil when unknown.
+    public let peerAddress: String?
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        peerAddress = source.channel.remoteAddress?.ipAddress
+    }
+}
+
 /// A JSON response with the given body.
 func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
     Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body.serialized())))
@@ -198,7 +226,7 @@ func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
 /// A route that exists but not for this method answers 405 with `Allow` (RFC 9110), not 404: a client
 /// that sends GET where POST belongs learns what to fix.
 struct MethodNotAllowed: RouterMiddleware {
-    typealias Context = BasicRequestContext
+    typealias Context = RelayRequestContext
     let ingest: Bool
     let metrics: Bool
 

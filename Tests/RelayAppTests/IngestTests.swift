@@ -8,6 +8,10 @@ import RelayTestSupport
 import Synchronization
 import Testing
 
+/// Signature headers of the right shape (the ingest refuses requests without them; the worker verifies them).
+let stripeSigned = [("Stripe-Signature", "t=1700000000,v1=00")]
+let paddleSigned = [("Paddle-Signature", "ts=1700000000;h1=00")]
+
 func base64URL(_ text: String) -> String {
     Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
         .replacingOccurrences(of: "=", with: "")
@@ -28,7 +32,7 @@ func base64URL(_ text: String) -> String {
         let payload = base64URL(#"{"notificationType":"DID_RENEW","notificationUUID":"6a8f-uuid","data":{"signedTransactionInfo":"\#(transaction)"}}"#)
         let developerNotification = Data(#"{"version":"1.0","packageName":"com.example.app","subscriptionNotification":{"notificationType":4,"purchaseToken":"token-abc","subscriptionId":"pro"}}"#.utf8).base64EncodedString()
         return [
-            Case(store: "apple", body: #"{"signedPayload":"\#(base64URL(#"{"alg":"ES256"}"#)).\#(payload).c2ln"}"#, headers: [], expectedKey: "apple:2000000123"),
+            Case(store: "apple", body: #"{"signedPayload":"\#(base64URL(#"{"alg":"ES256","x5c":["MIIB","MIIC"]}"#)).\#(payload).c2ln"}"#, headers: [], expectedKey: "apple:2000000123"),
             Case(
                 store: "google", body: #"{"message":{"data":"\#(developerNotification)","messageId":"136969346945"},"subscription":"projects/p/subscriptions/s"}"#,
                 headers: [("Authorization", "Bearer eyJ.test.jwt")], expectedKey: "google:token-abc"),
@@ -95,7 +99,7 @@ func base64URL(_ text: String) -> String {
         #expect(gzip.contains("unsupported_transfer_encoding"))
         // Plain chunked is fine.
         let chunked = try exchange(
-            "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunk)
+            "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nStripe-Signature: t=1700000000,v1=00\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunk)
         #expect(chunked.hasPrefix("HTTP/1.1 200"), "\(chunked)")
         let (reader, collector) = try relay.notificationsReader()
         let records = try await collector.waitFor(count: 1)
@@ -123,23 +127,23 @@ func base64URL(_ text: String) -> String {
 
     @Test func rejectsUnknownAppsOversizeBodiesAndNonJSON() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration(maxBodyBytes: 1024))
-        #expect(try await relay.post("/v1/notifications/stripe/nope", body: "{}").status == 404)
+        #expect(try await relay.post("/v1/notifications/stripe/nope", body: "{}", headers: stripeSigned).status == 404)
         // The app exists but does not receive Apple notifications.
         #expect(try await relay.post("/v1/notifications/apple/stripe-only", body: "{}").status == 404)
         #expect(try await relay.post("/v1/notifications/amazon/demo", body: "{}").status == 404)
         let large = #"{"pad":""# + String(repeating: "x", count: 2000) + #""}"#
-        let tooLarge = try await relay.post("/v1/notifications/stripe/demo", body: large)
+        let tooLarge = try await relay.post("/v1/notifications/stripe/demo", body: large, headers: stripeSigned)
         #expect(tooLarge.status == 413)
         #expect(tooLarge.bodyText.contains("too_large"))
-        let notJSON = try await relay.post("/v1/notifications/stripe/demo", body: "id=evt_1&type=x")
+        let notJSON = try await relay.post("/v1/notifications/stripe/demo", body: "id=evt_1&type=x", headers: stripeSigned)
         #expect(notJSON.status == 400)
         #expect(notJSON.bodyText.contains("not_json"))
-        #expect(try await relay.post("/v1/notifications/stripe/demo", body: "").status == 400)
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: "", headers: stripeSigned).status == 400)
         // Valid JSON with a number no Double holds is still JSON: taken, never 400 (a store resends a
         // 400ed body for days). The worker judges it.
-        #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_big","n":1e999999}"#).status == 200)
+        #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_big","n":1e999999}"#, headers: stripeSigned).status == 200)
         // Nothing refused above reached the log; the valid ones do (on their partitions).
-        #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_ok"}"#).status == 200)
+        #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_ok"}"#, headers: stripeSigned).status == 200)
         let (reader, collector) = try relay.notificationsReader()
         let records = try await collector.waitFor(count: 2)
         #expect(records.count == 2)
@@ -150,11 +154,11 @@ func base64URL(_ text: String) -> String {
 
     @Test func answers503WhileEveryBrokerIsDownAnd200AfterTheyReturn() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration(ackTimeout: "1500ms"))
-        #expect(try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_before"}"#).status == 200)
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_before"}"#, headers: stripeSigned).status == 200)
         try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
 
         try #require(relay.environment.cluster).takeDown()
-        let during = try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_during"}"#)
+        let during = try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_during"}"#, headers: stripeSigned)
         #expect(during.status == 503)
         try await waitUntil("not ready while Kafka is unreachable") { try await relay.get("/health/ready").status == 503 }
         #expect(try await relay.get("/health/live").status == 200)
@@ -162,7 +166,7 @@ func base64URL(_ text: String) -> String {
         try #require(relay.environment.cluster).bringUp()
         // The store retries; once the producer has reconnected, the retry is accepted.
         try await waitUntil("a 200 after the brokers returned") {
-            try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_after"}"#).status == 200
+            try await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"evt_after"}"#, headers: stripeSigned).status == 200
         }
         try await waitUntil("ready again") { try await relay.get("/health/ready").status == 200 }
         try await relay.stop()
@@ -177,7 +181,7 @@ func base64URL(_ text: String) -> String {
                 group.addTask {
                     let id = "evt_\(index)"
                     // Requests after the server stopped fail to connect or get 503: the store retries those.
-                    let response = try? await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"\#(id)"}"#)
+                    let response = try? await relay.post("/v1/notifications/stripe/demo", body: #"{"id":"\#(id)"}"#, headers: stripeSigned)
                     if response?.status == 200 { accepted.withLock { $0.append("stripe:\(id)") } }
                     answered.withLock { $0 += 1 }
                 }
@@ -203,8 +207,8 @@ func base64URL(_ text: String) -> String {
         let relay = try await TestRelay(configuration: try TestRelay.configuration())
         #expect(try await relay.get("/health/live").status == 200)
         try await waitUntil("ready") { try await relay.get("/health/ready").status == 200 }
-        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_m"}"#).status == 200)
-        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_n"}"#).status == 200)
+        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_m"}"#, headers: paddleSigned).status == 200)
+        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_n"}"#, headers: paddleSigned).status == 200)
         let metrics = try await relay.get("/metrics")
         #expect(metrics.status == 200)
         #expect(metrics.header("content-type")?.hasPrefix("text/plain") == true)
@@ -215,7 +219,7 @@ func base64URL(_ text: String) -> String {
 
     @Test func metricsListenKeepsMetricsOffThePublicPort() async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration(extra: #"metrics: { listen: "127.0.0.1:0" }"#))
-        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_p"}"#).status == 200)
+        #expect(try await relay.post("/v1/notifications/paddle/demo", body: #"{"event_id":"evt_p"}"#, headers: paddleSigned).status == 200)
         // The public port serves the ingest and health, not /metrics.
         #expect(try await relay.get("/metrics").status == 404)
         #expect(try await relay.get("/health/live").status == 200)

@@ -15,18 +15,27 @@ final class IngestServer: Sendable {
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
 
-    /// - Parameter ingest: more `ingest` keys, as YAML flow-mapping entries (`idleTimeout: 1s, ...`).
-    init(ingest: String = "") async throws {
+    let registry = PrometheusCollectorRegistry()
+
+    /// - Parameters:
+    ///   - ingest: more `ingest` keys, as YAML flow-mapping entries (`idleTimeout: 1s, ...`).
+    ///   - apps: the `apps` list (YAML); default: `demo`, receiving Stripe.
+    ///   - clock: monotonic nanoseconds for the per-client request limit.
+    init(
+        ingest: String = "", apps: String = #"[{ key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["whsec_test"] } }]"#,
+        clock: (@Sendable () -> UInt64)? = nil
+    ) async throws {
         let yaml = """
             ingest: { listen: "127.0.0.1:0"\(ingest.isEmpty ? "" : ", " + ingest) }
-            apps:
-              - { key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["whsec_test"] } }
+            apps: \(apps)
             """
         let configuration = try RelayConfiguration.parse(yaml: yaml, baseDirectory: "/", environment: [:])
         log = try EmbeddedRecordLog.inMemory(topics: [configuration.topics.notifications], partitions: 1, logger: testLogger())
+        var routes = try RelayHTTPServer.IngestRoutes(configuration, log: log)
+        routes.clock = clock
         let server = RelayHTTPServer(
-            listen: configuration.ingest.listen, limits: .init(configuration.ingest), health: HealthState(), registry: PrometheusCollectorRegistry(),
-            ingest: .init(configuration, producer: try log.producer), logger: testLogger())
+            listen: configuration.ingest.listen, limits: .init(configuration.ingest), health: HealthState(), registry: registry,
+            ingest: routes, logger: testLogger())
         let ports = AsyncStream.makeStream(of: Int.self)
         let service = server.makeService { port in ports.continuation.yield(port) }
         group = ServiceGroup(configuration: .init(services: [service], logger: testLogger()))

@@ -1,0 +1,121 @@
+import Foundation
+import Glibc
+
+/// An IPv4 or IPv6 address range in CIDR notation (`17.0.0.0/8`, `2001:db8::/32`); a bare address is a
+/// range of one. IPv4 addresses are kept as IPv4-mapped IPv6 (`::ffff:a.b.c.d`), so `17.0.0.0/8` also
+/// contains a peer the server sees as `::ffff:17.1.2.3`.
+public struct AddressRange: Sendable, Hashable, CustomStringConvertible {
+    private let network: [UInt8]
+    private let prefixLength: Int
+    public let description: String
+
+    /// Parses `address` or `address/prefix`; nil when it is neither.
+    public init?(_ text: String) {
+        let parts = text.trimmingCharacters(in: .whitespaces).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 1 || parts.count == 2, let address = IPAddress(String(parts[0])) else { return nil }
+        let maximum = address.isIPv4 ? 32 : 128
+        var length = maximum
+        if parts.count == 2 {
+            guard let parsed = Int(parts[1]), (0...maximum).contains(parsed) else { return nil }
+            length = parsed
+        }
+        let bits = address.isIPv4 ? length + 96 : length
+        network = Self.masked(address.bytes, bits: bits)
+        prefixLength = bits
+        description = "\(address)/\(length)"
+    }
+
+    public func contains(_ address: IPAddress) -> Bool {
+        Self.masked(address.bytes, bits: prefixLength) == network
+    }
+
+    private static func masked(_ bytes: [UInt8], bits: Int) -> [UInt8] {
+        bytes.enumerated().map { index, byte in
+            let remaining = bits - index * 8
+            if remaining >= 8 { return byte }
+            if remaining <= 0 { return 0 }
+            return byte & UInt8(truncatingIfNeeded: 0xFF << (8 - remaining))
+        }
+    }
+}
+
+/// An IPv4 or IPv6 address, as 16 bytes (IPv4 mapped into IPv6).
+public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    /// Parses a textual address (also `[v6]`, `[v6]:port`, `a.b.c.d:port` and a `%zone`); nil when it is not one.
+    public init?(_ text: String) {
+        var text = Substring(text.trimmingCharacters(in: .whitespaces))
+        // `[v6]` and `[v6]:port`, `a.b.c.d:port` (some proxies record the port too).
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            text = text[text.index(after: text.startIndex)..<close]
+        } else if text.contains("."), let colon = text.firstIndex(of: ":"), text.lastIndex(of: ":") == colon {
+            text = text[..<colon]
+        }
+        if let zone = text.firstIndex(of: "%") { text = text[..<zone] }
+        guard !text.isEmpty, text.utf8.count <= 45 else { return nil }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, String(text), &v4) == 1 {
+            let value = UInt32(bigEndian: v4.s_addr)
+            bytes = Array(repeating: 0, count: 10) + [0xFF, 0xFF] + [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) }
+            return
+        }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, String(text), &v6) == 1 else { return nil }
+        bytes = withUnsafeBytes(of: &v6) { Array($0) }
+    }
+
+    public var isIPv4: Bool { bytes.prefix(10).allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF }
+
+    public var description: String {
+        if isIPv4 { return bytes.suffix(4).map(String.init).joined(separator: ".") }
+        var address = in6_addr()
+        withUnsafeMutableBytes(of: &address) { $0.copyBytes(from: bytes) }
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        guard inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count)) != nil else { return "?" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The key a per-client limit counts by: an IPv4 address as it is, an IPv6 address by its /64 (one
+    /// subscriber usually holds a whole /64, so its 2^64 addresses share one count).
+    public var clientKey: String {
+        if isIPv4 { return description }
+        let prefix = IPAddress(unchecked: Array(bytes.prefix(8)) + Array(repeating: 0, count: 8))
+        return "\(prefix)/64"
+    }
+
+    private init(unchecked bytes: [UInt8]) { self.bytes = bytes }
+}
+
+/// Who sent a request: the TCP peer, or, when the peer is one of the operator's `trustedProxies`, the
+/// address those proxies recorded in `X-Forwarded-For`. The header is read from the right: each proxy
+/// appends the address it received the request from, so the first entry not itself a trusted proxy is
+/// the client. Entries further left were written by the client and are never believed. A peer that is
+/// not a trusted proxy is the client, whatever header it sends.
+public struct ClientAddressResolver: Sendable {
+    public let trustedProxies: [AddressRange]
+
+    public init(trustedProxies: [AddressRange]) {
+        self.trustedProxies = trustedProxies
+    }
+
+    /// - Parameters:
+    ///   - peer: the TCP peer's address (nil when unknown, e.g. a Unix socket).
+    ///   - forwardedFor: every `X-Forwarded-For` field value of the request, in order.
+    public func client(peer: String?, forwardedFor: [String]) -> IPAddress? {
+        guard var client = peer.flatMap(IPAddress.init) else { return nil }
+        guard isTrusted(client) else { return client }
+        let hops = forwardedFor.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+        for hop in hops.reversed() {
+            // An entry that is not an address ends the walk at the last proxy that can be trusted.
+            guard let address = IPAddress(hop) else { return client }
+            client = address
+            if !isTrusted(address) { return address }
+        }
+        return client
+    }
+
+    private func isTrusted(_ address: IPAddress) -> Bool {
+        trustedProxies.contains { $0.contains(address) }
+    }
+}

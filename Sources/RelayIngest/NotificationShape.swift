@@ -1,0 +1,92 @@
+public import RelayCore
+
+/// The ingest's structural checks: whether a request looks like what its store sends, before it is
+/// written to the log. They need no secret and verify nothing (the worker does, and a notification that
+/// fails verification goes to the rejected topic, to be replayed once the configuration is fixed). A
+/// request no store would send is refused with 400 and never written, so junk cannot fill the log.
+///
+/// - Apple: `signedPayload` is a compact JWS of three base64url parts whose header names ES256 and an x5c chain.
+/// - Google: an `Authorization: Bearer` token of three parts, and a Pub/Sub `message.data`.
+/// - Stripe: a `Stripe-Signature` with `t=` (a time) and `v1=`.
+/// - Paddle: a `Paddle-Signature` with `ts=` (a time) and `h1=`.
+public enum NotificationShape {
+    /// Why a request is not shaped like its store's notifications: `detail` is safe to answer and log
+    /// (it names fields, never their values).
+    public struct Mismatch: Sendable, Equatable, Error {
+        public var detail: String
+        init(_ detail: String) { self.detail = detail }
+    }
+
+    /// Nil when the request has its store's shape.
+    /// - Parameter header: the request's header field by lowercase name.
+    public static func mismatch(store: Store, document: JSON, header: (String) -> String?) -> Mismatch? {
+        switch store {
+        case .apple: return apple(document)
+        case .google: return google(document, authorization: header("authorization"))
+        case .stripe: return signatureHeader(header("stripe-signature"), name: "Stripe-Signature", separator: ",", time: "t", signature: "v1")
+        case .paddle: return signatureHeader(header("paddle-signature"), name: "Paddle-Signature", separator: ";", time: "ts", signature: "h1")
+        }
+    }
+
+    private static func apple(_ document: JSON) -> Mismatch? {
+        guard let jws = document["signedPayload"]?.stringValue else { return Mismatch("the body has no signedPayload string") }
+        guard let parts = compactParts(jws) else { return Mismatch("signedPayload is not a compact JWS (three base64url parts)") }
+        guard let headerBytes = Base64.decode(parts[0], alphabet: .url, padding: .forbidden, canonical: false),
+            let header = try? JSON.parse(headerBytes), header.objectValue != nil
+        else { return Mismatch("the JWS header of signedPayload is not base64url JSON") }
+        guard header["alg"]?.stringValue == "ES256" else { return Mismatch("the JWS header of signedPayload does not name alg ES256") }
+        guard let chain = header["x5c"]?.arrayValue, !chain.isEmpty, chain.allSatisfy({ $0.stringValue?.isEmpty == false }) else {
+            return Mismatch("the JWS header of signedPayload has no x5c certificate chain")
+        }
+        return nil
+    }
+
+    private static func google(_ document: JSON, authorization: String?) -> Mismatch? {
+        guard let authorization else { return Mismatch("no Authorization header (Pub/Sub push sends a Bearer token)") }
+        let fields = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard fields.count == 2, fields[0].lowercased() == "bearer", compactParts(fields[1]) != nil else {
+            return Mismatch("the Authorization header is not a Bearer token of three base64url parts")
+        }
+        guard let data = document["message"]?["data"]?.stringValue, !data.isEmpty else {
+            return Mismatch("the body has no Pub/Sub message.data")
+        }
+        return nil
+    }
+
+    /// `Stripe-Signature: t=…,v1=…` or `Paddle-Signature: ts=…;h1=…`: a decimal time and a non-empty signature.
+    private static func signatureHeader(_ value: String?, name: String, separator: Character, time: String, signature: String) -> Mismatch? {
+        guard let value else { return Mismatch("no \(name) header") }
+        var hasTime = false
+        var hasSignature = false
+        for field in value.split(separator: separator) {
+            let pair = field.split(separator: "=", maxSplits: 1)
+            guard pair.count == 2 else { continue }
+            let key = pair[0].trimmingCharacters(in: .whitespaces)
+            let text = pair[1].trimmingCharacters(in: .whitespaces)
+            if key == time, !text.isEmpty, text.utf8.count <= 20, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+                hasTime = true
+            }
+            if key == signature, !text.isEmpty { hasSignature = true }
+        }
+        guard hasTime, hasSignature else { return Mismatch("the \(name) header has no \(time)= time and \(signature)= signature") }
+        return nil
+    }
+
+    /// The three non-empty base64url parts of a compact JWS/JWT, or nil. Over the UTF-8 bytes: an Apple
+    /// notification is 12 KB, and walking it as Characters is slow.
+    private static func compactParts(_ text: some StringProtocol) -> [Substring.UTF8View]? {
+        let parts = Substring(text).utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 3, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(isBase64URL) }) else { return nil }
+        return parts
+    }
+
+    private static func isBase64URL(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"),
+            UInt8(ascii: "_"):
+            return true
+        default:
+            return false
+        }
+    }
+}

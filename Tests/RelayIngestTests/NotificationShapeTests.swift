@@ -1,0 +1,107 @@
+import Foundation
+import RelayCore
+import RelayIngest
+import RelayTestSupport
+import Testing
+
+/// The ingest's structural checks (`NotificationShape`): what the stores really send passes, taken from
+/// the fixtures; near misses, and what no store sends, are refused with a reason naming the field.
+@Suite struct NotificationShapeTests {
+    func mismatch(_ store: Store, _ body: String, _ headers: [String: String] = [:]) throws -> String? {
+        NotificationShape.mismatch(store: store, document: try JSON.parse(body), header: { headers[$0] })?.detail
+    }
+
+    func vector(_ path: String) throws -> String {
+        try String(contentsOf: Fixtures.sharedVectors!.appendingPathComponent(path), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func appleBody(_ jws: String) -> String { #"{"signedPayload":"\#(jws)"}"# }
+
+    @Test func realAppleNotificationsPass() throws {
+        // Signed by Apple (a real production notification), by Apple's library fixtures, and by the test chain.
+        #expect(try mismatch(.apple, appleBody(vector("apple-real/consumption_request_production.jws"))) == nil)
+        #expect(try mismatch(.apple, appleBody(vector("apple-app-store-server-library/mock_signed_data/testNotification"))) == nil)
+        #expect(try mismatch(.apple, String(decoding: AppleSigner().body(AppleSigner().notificationPayload()), as: UTF8.self)) == nil)
+    }
+
+    @Test func appleNearMissesAreRefused() throws {
+        let signed = AppleSigner().sign(AppleSigner().notificationPayload())
+        let parts = signed.split(separator: ".").map(String.init)
+        func header(_ json: String) -> String { Base64.encodeURL(Array(json.utf8)) + "." + parts[1] + "." + parts[2] }
+        let cases: [(String, String)] = [
+            (#"{"signedPayload":42}"#, "no signedPayload"),
+            (#"{"notificationType":"DID_RENEW"}"#, "no signedPayload"),
+            (appleBody("not-a-jws"), "not a compact JWS"),
+            (appleBody(parts[0] + "." + parts[1]), "not a compact JWS"),
+            (appleBody(signed + ".extra"), "not a compact JWS"),
+            (appleBody(parts[0] + ".." + parts[2]), "not a compact JWS"),
+            (appleBody(parts[0] + "." + parts[1] + "+/." + parts[2]), "not a compact JWS"),
+            (appleBody(Base64.encodeURL(Array("not json".utf8)) + "." + parts[1] + "." + parts[2]), "not base64url JSON"),
+            (appleBody(header(#"{"alg":"RS256","x5c":["MIIB"]}"#)), "alg ES256"),
+            (appleBody(header(#"{"alg":"none","x5c":["MIIB"]}"#)), "alg ES256"),
+            (appleBody(header(#"{"alg":"ES256"}"#)), "no x5c"),
+            (appleBody(header(#"{"alg":"ES256","x5c":[]}"#)), "no x5c"),
+            (appleBody(header(#"{"alg":"ES256","x5c":"MIIB"}"#)), "no x5c"),
+            (appleBody(header(#"{"alg":"ES256","x5c":[""]}"#)), "no x5c"),
+        ]
+        for (body, reason) in cases {
+            let detail = try #require(try mismatch(.apple, body), "\(body.prefix(80)) passed")
+            #expect(detail.contains(reason), "\(detail)")
+        }
+        // Apple's library fixture without an x5c header is refused here already.
+        #expect(try mismatch(.apple, appleBody(vector("apple-app-store-server-library/mock_signed_data/missingX5CHeaderClaim")))?.contains("x5c") == true)
+    }
+
+    @Test func googlePushesPassAndNearMissesAreRefused() throws {
+        let signer = GooglePushSigner()
+        let token = signer.token(GooglePushSigner.claims(issuedAt: 1_893_456_000))
+        let body = String(decoding: GooglePushSigner.envelope(GooglePushSigner.developerNotification()), as: UTF8.self)
+        #expect(try mismatch(.google, body, ["authorization": "Bearer \(token)"]) == nil)
+        #expect(try mismatch(.google, body, ["authorization": "bearer \(token)"]) == nil, "the scheme is case-insensitive")
+        // Google's own sample push envelope.
+        let samples = try JSON.parse(Array(vector("google-play/samples.json").utf8))
+        let sample = try #require(samples["official_envelope_example"]?["envelope"])
+        #expect(try mismatch(.google, sample.text, ["authorization": "Bearer \(token)"]) == nil)
+        let cases: [(String, [String: String], String)] = [
+            (body, [:], "no Authorization"),
+            (body, ["authorization": "Basic dXNlcjpwYXNz"], "not a Bearer token"),
+            (body, ["authorization": "Bearer"], "not a Bearer token"),
+            (body, ["authorization": "Bearer abc.def"], "not a Bearer token"),
+            (body, ["authorization": "Bearer a.b.c.d"], "not a Bearer token"),
+            (body, ["authorization": "Bearer a.b!.c"], "not a Bearer token"),
+            (#"{"message":{"messageId":"1"}}"#, ["authorization": "Bearer \(token)"], "message.data"),
+            (#"{"message":{"data":""}}"#, ["authorization": "Bearer \(token)"], "message.data"),
+            (#"{"data":"eyJ9"}"#, ["authorization": "Bearer \(token)"], "message.data"),
+        ]
+        for (body, headers, reason) in cases {
+            let detail = try #require(try mismatch(.google, body, headers), "\(body) \(headers) passed")
+            #expect(detail.contains(reason), "\(detail)")
+        }
+    }
+
+    @Test func stripeAndPaddleSignatureHeadersNeedTheirFields() throws {
+        let stripe = try JSON.parse(Array(vector("stripe/derived_vectors.json").utf8))
+        for testCase in stripe["cases"]?.arrayValue ?? [] {
+            let name = testCase["name"]?.stringValue ?? ""
+            let result = try mismatch(.stripe, #"{"id":"evt_1"}"#, ["stripe-signature": testCase["header"]?.stringValue ?? ""])
+            // A wrong or old signature is plausibly real (the worker rejects it); a header without v1 or t is not.
+            if name == "malformed" || name == "v0_only" {
+                #expect(result != nil, "\(name)")
+            } else {
+                #expect(result == nil, "\(name): \(result ?? "")")
+            }
+        }
+        let paddle = try JSON.parse(Array(vector("paddle/derived_vectors.json").utf8))
+        for testCase in paddle["cases"]?.arrayValue ?? [] {
+            #expect(try mismatch(.paddle, #"{"event_id":"evt_1"}"#, ["paddle-signature": testCase["header"]?.stringValue ?? ""]) == nil)
+        }
+        for header in [nil, "", "t=1700000000", "v1=abc", "t=soon,v1=abc", "t=1700000000,v1=", "t=1700000000;v1=abc"] as [String?] {
+            let headers = header.map { ["stripe-signature": $0] } ?? [:]
+            #expect(try mismatch(.stripe, "{}", headers) != nil, "\(header ?? "no header")")
+        }
+        for header in [nil, "ts=1692804778", "h1=abc", "ts=x;h1=abc", "ts=1692804778,h1=abc", "ts=1692804778;h1="] as [String?] {
+            let headers = header.map { ["paddle-signature": $0] } ?? [:]
+            #expect(try mismatch(.paddle, "{}", headers) != nil, "\(header ?? "no header")")
+        }
+    }
+}
