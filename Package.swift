@@ -339,7 +339,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayConfigTests",
-            dependencies: ["RelayCrypto", "RelayConfig"],
+            dependencies: ["RelayCrypto", "RelayConfig", "RelayCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

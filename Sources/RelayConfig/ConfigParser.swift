@@ -127,19 +127,22 @@ enum ConfigParser {
         if let value = try map.optional("maxConnections", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { ingest.maxConnections = value }
         if let value = try map.optional("trustedProxies", addressRanges) { ingest.trustedProxies = value }
         if let value = try map.optional("clientLimit", clientLimit) { ingest.clientLimit = value }
-        if let value = try map.optional("allowedSources", { (node) throws(ConfigurationError) -> [Store: [AddressRange]] in
-            let map = try node.mapping(known: Store.allCases.map(\.rawValue))
-            var sources: [Store: [AddressRange]] = [:]
-            for store in Store.allCases {
-                guard let ranges = try map.optional(store.rawValue, addressRanges) else { continue }
-                guard !ranges.isEmpty else {
-                    throw ConfigurationError(key: "\(node.path).\(store.rawValue)", message: "name at least one range, or leave \(store.rawValue) out to take any source")
-                }
-                sources[store] = ranges
-            }
-            return sources
-        }) { ingest.allowedSources = value }
+        if let value = try map.optional("allowedSources", allowedSources) { ingest.allowedSources = value }
         return ingest
+    }
+
+    /// `ingest.allowedSources`: per store, the CIDR ranges its notifications are taken from.
+    static func allowedSources(_ node: ConfigNode) throws(ConfigurationError) -> [Store: [AddressRange]] {
+        let map = try node.mapping(known: ["apple", "google", "stripe", "paddle"])
+        var sources: [Store: [AddressRange]] = [:]
+        for store in Store.allCases {
+            guard let ranges = try map.optional(store.rawValue, addressRanges) else { continue }
+            guard !ranges.isEmpty else {
+                throw ConfigurationError(key: "\(node.path).\(store.rawValue)", message: "name at least one range, or leave \(store.rawValue) out to take any source")
+            }
+            sources[store] = ranges
+        }
+        return sources
     }
 
     /// A list of CIDR ranges (`17.0.0.0/8`, `2001:db8::/32`) or single addresses.

@@ -140,7 +140,7 @@ final class LogBudget: Sendable {
             ]
             if change.full {
                 logger.error(
-                    "the embedded log's budget for unprocessed records is full (log.retentionBytes per partition): new notifications get 503 until \(groups) catch up",
+                    "the embedded log's budget for unprocessed records is full (log.retentionBytes per partition): new notifications get 503 until its consumers (\(groups)) have processed more",
                     metadata: metadata)
             } else {
                 logger.notice("the embedded log's budget for unprocessed records has room again: notifications are accepted", metadata: metadata)

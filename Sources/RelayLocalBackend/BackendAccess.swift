@@ -251,20 +251,6 @@ package struct BackendAuthentication: RouterMiddleware {
     /// The rate limit's client key of an address: an IPv4 address as it is, an IPv6 address by its first
     /// 64 bits (`2001:db8:1:2::/64`), so one subscriber's 2^64 addresses share one bucket.
     package static func bucket(_ address: String) -> String {
-        guard address.contains(":") else { return address }
-        var text = Substring(address)
-        if text.hasPrefix("[") { text = text.dropFirst() }
-        if let end = text.firstIndex(where: { $0 == "]" || $0 == "%" }) { text = text[..<end] }
-        // Expand `::` into the zero groups it stands for, then keep the first four.
-        let halves = text.components(separatedBy: "::")
-        let head = halves[0].split(separator: ":", omittingEmptySubsequences: false).filter { !$0.isEmpty }
-        let tail = halves.count > 1 ? halves[1].split(separator: ":").map(String.init) : []
-        let missing = max(0, 8 - head.count - tail.count)
-        let groups = head.map(String.init) + (halves.count > 1 ? Array(repeating: "0", count: missing) : []) + tail
-        guard groups.count >= 4 else { return address }
-        return groups.prefix(4).map { group in
-            let trimmed = group.drop { $0 == "0" }.lowercased()
-            return trimmed.isEmpty ? "0" : trimmed
-        }.joined(separator: ":") + "::/64"
+        IPAddress(address)?.clientKey ?? address
     }
 }

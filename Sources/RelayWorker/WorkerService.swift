@@ -25,6 +25,8 @@ public final class WorkerService: Service {
     private let retries: Counter
     /// Backoff between attempts of a failing record. Default: 100 ms doubling to 30 s.
     private let retryBackoff: (initial: Duration, maximum: Duration)
+    /// The age of the oldest record handed out and not finished: how far behind the worker is in time.
+    private let ages: InFlightAges
 
     public init(
         consumer: any RecordConsumer, processor: any NotificationProcessor, logger: Logger, metrics: any MetricsFactory,
@@ -35,6 +37,7 @@ public final class WorkerService: Service {
         self.logger = logger
         self.retries = Counter(label: "relay_worker_retries_total", dimensions: [], factory: metrics)
         self.retryBackoff = retryBackoff
+        self.ages = InFlightAges(gauge: Gauge(label: "relay_worker_oldest_record_age_seconds", dimensions: [], factory: metrics))
     }
 
     public func run() async throws {
@@ -44,6 +47,7 @@ public final class WorkerService: Service {
         await withDiscardingTaskGroup { group in
             for await record in consumer.records.cancelOnGracefulShutdown() {
                 let key = LaneKey(record)
+                ages.started(record)
                 // A busy lane takes the record after the ones it has; an idle one starts a task with it.
                 guard lanes.enqueueOrStart(record, key: key) else { continue }
                 group.addTask { [self] in
@@ -105,6 +109,7 @@ public final class WorkerService: Service {
     }
 
     private func handle(_ record: ConsumedRecord) async {
+        defer { ages.finished(record) }
         var backoff = Backoff(initial: retryBackoff.initial, maximum: retryBackoff.maximum)
         var attempt = 1
         while true {
@@ -118,6 +123,7 @@ public final class WorkerService: Service {
                 // On cancellation (shutdown past its bound) the record stays not done: it is redelivered.
                 if Task.isCancelled { return }
                 retries.increment()
+                ages.report()
                 logger.warning(
                     "processing failed; retrying",
                     metadata: [
@@ -128,5 +134,58 @@ public final class WorkerService: Service {
                 attempt += 1
             }
         }
+    }
+}
+
+/// When each record handed to the worker and not finished was appended, reported as the age of the
+/// oldest (`relay_worker_oldest_record_age_seconds`, at most once a second, 0 when none is in flight). On
+/// either log, this is how far behind the worker is in time: compared with the notifications topic's
+/// retention, it says how close unprocessed notifications are to being removed (Kafka's `retention.ms`).
+final class InFlightAges: Sendable {
+    private struct Position: Hashable {
+        var topic: String
+        var partition: Int32
+        var offset: Int64
+    }
+
+    private struct State {
+        var appendedAt: [Position: Int64] = [:]
+        var lastReport: ContinuousClock.Instant?
+    }
+
+    private let state = Mutex(State())
+    private let gauge: Gauge
+
+    init(gauge: Gauge) {
+        self.gauge = gauge
+    }
+
+    func started(_ record: ConsumedRecord) {
+        guard let timestamp = record.timestampMilliseconds else { return }
+        state.withLock { $0.appendedAt[Position(topic: record.topic, partition: record.partition, offset: record.offset)] = timestamp }
+        report(force: false)
+    }
+
+    func finished(_ record: ConsumedRecord) {
+        let empty = state.withLock { state in
+            state.appendedAt[Position(topic: record.topic, partition: record.partition, offset: record.offset)] = nil
+            return state.appendedAt.isEmpty
+        }
+        if empty { gauge.record(0) } else { report(force: false) }
+    }
+
+    /// Reports now (a record is being retried: nothing else may move the gauge meanwhile).
+    func report() { report(force: true) }
+
+    private func report(force: Bool) {
+        let now = ContinuousClock.now
+        let oldest = state.withLock { state -> Int64?? in
+            if !force, let last = state.lastReport, now - last < .seconds(1) { return .none }
+            state.lastReport = now
+            return .some(state.appendedAt.values.min())
+        }
+        guard case .some(let value) = oldest else { return }
+        guard let value else { return gauge.record(0) }
+        gauge.record(Double(max(0, wallClockMilliseconds() - value)) / 1000)
     }
 }

@@ -103,6 +103,8 @@ import Testing
         // Forged: rejected.
         let forged = #"{"id":"evt_forged","object":"event","type":"invoice.paid","data":{"object":{"id":"in_2","subscription":"sub_evil"}}}"#
         #expect(try await relay.post("/v1/notifications/stripe/demo", body: forged, headers: [("Stripe-Signature", "t=\(now),v1=00")]).status == 200)
+        // Not even shaped like a Stripe event (no signature header): refused at the ingest, never written.
+        #expect(try await relay.post("/v1/notifications/stripe/demo", body: forged).status == 400)
         // A refund: the Stripe API refuses (stripe api errors, worker retries).
         let refund: JSON = [
             "id": "evt_refund", "object": "event", "type": "charge.refunded", "created": .integer(now), "livemode": false,

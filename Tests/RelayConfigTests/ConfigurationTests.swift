@@ -1,5 +1,6 @@
 import Foundation
 import RelayConfig
+import RelayCore
 import Testing
 
 @Suite struct ConfigurationTests {
@@ -126,6 +127,34 @@ import Testing
         #expect(error("endpoints: [{ id: e, app: missing, url: \"https://x.test\", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw] }]")?.key == "endpoints[0].app")
         #expect(error("kafka: [1, 2]")?.key == "kafka")
         #expect(error("kafka: {")?.key == "")
+    }
+
+    @Test func theIngestsClientLimitsProxiesAndSourcesAreRead() throws {
+        let defaults = try parse("ingest: { maxConnections: 512 }")
+        #expect(defaults.ingest.trustedProxies.isEmpty)
+        #expect(defaults.ingest.allowedSources.isEmpty)
+        #expect(defaults.ingest.clientLimit.requestsPerSecond == 100)
+        #expect(defaults.ingest.clientLimit.burst == 1_000)
+        #expect(defaults.ingest.clientLimit.unverifiedBytes == 16 * 1024 * 1024)
+        let configuration = try parse(
+            """
+            ingest:
+              trustedProxies: ["10.0.0.0/8", "::1", "2001:db8::/32"]
+              clientLimit: { requestsPerSecond: 0, burst: 5, unverifiedBytes: 0 }
+              allowedSources: { apple: ["17.0.0.0/8"] }
+            """)
+        #expect(configuration.ingest.trustedProxies.map(\.description) == ["10.0.0.0/8", "::1/128", "2001:db8::/32"])
+        #expect(configuration.ingest.clientLimit.requestsPerSecond == 0)
+        #expect(configuration.ingest.clientLimit.burst == 5)
+        #expect(configuration.ingest.clientLimit.unverifiedBytes == 0)
+        #expect(configuration.ingest.allowedSources.keys.sorted { $0.rawValue < $1.rawValue } == [.apple])
+        #expect(configuration.ingest.allowedSources[.apple]?.first?.contains(IPAddress("17.250.1.2")!) == true)
+        #expect(error("ingest: { trustedProxies: [\"10.0.0.0/33\"] }")?.key == "ingest.trustedProxies[0]")
+        #expect(error("ingest: { trustedProxies: [\"proxy.internal\"] }")?.key == "ingest.trustedProxies[0]")
+        #expect(error("ingest: { allowedSources: { amazon: [\"1.2.3.4\"] } }")?.key == "ingest.allowedSources.amazon")
+        #expect(error("ingest: { allowedSources: { apple: [] } }")?.key == "ingest.allowedSources.apple")
+        #expect(error("ingest: { clientLimit: { unverifiedBytes: 1000 } }")?.key == "ingest.clientLimit.unverifiedBytes")
+        #expect(error("ingest: { clientLimit: { requestsPerSecond: -1 } }")?.key == "ingest.clientLimit.requestsPerSecond")
     }
 
     @Test func theThreeKindsOfKeyAreRead() throws {

@@ -52,7 +52,10 @@ create() {
     echo "create-topics: $name"
 }
 
-create "$TOPIC_NOTIFICATIONS" --config "retention.ms=$RETENTION_MS"
+# The notifications by time only (retention.bytes=-1 whatever the broker's default): Kafka deletes by
+# retention whether or not relay-worker processed a record, and a size bound could be filled by junk
+# posted to the ingest. Alert on the worker's age against retention.ms (RevenueRelayWorkerBehindRetention).
+create "$TOPIC_NOTIFICATIONS" --config "retention.ms=$RETENTION_MS" --config retention.bytes=-1
 create "$TOPIC_REJECTED" --config "retention.ms=$RETENTION_MS"
 create "$TOPIC_EVENTS" --config "retention.ms=$RETENTION_MS"
 create "$TOPIC_DELIVERIES" --config "retention.ms=$RETENTION_MS"
