@@ -206,7 +206,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
             // Consumers store their offsets on their own: count what they processed at most 4 times a second.
             if let budget, ContinuousClock.now - lastCount >= LogBudget.refreshInterval {
                 lastCount = .now
-                budget.refresh(database)
+                budget.refresh(database, everything: false)
             }
             if closed {
                 finished.signal()

@@ -210,7 +210,8 @@ public final class EmbeddedRecordLog: RecordLog {
     }
 
     /// The bytes of each partition of `topic` its consumer groups have not processed, as last counted (the
-    /// owner counts them 4 times a second); empty for a topic no group is configured for, or in a tool.
+    /// owner counts a budgeted topic 4 times a second, the others every 5 s); empty for a topic no group is
+    /// configured for, or in a tool.
     public func unprocessedBytes(of topic: String) -> [Int32: Int64] {
         budget?.unprocessedBytes(of: topic) ?? [:]
     }

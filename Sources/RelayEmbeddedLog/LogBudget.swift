@@ -34,9 +34,12 @@ final class LogBudget: Sendable {
         var unprocessed: [Slot: Int64] = [:]
         /// Budgeted topics (by name) with a partition at or over the limit.
         var full: Set<String> = []
+        var lastMeasured: ContinuousClock.Instant?
     }
 
     static let refreshInterval: Duration = .milliseconds(250)
+    /// Topics without a budget are only measured (the gauge): every this often.
+    static let measureInterval: Duration = .seconds(5)
 
     let limit: Int64
     private let counted: [String: Counted]
@@ -97,12 +100,16 @@ final class LogBudget: Sendable {
         report(changed)
     }
 
-    /// Counts every partition's unprocessed bytes anew from the database.
-    func refresh(_ database: LogDatabase) {
+    /// Counts the budgeted topics' unprocessed bytes anew from the database, and the other topics' too when
+    /// `measureInterval` has passed since they were last (or with `everything`).
+    func refresh(_ database: LogDatabase, everything: Bool = true) {
+        let now = ContinuousClock.now
+        let measure = everything || state.withLock { state in state.lastMeasured.map { now - $0 >= Self.measureInterval } ?? true }
+        let entries = counted.values.filter { measure || $0.budgeted }
         var counts: [Slot: Int64] = [:]
         do {
             try database.pool.read { db in
-                for entry in counted.values {
+                for entry in entries {
                     for partition in 0..<entry.topic.partitions {
                         let floor = try LogDatabase.processedFloor(db, topic: entry.topic.id, partition: partition, groups: entry.groups) ?? .max
                         counts[Slot(topic: entry.topic.id, partition: partition)] =
@@ -116,7 +123,8 @@ final class LogBudget: Sendable {
         }
         var changed: [(String, Bool, Slot, Int64)] = []
         state.withLock { state in
-            state.unprocessed = counts
+            state.unprocessed.merge(counts) { _, new in new }
+            if measure { state.lastMeasured = now }
             for entry in counted.values where entry.budgeted {
                 let fullest = counts.filter { $0.key.topic == entry.topic.id }.max { $0.value < $1.value }
                 let isFull = (fullest?.value ?? 0) >= limit

@@ -125,7 +125,7 @@ struct NotificationIngest: Sendable {
         }) {
             return refuse(
                 store, .notANotification,
-                jsonResponse(.badRequest, ["error": "not_a_notification", "detail": .string("not shaped like a \(store.rawValue) notification: \(mismatch.detail)")]))
+                jsonResponse(.badRequest, ["error": "not_a_notification", "detail": .string("not shaped like a notification of the \(store.rawValue) route: \(mismatch.detail)")]))
         }
         if let unverified, !unverified.admits(client) {
             return refuse(

@@ -13,6 +13,10 @@ import Synchronization
 /// blocking call: off the cooperative pool, on a dispatch queue) when a client nears its bound, at most
 /// once a second, so an idle or well-behaved ingest never reads them.
 ///
+/// If the progress cannot be read (the brokers are away, or the ingest's Kafka principal may not read the
+/// group's offsets), the bound is dropped until it can: refusing every busy client until the stores gave up
+/// would lose what the bound is there to protect.
+///
 /// Memory is bounded: a client's charges in one partition are merged into chunks of at least 1/32 of the
 /// bound (a chunk is released when its last record is processed, so a merge only ever delays a release),
 /// and at most `maxClients` clients are tracked (past that, clients with nothing outstanding are forgotten
@@ -32,6 +36,8 @@ final class UnverifiedBytes: Sendable {
         var clients: [String: Client] = [:]
         var refreshing = false
         var lastRefresh: ContinuousClock.Instant?
+        /// The last read of the worker's progress failed (logged once until one succeeds).
+        var failing = false
     }
 
     let limit: Int64
@@ -121,9 +127,28 @@ final class UnverifiedBytes: Sendable {
         guard start else { return }
         queue.async { [self] in
             do {
-                release(processed: try processedOffsets())
+                let processed = try processedOffsets()
+                release(processed: processed)
+                let recovered = state.withLock { state in
+                    defer { state.failing = false }
+                    return state.failing
+                }
+                if recovered { logger.notice("the ingest reads the worker's progress again; ingest.clientLimit.unverifiedBytes applies again") }
             } catch {
-                logger.warning("cannot read the worker's progress for the ingest's per-client bound; trying again later", metadata: [LogKey.error: "\(error)"])
+                // Fail open: a bound the ingest cannot release (no permission to read the group's offsets, brokers
+                // away) would refuse every busy client until the stores gave up. The log's own limits still hold.
+                let first = state.withLock { state in
+                    defer {
+                        state.failing = true
+                        state.clients.removeAll()
+                    }
+                    return !state.failing
+                }
+                if first {
+                    logger.warning(
+                        "cannot read the worker's progress; ingest.clientLimit.unverifiedBytes is not enforced until it can",
+                        metadata: [LogKey.error: "\(error)"])
+                }
             }
             state.withLock { state in
                 state.refreshing = false

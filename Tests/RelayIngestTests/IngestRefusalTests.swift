@@ -144,4 +144,19 @@ import Testing
         await consumer.close()
         try await server.stop()
     }
+
+    @Test func aBoundTheIngestCannotReleaseIsDroppedRatherThanRefusingForever() async throws {
+        struct NoPermission: Error {}
+        // Reading the worker's progress fails (a Kafka principal without access to the group's offsets).
+        let server = try await IngestServer(
+            ingest: #"clientLimit: { unverifiedBytes: 65536 }"#, processedOffsets: { throw NoPermission() })
+        let body = #"{"id":"evt_big","pad":""# + String(repeating: "x", count: 20_000) + #""}"#
+        // The failed read drops the bound (and says so in the log) instead of refusing until the stores give
+        // up: 200 kB from one client, three times the bound, are taken (a 429 may come before a read fails).
+        for index in 0..<10 {
+            try await waitUntil("request \(index) taken") { try await post(server, body: body).status == 200 }
+        }
+        #expect(try written(server) == 10)
+        try await server.stop()
+    }
 }

@@ -21,9 +21,10 @@ final class IngestServer: Sendable {
     ///   - ingest: more `ingest` keys, as YAML flow-mapping entries (`idleTimeout: 1s, ...`).
     ///   - apps: the `apps` list (YAML); default: `demo`, receiving Stripe.
     ///   - clock: monotonic nanoseconds for the per-client request limit.
+    ///   - processedOffsets: replaces reading the worker group's offsets from the log.
     init(
         ingest: String = "", apps: String = #"[{ key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: ["whsec_test"] } }]"#,
-        clock: (@Sendable () -> UInt64)? = nil
+        clock: (@Sendable () -> UInt64)? = nil, processedOffsets: (@Sendable () throws -> [Int32: Int64])? = nil
     ) async throws {
         let yaml = """
             ingest: { listen: "127.0.0.1:0"\(ingest.isEmpty ? "" : ", " + ingest) }
@@ -33,6 +34,7 @@ final class IngestServer: Sendable {
         log = try EmbeddedRecordLog.inMemory(topics: [configuration.topics.notifications], partitions: 1, logger: testLogger())
         var routes = try RelayHTTPServer.IngestRoutes(configuration, log: log)
         routes.clock = clock
+        if let processedOffsets { routes.processedOffsets = processedOffsets }
         let server = RelayHTTPServer(
             listen: configuration.ingest.listen, limits: .init(configuration.ingest), health: HealthState(), registry: registry,
             ingest: routes, logger: testLogger())
