@@ -265,7 +265,10 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayEmbeddedLogTests",
-            dependencies: ["RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport"],
+            dependencies: [
+                "RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -126,9 +126,11 @@ public final class RelayProcess: Sendable {
         if roles.contains(.ingest) {
             ingestRoutes = try RelayHTTPServer.IngestRoutes(configuration, log: log)
             if let embedded = log as? EmbeddedRecordLog {
-                // The notifications' budget is full: the ingest answers 503 until the worker catches up.
+                // The notifications' budget is full: the ingest answers 503 (with Retry-After) until the worker
+                // catches up. A warning, not unreadiness: the process serves the rest (the local backend's
+                // routes), and the ingest's own 503 tells the stores when to come back.
                 let topic = configuration.topics.notifications
-                health.addReadinessCheck("log_budget_full") { !embedded.isFull(topic) }
+                health.addWarning("log_budget_full") { embedded.isFull(topic) }
             }
         }
         if roles.contains(.worker) {

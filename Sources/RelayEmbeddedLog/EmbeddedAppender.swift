@@ -100,11 +100,11 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                     isRetriable: false)
             }
             sizes.append(size)
-            if let budget, !budget.admits(record.topic) {
+            if let budget, !budget.admits(record.topic, partition: keyedPartition(record)) {
                 throw RecordLogError(
                     code: .full,
-                    reason: "the embedded log holds log.retentionBytes (\(budget.limit) bytes) of \(record.topic) not yet processed in one partition;"
-                        + " it takes more once its consumers catch up", isRetriable: true)
+                    reason: "the embedded log holds log.retentionBytes (\(budget.limit) bytes) of \(record.topic) not yet processed in this record's"
+                        + " partition; it takes more once its consumers catch up", isRetriable: true)
             }
         }
         do {
@@ -286,6 +286,12 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         for (item, result) in zip(batch, results) { item.waiter.resume(with: result.mapError { $0 as any Error }) }
         appended.increment(by: results.count)
         if !touched.isEmpty { onAppend(touched) }
+    }
+
+    /// The partition a keyed record goes to (nil without a key: round-robin, decided by the writer).
+    private func keyedPartition(_ record: OutgoingRecord) -> Int32? {
+        guard let key = record.key, let topic = topics.withLock({ $0[record.topic] }) else { return nil }
+        return Int32(Int(Self.fnv1a(key)) % Int(topic.partitions))
     }
 
     private func partition(for key: [UInt8]?, topic: LogDatabase.Topic) -> Int32 {

@@ -40,6 +40,8 @@ public final class EmbeddedRecordLog: RecordLog {
     private let budget: LogBudget?
     /// The consumer groups retention waits for, by topic name.
     private let retainedFor: [String: [String]]
+    /// `relay_log_removed_total{topic,reason}`: records retention removed, by age or by size.
+    private let removals: LabeledCounters
 
     /// Why the data directory cannot be owned: another process owns it.
     public struct AlreadyOwned: Error, CustomStringConvertible {
@@ -109,8 +111,11 @@ public final class EmbeddedRecordLog: RecordLog {
     ) throws {
         let topics = try database.ensureTopics(names, partitions: Int32(partitions), compacted: compacted, keptByAge: keptByAge)
         let consumers = ConsumerRegistry()
+        let removals = LabeledCounters(label: "relay_log_removed_total", factory: metrics)
+        self.removals = removals
         let housekeep: @Sendable () -> Void = {
-            EmbeddedRecordLog.housekeep(database, retention: retention, retentionBytes: retentionBytes, retainedFor: retainedFor, logger: logger)
+            EmbeddedRecordLog.housekeep(
+                database, retention: retention, retentionBytes: retentionBytes, retainedFor: retainedFor, removals: removals, logger: logger)
         }
         // Only the owner counts: its consumers are the only ones, and only its ingest appends notifications.
         let counted = retainedFor.compactMap { name, groups in
@@ -237,7 +242,8 @@ public final class EmbeddedRecordLog: RecordLog {
 
     /// Runs the owner's retention and compaction now (tests; the owner runs them once a minute).
     public func runHousekeeping(retention: Duration, retentionBytes: Int64, now: Int64 = wallClockMilliseconds()) {
-        Self.housekeep(database, retention: retention, retentionBytes: retentionBytes, retainedFor: retainedFor, now: now, logger: logger)
+        Self.housekeep(
+            database, retention: retention, retentionBytes: retentionBytes, retainedFor: retainedFor, removals: removals, now: now, logger: logger)
         budget?.refresh(database)
     }
 
@@ -245,8 +251,8 @@ public final class EmbeddedRecordLog: RecordLog {
     static let housekeepingChunk = 2_000
 
     static func housekeep(
-        _ database: LogDatabase, retention: Duration, retentionBytes: Int64, retainedFor: [String: [String]], now: Int64 = wallClockMilliseconds(),
-        logger: Logger
+        _ database: LogDatabase, retention: Duration, retentionBytes: Int64, retainedFor: [String: [String]], removals: LabeledCounters,
+        now: Int64 = wallClockMilliseconds(), logger: Logger
     ) {
         do {
             let cutoff = now - retention.wholeMilliseconds
@@ -266,20 +272,34 @@ public final class EmbeddedRecordLog: RecordLog {
                     // Oldest first, a chunk per transaction, while the oldest record is past its age or the
                     // partition over its size (appends keep partition_state.bytes current), and never a record
                     // one of the topic's groups has not processed.
-                    var kept: (count: Int64, oldest: Int64)?
+                    let groups = retainedFor[topic.name] ?? []
+                    var removed = Removed()
                     while try database.pool.write({ db in
-                        let floor = try LogDatabase.processedFloor(db, topic: topic.id, partition: partition, groups: retainedFor[topic.name] ?? [])
-                        let more = try removeOldestChunk(
-                            db, topic: topic, partition: partition, cutoff: topic.keptByAge ? nil : cutoff, maximumBytes: retentionBytes, floor: floor)
-                        if !more, let floor, !topic.keptByAge { kept = try overdue(db, topic: topic, partition: partition, from: floor, cutoff: cutoff) }
-                        return more
+                        let floor = try LogDatabase.processedFloor(db, topic: topic.id, partition: partition, groups: groups)
+                        return try removeOldestChunk(
+                            db, topic: topic, partition: partition, cutoff: topic.keptByAge ? nil : cutoff, maximumBytes: retentionBytes, floor: floor,
+                            removed: &removed)
                     }) {}
-                    if let kept, kept.count > 0 {
+                    if removed.byAge > 0 { removals.increment([("topic", topic.name), ("reason", "age")], by: removed.byAge) }
+                    if removed.bySize > 0 {
+                        removals.increment([("topic", topic.name), ("reason", "size")], by: removed.bySize)
+                        // With groups, the size bound removes only what they processed (expected); without, it removes
+                        // records nobody may have looked at yet (rejected notifications, dead letters) before their age.
+                        if groups.isEmpty {
+                            logger.warning(
+                                "records removed by log.retentionBytes before log.retention",
+                                metadata: ["topic": "\(topic.name)", "partition": "\(partition)", "records": "\(removed.bySize)"])
+                        }
+                    }
+                    // What the groups have not processed stays, past its age too: say so, it means a stopped consumer.
+                    if !groups.isEmpty, !topic.keptByAge, let kept = try database.pool.read({ db in
+                        try overdue(db, topic: topic, partition: partition, groups: groups, cutoff: cutoff)
+                    }) {
                         logger.warning(
                             "records past log.retention are kept: their consumer groups have not processed them",
                             metadata: [
                                 "topic": "\(topic.name)", "partition": "\(partition)", "records": "\(kept.count)",
-                                "oldest_age_seconds": "\((now - kept.oldest) / 1000)", "groups": "\((retainedFor[topic.name] ?? []).joined(separator: ", "))",
+                                "oldest_age_seconds": "\((now - kept.oldest) / 1000)", "groups": "\(groups.joined(separator: ", "))",
                             ])
                     }
                 }
@@ -289,20 +309,32 @@ public final class EmbeddedRecordLog: RecordLog {
         }
     }
 
-    /// How many records from `floor` on (not processed) are older than `cutoff`, and the oldest one's time.
-    private static func overdue(_ db: Database, topic: LogDatabase.Topic, partition: Int32, from floor: Int64, cutoff: Int64) throws -> (Int64, Int64)? {
-        guard let row = try Row.fetchOne(
-            db, sql: "SELECT COUNT(*), MIN(timestamp) FROM record WHERE topic_id = ? AND partition = ? AND offset >= ? AND timestamp < ?",
-            arguments: [topic.id, partition, floor, cutoff])
+    /// When the oldest record the groups have not processed is older than `cutoff`: how many records are
+    /// unprocessed, and its time. One indexed lookup (not a scan of what is unprocessed).
+    private static func overdue(_ db: Database, topic: LogDatabase.Topic, partition: Int32, groups: [String], cutoff: Int64) throws
+        -> (count: Int64, oldest: Int64)?
+    {
+        guard let floor = try LogDatabase.processedFloor(db, topic: topic.id, partition: partition, groups: groups),
+            let row = try Row.fetchOne(
+                db, sql: "SELECT offset, timestamp FROM record WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT 1",
+                arguments: [topic.id, partition, floor]),
+            (row[1] as Int64) < cutoff
         else { return nil }
-        let count: Int64 = row[0]
-        return count > 0 ? (count, row[1]) : nil
+        let end = try Int64.fetchOne(
+            db, sql: "SELECT next_offset FROM partition_state WHERE topic_id = ? AND partition = ?", arguments: [topic.id, partition]) ?? 0
+        return (max(0, end - (row[0] as Int64)), row[1])
+    }
+
+    /// Records one retention pass removed from a partition, by the bound that removed them.
+    struct Removed {
+        var byAge: Int64 = 0
+        var bySize: Int64 = 0
     }
 
     /// Deletes the oldest records of one partition that are older than `cutoff` or over `maximumBytes` and below
     /// `floor` (what every group of the topic processed; nil: no group), at most a chunk; returns whether more may remain.
     private static func removeOldestChunk(
-        _ db: Database, topic: LogDatabase.Topic, partition: Int32, cutoff: Int64?, maximumBytes: Int64, floor: Int64?
+        _ db: Database, topic: LogDatabase.Topic, partition: Int32, cutoff: Int64?, maximumBytes: Int64, floor: Int64?, removed tally: inout Removed
     ) throws -> Bool {
         var bytes = try Int64.fetchOne(
             db, sql: "SELECT bytes FROM partition_state WHERE topic_id = ? AND partition = ?", arguments: [topic.id, partition]) ?? 0
@@ -315,6 +347,7 @@ public final class EmbeddedRecordLog: RecordLog {
             if let floor, (row["offset"] as Int64) >= floor { break }
             let expired = cutoff.map { (row["timestamp"] as Int64) < $0 } ?? false
             guard expired || bytes > maximumBytes else { break }
+            if expired { tally.byAge += 1 } else { tally.bySize += 1 }
             let size: Int64 = row["size"]
             bytes -= size
             removed += size

@@ -32,9 +32,11 @@ final class LogBudget: Sendable {
 
     private struct State {
         var unprocessed: [Slot: Int64] = [:]
-        /// Budgeted topics (by name) with a partition at or over the limit.
-        var full: Set<String> = []
+        /// Partitions of budgeted topics that are full: at the limit, until back under `reopening`.
+        var full: Set<Slot> = []
         var lastMeasured: ContinuousClock.Instant?
+        /// The last count failed (logged once until one succeeds).
+        var failing = false
     }
 
     static let refreshInterval: Duration = .milliseconds(250)
@@ -42,35 +44,56 @@ final class LogBudget: Sendable {
     static let measureInterval: Duration = .seconds(5)
 
     let limit: Int64
+    /// A full partition takes appends again under this (90% of the limit), so a worker that processes
+    /// about as fast as a flood arrives does not flip the state (and its log lines) four times a second.
+    let reopening: Int64
     private let counted: [String: Counted]
     private let byID: [Int64: Counted]
     private let state = Mutex(State())
     private let logger: Logger
     private let gauges: [Slot: Gauge]
+    private let fullGauges: [Int64: Gauge]
 
     init(limit: Int64, counted: [Counted], logger: Logger, metrics: any MetricsFactory) {
         self.limit = limit
+        self.reopening = limit / 10 * 9
         self.counted = Dictionary(counted.map { ($0.topic.name, $0) }, uniquingKeysWith: { first, _ in first })
         self.byID = Dictionary(counted.map { ($0.topic.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.logger = logger
         var gauges: [Slot: Gauge] = [:]
+        var fullGauges: [Int64: Gauge] = [:]
         for entry in counted {
             for partition in 0..<entry.topic.partitions {
                 gauges[Slot(topic: entry.topic.id, partition: partition)] = Gauge(
                     label: "relay_log_unprocessed_bytes", dimensions: [("topic", entry.topic.name), ("partition", String(partition))],
                     factory: metrics)
             }
+            if entry.budgeted {
+                let gauge = Gauge(label: "relay_log_budget_full", dimensions: [("topic", entry.topic.name)], factory: metrics)
+                gauge.record(0)
+                fullGauges[entry.topic.id] = gauge
+            }
         }
+        Gauge(label: "relay_log_budget_bytes", dimensions: [], factory: metrics).record(limit)
         self.gauges = gauges
+        self.fullGauges = fullGauges
     }
 
-    /// Whether an append to `topic` may go ahead now (false: a budgeted topic that is full).
-    func admits(_ topic: String) -> Bool {
-        state.withLock { !$0.full.contains(topic) }
+    /// Whether an append to `partition` of `topic` may go ahead now (nil: any partition, so none may be
+    /// full); false for a full partition of a budgeted topic.
+    func admits(_ topic: String, partition: Int32?) -> Bool {
+        guard let entry = counted[topic], entry.budgeted else { return true }
+        return state.withLock { state in
+            if let partition { return !state.full.contains(Slot(topic: entry.topic.id, partition: partition)) }
+            return !state.full.contains { $0.topic == entry.topic.id }
+        }
     }
 
-    /// Budgeted topics that are full now.
-    var fullTopics: Set<String> { state.withLock { $0.full } }
+    /// Budgeted topics with a full partition now.
+    var fullTopics: Set<String> {
+        let slots = state.withLock { $0.full }
+        return Set(slots.compactMap { byID[$0.topic]?.topic.name })
+    }
 
     /// The unprocessed bytes of each partition of `topic` as last counted.
     func unprocessedBytes(of topic: String) -> [Int32: Int64] {
@@ -86,18 +109,11 @@ final class LogBudget: Sendable {
 
     /// Counts a commit's appends (bytes per partition) until the next refresh.
     func appended(_ growth: [Slot: Int64]) {
-        var changed: [(String, Bool, Slot, Int64)] = []
-        state.withLock { state in
-            for (slot, bytes) in growth {
-                guard let entry = byID[slot.topic] else { continue }
-                let total = state.unprocessed[slot, default: 0] + bytes
-                state.unprocessed[slot] = total
-                if entry.budgeted, total >= limit, state.full.insert(entry.topic.name).inserted {
-                    changed.append((entry.topic.name, true, slot, total))
-                }
-            }
+        let changes = state.withLock { state in
+            for (slot, bytes) in growth where byID[slot.topic] != nil { state.unprocessed[slot, default: 0] += bytes }
+            return update(&state, slots: growth.keys)
         }
-        report(changed)
+        report(changes)
     }
 
     /// Counts the budgeted topics' unprocessed bytes anew from the database, and the other topics' too when
@@ -118,40 +134,63 @@ final class LogBudget: Sendable {
                 }
             }
         } catch {
-            logger.warning("cannot count the embedded log's unprocessed records; keeping the last count", metadata: [LogKey.error: "\(error)"])
+            let first = state.withLock { state in
+                defer { state.failing = true }
+                return !state.failing
+            }
+            if first {
+                logger.warning("cannot count the embedded log's unprocessed records; keeping the last count", metadata: [LogKey.error: "\(error)"])
+            }
             return
         }
-        var changed: [(String, Bool, Slot, Int64)] = []
-        state.withLock { state in
+        let changes = state.withLock { state in
+            state.failing = false
             state.unprocessed.merge(counts) { _, new in new }
             if measure { state.lastMeasured = now }
-            for entry in counted.values where entry.budgeted {
-                let fullest = counts.filter { $0.key.topic == entry.topic.id }.max { $0.value < $1.value }
-                let isFull = (fullest?.value ?? 0) >= limit
-                if isFull, state.full.insert(entry.topic.name).inserted, let fullest {
-                    changed.append((entry.topic.name, true, fullest.key, fullest.value))
-                } else if !isFull, state.full.remove(entry.topic.name) != nil {
-                    changed.append((entry.topic.name, false, fullest?.key ?? Slot(topic: entry.topic.id, partition: 0), fullest?.value ?? 0))
-                }
-            }
+            return update(&state, slots: counts.keys)
         }
         for (slot, bytes) in counts { gauges[slot]?.record(bytes) }
-        report(changed)
+        report(changes)
     }
 
-    private func report(_ changes: [(topic: String, full: Bool, slot: Slot, bytes: Int64)]) {
+    private struct Change {
+        var slot: Slot
+        var full: Bool
+        var bytes: Int64
+    }
+
+    /// Marks the budgeted `slots` full at the limit and open again under `reopening`.
+    private func update(_ state: inout State, slots: some Sequence<Slot>) -> [Change] {
+        var changes: [Change] = []
+        for slot in slots {
+            guard byID[slot.topic]?.budgeted == true else { continue }
+            let bytes = state.unprocessed[slot] ?? 0
+            if bytes >= limit, state.full.insert(slot).inserted {
+                changes.append(Change(slot: slot, full: true, bytes: bytes))
+            } else if bytes < reopening, state.full.remove(slot) != nil {
+                changes.append(Change(slot: slot, full: false, bytes: bytes))
+            }
+        }
         for change in changes {
-            let groups = counted[change.topic]?.groups.joined(separator: ", ") ?? ""
+            fullGauges[change.slot.topic]?.record(state.full.contains { $0.topic == change.slot.topic } ? 1 : 0)
+        }
+        return changes
+    }
+
+    private func report(_ changes: [Change]) {
+        for change in changes {
+            guard let entry = byID[change.slot.topic] else { continue }
+            let groups = entry.groups.joined(separator: ", ")
             let metadata: Logger.Metadata = [
-                "topic": "\(change.topic)", "partition": "\(change.slot.partition)", "unprocessed_bytes": "\(change.bytes)",
+                "topic": "\(entry.topic.name)", "partition": "\(change.slot.partition)", "unprocessed_bytes": "\(change.bytes)",
                 "budget_bytes": "\(limit)", "groups": "\(groups)",
             ]
             if change.full {
                 logger.error(
-                    "the embedded log's budget for unprocessed records is full (log.retentionBytes per partition): new notifications get 503 until its consumers (\(groups)) have processed more",
+                    "the embedded log's budget for unprocessed records is full (log.retentionBytes per partition): notifications of this partition get 503 until its consumers (\(groups)) have processed a tenth of it",
                     metadata: metadata)
             } else {
-                logger.notice("the embedded log's budget for unprocessed records has room again: notifications are accepted", metadata: metadata)
+                logger.notice("the embedded log's budget for unprocessed records has room again: notifications of this partition are accepted", metadata: metadata)
             }
         }
     }

@@ -86,17 +86,15 @@ final class LogDatabase: Sendable {
         }
         migrator.registerMigration("v2: cumulative bytes per partition") { db in
             // `end_bytes`: the partition's bytes appended up to and including the record, so the bytes from any
-            // offset to the end are one lookup (the budget of unprocessed records). A log from before starts
-            // counting at its oldest record kept.
+            // offset to the end are one lookup (the budget of unprocessed records). Records from before stay
+            // NULL: filling them would rewrite every row (and its value) in one transaction. The count starts
+            // at what the partition holds (`bytes`, kept current by the appends); `bytes(from:)` sums those
+            // older records when it has to, until retention has removed them.
             try db.execute(
                 sql: """
-                    ALTER TABLE record ADD COLUMN end_bytes INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE record ADD COLUMN end_bytes INTEGER;
                     ALTER TABLE partition_state ADD COLUMN appended_bytes INTEGER NOT NULL DEFAULT 0;
-                    UPDATE record SET end_bytes = c.total FROM (
-                        SELECT id, SUM(size) OVER (PARTITION BY topic_id, partition ORDER BY offset) AS total FROM record) AS c
-                    WHERE record.id = c.id;
-                    UPDATE partition_state SET appended_bytes = COALESCE((SELECT MAX(end_bytes) FROM record r
-                        WHERE r.topic_id = partition_state.topic_id AND r.partition = partition_state.partition), 0);
+                    UPDATE partition_state SET appended_bytes = bytes;
                     """)
         }
         return migrator
@@ -169,12 +167,15 @@ final class LogDatabase: Sendable {
             db.cachedStatement(sql: "SELECT appended_bytes FROM partition_state WHERE topic_id = ? AND partition = ?"),
             arguments: [topic, partition]) ?? 0
         // The first record kept at or after `offset`: the partition's bytes before it are its end_bytes - size.
-        guard let before = try Int64.fetchOne(
-            db.cachedStatement(
-                sql: "SELECT end_bytes - size FROM record WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT 1"),
+        guard let first = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT end_bytes, size FROM record WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT 1"),
             arguments: [topic, partition, offset])
         else { return 0 }
-        return max(0, appended - before)
+        if let end = first[0] as Int64? { return max(0, appended - (end - (first[1] as Int64))) }
+        // A record from before the count (a log upgraded from v1): add up what is left from there.
+        return try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM record WHERE topic_id = ? AND partition = ? AND offset >= ?"),
+            arguments: [topic, partition, offset]) ?? 0
     }
 
     /// The lowest offset every one of `groups` goes on from in one partition: what all of them processed is

@@ -142,8 +142,10 @@ public struct RelayHTTPServer: Sendable {
         }
         router.get("/health/ready") { _, _ in
             let reasons = health.notReadyReasons()
-            if reasons.isEmpty { return jsonResponse(.ok, ["status": "ready"]) }
-            return jsonResponse(.serviceUnavailable, ["status": "not_ready", "reasons": .array(reasons.map(JSON.string))])
+            let warnings = health.currentWarnings()
+            var body: [String: JSON] = reasons.isEmpty ? ["status": "ready"] : ["status": "not_ready", "reasons": .array(reasons.map(JSON.string))]
+            if !warnings.isEmpty { body["warnings"] = .array(warnings.map(JSON.string)) }
+            return jsonResponse(reasons.isEmpty ? .ok : .serviceUnavailable, .object(body))
         }
     }
 

@@ -9,6 +9,7 @@ public final class HealthState: Sendable {
     private struct State {
         var shuttingDown = false
         var checks: [(name: String, check: @Sendable () -> Bool)] = []
+        var warnings: [(name: String, check: @Sendable () -> Bool)] = []
     }
 
     private let state = Mutex(State())
@@ -18,6 +19,17 @@ public final class HealthState: Sendable {
     /// Adds a readiness condition, e.g. `("kafka", { producer.isConnected })`.
     public func addReadinessCheck(_ name: String, _ check: @escaping @Sendable () -> Bool) {
         state.withLock { $0.checks.append((name, check)) }
+    }
+
+    /// Adds a condition `/health/ready` reports under `warnings` while it holds, without turning not
+    /// ready: the process still serves, but something (e.g. "the log's budget is full") needs attention.
+    public func addWarning(_ name: String, _ holds: @escaping @Sendable () -> Bool) {
+        state.withLock { $0.warnings.append((name, holds)) }
+    }
+
+    /// The names of the warnings that hold now.
+    public func currentWarnings() -> [String] {
+        state.withLock { $0.warnings }.filter { $0.check() }.map(\.name)
     }
 
     public func markShuttingDown() {

@@ -347,7 +347,9 @@ struct NotificationFactory: Sendable {
 
     func configuration(receiverPort: Int, fixtures: String, workerInFlight: Int?) -> String {
         """
-        ingest: { listen: "127.0.0.1:0", maxBodyBytes: 262144 }
+        # The load generator is one client address: the per-client limits stay on (their cost is measured)
+        # but far above what it sends.
+        ingest: { listen: "127.0.0.1:0", maxBodyBytes: 262144, clientLimit: { requestsPerSecond: 1000000, burst: 1000000, unverifiedBytes: 1073741824 } }
         backend: { url: "http://127.0.0.1:1", apiKey: "bench-backend-key", listen: "127.0.0.1:0", database: backend.sqlite, entitlementsTTL: 60s }
         apps:
           - key: bench

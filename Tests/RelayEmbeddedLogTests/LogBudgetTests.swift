@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import RelayCore
 import RelayEmbeddedLog
 import RelayTestSupport
@@ -108,9 +109,118 @@ import Testing
             retentionBytes: Self.megabyte, logger: testLogger())
         reopened.countUnprocessed()
         #expect(reopened.isFull("notifications"))
-        await #expect(throws: RecordLogError.self) {
-            try await reopened.producer.produce(OutgoingRecord(topic: "notifications", key: nil, value: [0]))
+        do {
+            _ = try await reopened.producer.produce(OutgoingRecord(topic: "notifications", key: nil, value: [0]))
+            Issue.record("an append to a full budget was taken")
+        } catch {
+            #expect(error.code == .full)
         }
         await reopened.close()
+    }
+
+    @Test func onlyTheFullPartitionRefusesAndItReopensBelowNinetyPercent() async throws {
+        let log = try EmbeddedRecordLog(
+            directory: EmbeddedLogTests.directory(), topics: ["notifications"], partitions: 2, retainedFor: ["notifications": ["worker"]],
+            budgeted: ["notifications"], retentionBytes: Self.megabyte, logger: testLogger())
+        let producer = try log.producer
+        // Keys that hash to partition 0 and to partition 1.
+        func key(for partition: Int32) -> [UInt8] {
+            (0...).lazy.map { Array("k\($0)".utf8) }.first { Int32(Int(Self.fnv1a($0)) % 2) == partition }!
+        }
+        let hot = key(for: 0)
+        let cold = key(for: 1)
+        var taken = 0
+        while true {
+            do {
+                _ = try await producer.produce(OutgoingRecord(topic: "notifications", key: hot, value: Array(repeating: 1, count: 100_000)))
+                taken += 1
+            } catch {
+                #expect(error.code == .full)
+                break
+            }
+        }
+        #expect(taken == 11)
+        #expect(log.isFull("notifications"))
+        // The other partition still takes its notifications.
+        _ = try await producer.produce(OutgoingRecord(topic: "notifications", key: cold, value: [2]))
+
+        // The worker processes one record of the full partition (100 kB of 1.1 MB): still over 90%, still full.
+        let consumer = try log.consumer(ConsumerOptions(groupID: "worker", topics: ["notifications"]))
+        let collector = RecordCollector(consumer.records)
+        let records = try await collector.waitFor(count: 12).filter { $0.partition == 0 }.sorted { $0.offset < $1.offset }
+        consumer.markDone(records[0])
+        try await waitUntil("one record stored") { try log.committedOffsets(group: "worker", topic: "notifications")[0] == 1 }
+        log.countUnprocessed()
+        #expect(log.isFull("notifications"), "no flapping at the limit: it opens under 90%")
+        // Two more (under 900 kB unprocessed): open.
+        consumer.markDone(records[1])
+        consumer.markDone(records[2])
+        try await waitUntil("three records stored") { try log.committedOffsets(group: "worker", topic: "notifications")[0] == 3 }
+        log.countUnprocessed()
+        #expect(!log.isFull("notifications"))
+        _ = try await producer.produce(OutgoingRecord(topic: "notifications", key: hot, value: [3]))
+        await consumer.close()
+        await log.close()
+    }
+
+    /// FNV-1a, as the embedded log places keyed records.
+    static func fnv1a(_ bytes: [UInt8]) -> UInt32 {
+        bytes.reduce(2_166_136_261) { ($0 ^ UInt32($1)) &* 16_777_619 }
+    }
+
+    @Test func aLogFromBeforeTheByteCountIsCountedAfterItsUpgrade() async throws {
+        // A log as the previous version wrote it: the v1 schema, three records of 300 kB, one processed.
+        let directory = EmbeddedLogTests.directory()
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let queue = try DatabaseQueue(path: directory + "/log.sqlite")
+        try await queue.write { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                    INSERT INTO grdb_migrations VALUES ('v1: topics, records, group offsets');
+                    CREATE TABLE topic (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, partitions INTEGER NOT NULL, compacted INTEGER NOT NULL,
+                        kept_by_age INTEGER NOT NULL);
+                    CREATE TABLE partition_state (topic_id INTEGER NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+                        bytes INTEGER NOT NULL, PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
+                    CREATE TABLE record (id INTEGER PRIMARY KEY, topic_id INTEGER NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+                        timestamp INTEGER NOT NULL, key BLOB, value BLOB NOT NULL, headers BLOB NOT NULL, size INTEGER NOT NULL);
+                    CREATE UNIQUE INDEX record_position ON record (topic_id, partition, offset);
+                    CREATE TABLE group_offset (group_id TEXT NOT NULL, topic_id INTEGER NOT NULL, partition INTEGER NOT NULL,
+                        next_offset INTEGER NOT NULL, PRIMARY KEY (group_id, topic_id, partition)) WITHOUT ROWID;
+                    INSERT INTO topic VALUES (1, 'notifications', 1, 0, 0);
+                    INSERT INTO partition_state VALUES (1, 0, 3, 900000);
+                    INSERT INTO group_offset VALUES ('worker', 1, 0, 1);
+                    """)
+            for offset in 0..<3 {
+                try db.execute(
+                    sql: "INSERT INTO record (topic_id, partition, offset, timestamp, key, value, headers, size) VALUES (1, 0, ?, ?, NULL, ?, ?, 300000)",
+                    arguments: [offset, wallClockMilliseconds(), Data(count: 300_000), Data([0, 0, 0, 0])])
+            }
+        }
+        try queue.close()
+
+        let log = try EmbeddedRecordLog(
+            directory: directory, topics: ["notifications"], partitions: 1, retainedFor: ["notifications": ["worker"]], budgeted: ["notifications"],
+            retentionBytes: Self.megabyte, logger: testLogger())
+        log.countUnprocessed()
+        #expect(log.unprocessedBytes(of: "notifications")[0] == 600_000, "two of the old records are unprocessed")
+        let producer = try log.producer
+        _ = try await producer.produce(OutgoingRecord(topic: "notifications", key: nil, value: Array(repeating: 0, count: 300_000)))
+        log.countUnprocessed()
+        #expect(log.unprocessedBytes(of: "notifications")[0] == 900_000)
+        _ = try await producer.produce(OutgoingRecord(topic: "notifications", key: nil, value: Array(repeating: 0, count: 300_000)))
+        #expect(log.isFull("notifications"))
+        // The worker gets past the old records: the count comes from the new ones alone.
+        let consumer = try log.consumer(ConsumerOptions(groupID: "worker", topics: ["notifications"]))
+        let collector = RecordCollector(consumer.records)
+        let records = try await collector.waitFor(count: 4).sorted { $0.offset < $1.offset }
+        #expect(records.map(\.offset) == [1, 2, 3, 4])
+        for record in records.prefix(3) { consumer.markDone(record) }
+        try await waitUntil("the old records processed") { try log.committedOffsets(group: "worker", topic: "notifications")[0] == 4 }
+        log.countUnprocessed()
+        #expect(log.unprocessedBytes(of: "notifications")[0] == 300_000)
+        #expect(!log.isFull("notifications"))
+        await consumer.close()
+        await log.close()
     }
 }
