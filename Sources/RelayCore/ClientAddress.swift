@@ -26,8 +26,19 @@ public struct AddressRange: Sendable, Hashable, CustomStringConvertible {
     }
 
     public func contains(_ address: IPAddress) -> Bool {
-        Self.masked(address.bytes, bits: prefixLength) == network
+        // Byte by byte, without building the masked address (this runs for every request).
+        var remaining = prefixLength
+        for index in 0..<16 where remaining > 0 {
+            let mask: UInt8 = remaining >= 8 ? 0xFF : UInt8(truncatingIfNeeded: 0xFF << (8 - remaining))
+            if address.bytes[index] & mask != network[index] { return false }
+            remaining -= 8
+        }
+        return true
     }
+
+    /// Loopback, private (RFC 1918, unique local) and shared (RFC 6598) addresses: where proxies usually are.
+    public static let privateRanges = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "::1", "fc00::/7"]
+        .compactMap { AddressRange($0) }
 
     private static func masked(_ bytes: [UInt8], bits: Int) -> [UInt8] {
         bytes.enumerated().map { index, byte in

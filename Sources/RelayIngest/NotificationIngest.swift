@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import RelayConfig
 import RelayCore
+import Synchronization
 
 /// `POST /v1/notifications/{store}/{app}`: writes the request durably to the log and answers 200 only
 /// once the log acknowledged it (docs/contracts.md (ingest and the raw record)). Nothing is verified
@@ -27,6 +28,8 @@ struct NotificationIngest: Sendable {
     private let allowedSources: [Store: [AddressRange]]
     private let requests: ClientRateLimiter
     private let unverified: UnverifiedBytes?
+    /// Set once a request from an untrusted private address carried `X-Forwarded-For` (logged once).
+    private let untrustedProxySeen = OnceFlag()
 
     static let forwardedFor = HTTPField.Name("X-Forwarded-For")!
     /// Seconds a store is asked to wait when the log's budget is full (the stores retry on their own schedules).
@@ -72,14 +75,21 @@ struct NotificationIngest: Sendable {
         logger[metadataKey: LogKey.notificationStore] = "\(store.rawValue)"
 
         // Who sent it, before anything else is read: the source ranges and the per-client limits count by it.
-        let address = resolver.client(peer: context.peerAddress, forwardedFor: request.headers[values: Self.forwardedFor])
+        let forwardedFor = request.headers[values: Self.forwardedFor]
+        let address = resolver.client(peer: context.peerAddress, forwardedFor: forwardedFor)
         let client = address?.clientKey ?? "unknown"
-        if let ranges = allowedSources[store], !(address.map { address in ranges.contains { $0.contains(address) } } ?? false) {
-            return refuse(
-                store, .sourceNotAllowed,
-                jsonResponse(.forbidden, ["error": "source_not_allowed", "detail": .string("this address is not in ingest.allowedSources.\(store.rawValue)")]))
+        if !forwardedFor.isEmpty { warnOfUntrustedProxy(peer: context.peerAddress) }
+        // A source the operator listed for this store is the store itself: no per-client limit applies to it.
+        var listedSource = false
+        if let ranges = allowedSources[store] {
+            guard let address, ranges.contains(where: { $0.contains(address) }) else {
+                return refuse(
+                    store, .sourceNotAllowed,
+                    jsonResponse(.forbidden, ["error": "source_not_allowed", "detail": .string("this address is not in ingest.allowedSources.\(store.rawValue)")]))
+            }
+            listedSource = true
         }
-        if case .limited(let seconds) = requests.take(client) {
+        if !listedSource, case .limited(let seconds) = requests.take(client) {
             return refuse(
                 store, .rateLimited,
                 retryAfter(seconds, jsonResponse(
@@ -127,7 +137,7 @@ struct NotificationIngest: Sendable {
                 store, .notANotification,
                 jsonResponse(.badRequest, ["error": "not_a_notification", "detail": .string("not shaped like a notification of the \(store.rawValue) route: \(mismatch.detail)")]))
         }
-        if let unverified, !unverified.admits(client) {
+        if let unverified, !listedSource, !unverified.admits(client) {
             return refuse(
                 store, .unverifiedBytes,
                 retryAfter(Self.unverifiedRetryAfterSeconds, jsonResponse(
@@ -160,9 +170,21 @@ struct NotificationIngest: Sendable {
             logger.warning("notification not acknowledged by the log", metadata: [LogKey.error: "\(error)"])
             return jsonResponse(.serviceUnavailable, ["error": "not_stored", "detail": "the notification could not be stored; retry"])
         }
-        unverified?.charge(client, at: position, bytes: Int64(record.value.count))
+        if !listedSource { unverified?.charge(client, at: position, bytes: Int64(record.value.count)) }
         metrics.acknowledged(store: store, after: ContinuousClock.now - started)
         return jsonResponse(.ok, ["status": "accepted"])
+    }
+
+    /// A peer on a private address that sends `X-Forwarded-For` but is not in `ingest.trustedProxies` is most
+    /// likely the operator's own load balancer: then every store shares its one per-client limit. Said once.
+    private func warnOfUntrustedProxy(peer: String?) {
+        guard let peer = peer.flatMap(IPAddress.init), !resolver.trustedProxies.contains(where: { $0.contains(peer) }),
+            AddressRange.privateRanges.contains(where: { $0.contains(peer) }),
+            untrustedProxySeen.setFirstTime()
+        else { return }
+        logger.warning(
+            "a private address sends X-Forwarded-For but is not in ingest.trustedProxies: requests through it count as one client for ingest.clientLimit; list your load balancer there",
+            metadata: ["peer": "\(peer)"])
     }
 
     private func refuse(_ store: Store, _ reason: IngestMetrics.Refusal, _ response: Response) -> Response {
@@ -179,4 +201,10 @@ struct NotificationIngest: Sendable {
     private func tooLarge(_ limit: Int) -> Response {
         jsonResponse(.contentTooLarge, ["error": "too_large", "detail": "the body is larger than \(limit) bytes"])
     }
+}
+
+/// True the first time it is set, false after.
+final class OnceFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func setFirstTime() -> Bool { !value.exchange(true, ordering: .relaxed) }
 }

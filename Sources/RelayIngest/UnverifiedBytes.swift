@@ -19,8 +19,8 @@ import Synchronization
 ///
 /// Memory is bounded: a client's charges in one partition are merged into chunks of at least 1/32 of the
 /// bound (a chunk is released when its last record is processed, so a merge only ever delays a release),
-/// and at most `maxClients` clients are tracked (past that, clients with nothing outstanding are forgotten
-/// first, then all: the log's own budget still bounds the whole).
+/// and at most `maxClients` clients are tracked (past that, the half with the least outstanding is
+/// forgotten: the log's own budget still bounds the whole).
 final class UnverifiedBytes: Sendable {
     private struct Chunk {
         var lastOffset: Int64
@@ -79,8 +79,10 @@ final class UnverifiedBytes: Sendable {
         let maxClients = self.maxClients
         let outstanding = state.withLock { state -> Int64 in
             if state.clients[client] == nil, state.clients.count >= maxClients {
-                state.clients = state.clients.filter { $0.value.bytes > 0 }
-                if state.clients.count >= maxClients { state.clients.removeAll(keepingCapacity: true) }
+                // Forget the half with the least outstanding: a flood from many addresses cannot wipe out the
+                // count of the one client that sent the most.
+                let kept = state.clients.sorted { $0.value.bytes > $1.value.bytes }.prefix(maxClients / 2)
+                state.clients = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
             }
             var entry = state.clients[client] ?? Client()
             var chunks = entry.partitions[position.partition] ?? []

@@ -105,8 +105,10 @@ import Testing
     }
 
     @Test func allowedSourcesRefuseEveryOtherAddressOfThatStoreOnly() async throws {
+        let clock = TestClock()
         let server = try await IngestServer(
-            ingest: #"trustedProxies: ["127.0.0.1/32"], allowedSources: { stripe: ["17.0.0.0/8", "2001:db8::/32"] }"#, apps: Self.apps)
+            ingest: #"trustedProxies: ["127.0.0.1/32"], allowedSources: { stripe: ["17.0.0.0/8", "2001:db8::/32"] }, clientLimit: { requestsPerSecond: 1, burst: 1, unverifiedBytes: 65536 }"#,
+            apps: Self.apps, clock: clock.now)
         let direct = try await post(server)
         #expect(direct.status == 403)
         #expect(direct.bodyText.contains("source_not_allowed") && direct.bodyText.contains("ingest.allowedSources.stripe"))
@@ -115,10 +117,16 @@ import Testing
         // The rightmost untrusted entry is the client, not one the client wrote in front.
         #expect(try await post(server, headers: [Self.stripeSignature, ("X-Forwarded-For", "17.1.2.3, 192.0.2.1")]).status == 403)
         #expect(try await post(server, headers: [Self.stripeSignature, ("X-Forwarded-For", "18.0.0.1")]).status == 403)
-        // Apple has no list here: any source.
+        // A listed source is the store: the per-client limits do not apply to it (the clock stands still).
+        let big = #"{"id":"evt_big","pad":""# + String(repeating: "x", count: 40_000) + #""}"#
+        for _ in 0..<3 {
+            #expect(try await post(server, body: big, headers: [Self.stripeSignature, ("X-Forwarded-For", "17.1.2.3")]).status == 200)
+        }
+        // Apple has no list here: any source, and the limits apply (burst 1).
         let real = String(decoding: AppleSigner().body(AppleSigner().notificationPayload()), as: UTF8.self)
         #expect(try await post(server, "apple", body: real, headers: []).status == 200)
-        #expect(try written(server) == 3)
+        #expect(try await post(server, "apple", body: real, headers: []).status == 429)
+        #expect(try written(server) == 6)
         try await server.stop()
     }
 
