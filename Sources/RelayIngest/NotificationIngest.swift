@@ -11,8 +11,8 @@ import Synchronization
 /// once the log acknowledged it (docs/contracts.md (ingest and the raw record)). Nothing is verified
 /// here: that is the worker's job, so a store's retry never depends on our verification state.
 ///
-/// The route is on the internet, so before anything is written (docs/operations.md, "What the ingest
-/// refuses"): the client's address (`ingest.trustedProxies`) must be in the store's `allowedSources`
+/// The route is on the internet, so before anything is written (docs/operations.md, "The ingest on
+/// the internet"): the client's address (`ingest.trustedProxies`) must be in the store's `allowedSources`
 /// (403), within its request rate (429) and its bytes not yet processed (429), and the request must
 /// have its store's shape (`NotificationShape`, 400). A full log budget answers 503. Every refusal
 /// carries a reason, is counted by `relay_ingest_refused_total{store,reason}`, and is never written.
