@@ -149,7 +149,7 @@ let package = Package(
         .target(
             name: "RelayAppStoreAPI",
             dependencies: [
-                "RelayCore", "RelayHTTPClient", "RelayCrypto",
+                "RelayCore", "RelayHTTPClient", "RelayCrypto", "RelayConfig",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -210,6 +210,15 @@ let package = Package(
         ),
         // Wires the roles into one ServiceGroup: `run` and `dev`.
         .target(
+            name: "RelayHistory",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayAppStoreAPI", "RelayBackend", "RelayHTTPClient", "RelayVerification",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
@@ -226,6 +235,7 @@ let package = Package(
             name: "revenue-relay",
             dependencies: [
                 "RelayApp", "RelayConfig", "RelayCore", "RelayVerification", "RelayNormalization", "RelayDelivery", "RelayWorker", "RelayHTTPClient",
+                "RelayHistory", "RelayBackend",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -377,7 +387,7 @@ let package = Package(
         .testTarget(
             name: "RelayAppTests",
             dependencies: [
-                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend", "RelayLocalBackend", "RelayAppStoreAPI",
+                "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend", "RelayLocalBackend", "RelayAppStoreAPI", "RelayHistory",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -5,6 +5,7 @@ public import RelayConfig
 public import RelayCore
 public import RelayIngest
 public import RelayKafka
+import RelayAppStoreAPI
 import RelayEmbeddedLog
 public import RelayBackend
 import RelayLocalBackend
@@ -59,7 +60,8 @@ public final class RelayProcess: Sendable {
         } catch let error as ConfigurationError {
             throw .configuration(error)
         } catch {
-            throw .kafka(KafkaError(code: .setup, reason: "\(error)", isRetriable: false))
+            // Not dressed as any one dependency's error: say what it was.
+            throw .other("\(type(of: error)): \(error)")
         }
     }
 
@@ -273,16 +275,20 @@ public final class RelayProcess: Sendable {
 }
 
 /// Why a process could not be set up: the configuration (exit 78), Kafka, or the record log.
+/// Why a process could not be set up: the configuration (exit 78), Kafka or the record log (exit 69),
+/// or another failure, named by its type.
 public enum RelaySetupError: Error, CustomStringConvertible {
     case configuration(ConfigurationError)
     case kafka(KafkaError)
     case log(RecordLogError)
+    case other(String)
 
     public var description: String {
         switch self {
         case .configuration(let error): "\(error)"
         case .kafka(let error): "\(error)"
         case .log(let error): "\(error)"
+        case .other(let what): "setting up the process failed: \(what)"
         }
     }
 }

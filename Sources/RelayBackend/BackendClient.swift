@@ -195,7 +195,7 @@ public final class BackendClient: Sendable {
     // MARK: Transport
 
     /// One request with the API key, retried with backoff while the failure is retriable.
-    private func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil) async throws(BackendError)
+    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil) async throws(BackendError)
         -> HTTPClientResponse
     {
         let url = await address.value() + path
@@ -249,7 +249,7 @@ public final class BackendClient: Sendable {
         }
     }
 
-    private static func error(_ response: HTTPClientResponse, what: String) -> BackendError {
+    static func error(_ response: HTTPClientResponse, what: String) -> BackendError {
         switch response.status {
         case 401, 403: BackendError(kind: .unauthorized, message: "the backend refused the API key (HTTP \(response.status)); check backend.apiKey")
         case 404: BackendError(kind: .notFound, message: "\(what) does not exist")

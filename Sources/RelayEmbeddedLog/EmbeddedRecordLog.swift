@@ -46,10 +46,21 @@ public final class EmbeddedRecordLog: RecordLog {
     /// Why the data directory cannot be owned: another process owns it.
     public struct AlreadyOwned: Error, CustomStringConvertible {
         public var directory: String
+        public init(directory: String) { self.directory = directory }
         public var description: String {
             "the embedded log in \(directory) is in use by another revenue-relay process (it holds \(directory)/owner.lock);"
                 + " stop it, or give this one another directory (log.path, or dev --data)"
         }
+    }
+
+    /// Whether a process owns the log in `directory` now (holds its `owner.lock`).
+    public static func isOwned(directory: String) -> Bool {
+        let descriptor = Glibc.open(directory + "/owner.lock", O_RDWR | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { Glibc.close(descriptor) }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { return true }
+        flock(descriptor, LOCK_UN)
+        return false
     }
 
     /// Opens (creating if needed) the log at `log.path` with every topic the configuration uses.

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RelayApp
+import RelayHistory
 import RelayConfig
 import RelayCore
 

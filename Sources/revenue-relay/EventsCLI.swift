@@ -1,6 +1,10 @@
 import ArgumentParser
 import Foundation
 import RelayApp
+import RelayBackend
+import RelayHistory
+import Logging
+import Metrics
 import RelayConfig
 import RelayCore
 import RelayHTTPClient
@@ -54,25 +58,38 @@ struct BackendOptions: ParsableArguments {
     @Option(name: .customLong("backend-url"), help: "The backend's URL instead of backend.url (dev: its backend.listen address).")
     var backendURL: String?
 
-    /// The backend's reader, or exit 78 when the configuration has no `backend.apiKey`.
-    func reader() throws -> BackendReader {
+    /// The backend's client, or exit 78 when the configuration has no `backend.apiKey`.
+    func reader() throws -> BackendReading {
         let configuration = try loadConfiguration(config)
         guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
             FileHandle.standardError.write(Data("revenue-relay: backend.apiKey is not set in \(config)\n".utf8))
             throw Exit.badConfiguration
         }
-        return BackendReader(
-            url: backendURL ?? configuration.backend.url, apiKey: apiKey, http: HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60)))
+        let url = backendURL ?? configuration.backend.url
+        var logger = Logger(label: "revenue-relay")
+        logger.logLevel = .warning
+        return BackendReading(
+            client: BackendClient(
+                configuration: configuration.backend, address: BackendAddress(url), http: HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60)),
+                logger: logger, metrics: NOOPMetricsHandler.instance),
+            url: url)
     }
 }
 
+/// The backend client of a reading command and the URL its messages name.
+struct BackendReading {
+    var client: BackendClient
+    var url: String
+}
+
 /// Runs a backend read, turning its failure into the message on standard error and the exit code.
-func reading<Result>(_ body: () async throws(AppleHistoryCommands.Failure) -> Result) async throws -> Result {
+func reading<Result>(_ backend: BackendReading, _ body: (BackendClient) async throws(BackendError) -> Result) async throws -> Result {
     do {
-        return try await body()
+        return try await body(backend.client)
     } catch {
-        FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
-        throw ExitCode(error.exitCode)
+        let failure = CommandFailure(error, backendURL: backend.url)
+        FileHandle.standardError.write(Data("revenue-relay: \(failure)\n".utf8))
+        throw ExitCode(failure.exitCode)
     }
 }
 
@@ -118,8 +135,8 @@ struct Events: AsyncParsableCommand {
         if format == .csv { sink.write(Data((Self.columns.joined(separator: ",") + "\n").utf8)) }
         var count = 0
         let format = format
-        try await reading { () async throws(AppleHistoryCommands.Failure) in
-            try await reader.events(filter.query) { page in
+        try await reading(reader) { (client) async throws(BackendError) in
+            try await client.events(filter.query) { page in
                 var text = ""
                 for event in page {
                     text += format == .csv ? Self.csvRow(event) : event.text
@@ -186,8 +203,8 @@ struct Revenue: AsyncParsableCommand {
         let reader = try backend.reader()
         var query = filter.query
         if let groupBy { query.append(("groupBy", groupBy)) }
-        let report = try await reading { () async throws(AppleHistoryCommands.Failure) in
-            try await reader.get("/subscriptions-api/internal/v1/revenue", query)
+        let report = try await reading(reader) { (client) async throws(BackendError) in
+            try await client.read("/subscriptions-api/internal/v1/revenue", query)
         }
         if format == .json {
             printLine(report.text)

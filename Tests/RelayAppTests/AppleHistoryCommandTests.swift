@@ -1,5 +1,6 @@
 import Foundation
 import RelayApp
+import RelayHistory
 import RelayAppStoreAPI
 import RelayConfig
 import RelayCore

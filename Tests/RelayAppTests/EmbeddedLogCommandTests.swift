@@ -19,7 +19,13 @@ import Testing
         let file = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay") + ".yaml")
         try Data("ingest: { listen: \"127.0.0.1:0\" }\nbackend: { apiKey: k, listen: \"127.0.0.1:0\" }\n".utf8).write(to: file)
 
-        // A second dev on the same data directory exits at once, naming the directory (not a hang).
+        // A second dev on the same data directory exits at once, naming the directory (not a hang), also
+        // when its ports are the same as the first's (the directory is what to fix).
+        let sameConfig = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay") + ".yaml")
+        try Data("ingest: { listen: \"\(relay.baseURL.replacingOccurrences(of: "http://", with: ""))\" }\nbackend: { apiKey: k }\n".utf8).write(to: sameConfig)
+        let sameListen = try await run(["dev", "--config", sameConfig.path, "--data", data])
+        #expect(sameListen.status == 69, "\(sameListen.stderr)")
+        #expect(sameListen.stderr.contains("in use by another revenue-relay process"), "\(sameListen.stderr)")
         let second = try await run(["dev", "--config", file.path, "--data", data])
         #expect(second.status == 69)
         #expect(second.stderr.contains(data) && second.stderr.contains("in use by another revenue-relay process"), "\(second.stderr)")

@@ -1,19 +1,18 @@
-import Logging
-import RelayAppStoreAPI
-import RelayConfig
-import RelayCore
-import RelayHTTPClient
+public import Logging
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
 
 /// The worker's `ConsumptionAnswers` over the App Store Server API client: one per app with
 /// `apple.consumption` (which the configuration allows only with `apple.serverApi`).
-struct AppStoreConsumptionSender: ConsumptionAnswers {
+public struct AppStoreConsumptionSender: ConsumptionAnswers {
     let client: AppStoreServerClient
 
     /// Short in-call retries: the worker retries the whole record with its own backoff, and a long
     /// wait here would hold the subscription's lane.
     static let retry = AppStoreServerClient.RetryPolicy(delays: [.milliseconds(500)], maximumRetryAfter: .seconds(5))
 
-    func sendConsumptionInformation(transactionId: String, _ information: ConsumptionInformation) async throws(StoreAPIError) {
+    public func sendConsumptionInformation(transactionId: String, _ information: ConsumptionInformation) async throws(StoreAPIError) {
         let request = ConsumptionRequest(
             customerConsented: information.customerConsented,
             deliveryStatus: information.deliveryStatus == .delivered ? .delivered : .undeliveredOther,
@@ -36,7 +35,7 @@ struct AppStoreConsumptionSender: ConsumptionAnswers {
 
     /// The senders of the apps that configure `apple.consumption`, by app key.
     /// - Throws: a configuration error naming the key when the App Store Connect key cannot be used.
-    static func senders(
+    public static func senders(
         for configuration: RelayConfiguration, http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(15), maxConcurrentTransfers: 8),
         logger: Logger
     ) throws(ConfigurationError) -> [String: any ConsumptionAnswers] {

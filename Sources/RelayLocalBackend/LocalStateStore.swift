@@ -1,24 +1,25 @@
 import Foundation
-import RelayBackend
-import RelayConfig
-import RelayCore
-import RelayLocalBackend
-import RelayNormalization
+public import RelayCore
 
 /// The worker's state store when the local backend runs in the same process (`dev`, `run` with every
 /// role): the same database and rules the backend's HTTP routes serve, without the loopback HTTP round
 /// trips (two per notification, each a JSON encode and decode on both sides). A worker in another process
 /// uses the routes (`BackendStateStore`), whose contract is unchanged.
-struct LocalStateStore: SubscriptionStateStore {
+public struct LocalStateStore: SubscriptionStateStore {
     let backend: LocalBackend
     let database: SubscriptionDatabase
 
-    func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping {
+    public init(backend: LocalBackend, database: SubscriptionDatabase) {
+        self.backend = backend
+        self.database = database
+    }
+
+    public func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping {
         // As over HTTP: an application without products unlocks nothing.
         backend.productMapping(applicationId: applicationId) ?? ProductMapping(products: [])
     }
 
-    func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? {
+    public func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? {
         do {
             return try await database.subscription(store: store, originalTransactionId: originalTransactionId)
         } catch {
@@ -26,7 +27,7 @@ struct LocalStateStore: SubscriptionStateStore {
         }
     }
 
-    func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
+    public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
         // What the PUT route refuses with 400 is refused here too: a state stored without this check
         // could never be read again.
         if let problem = state.storageProblem {
@@ -46,7 +47,7 @@ struct LocalStateStore: SubscriptionStateStore {
     }
 
     /// As the entitlements route's `customerInfo.subscriptions` entries that are active now.
-    func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
+    public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {
         let all: [SubscriptionState]

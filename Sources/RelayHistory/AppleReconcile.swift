@@ -1,0 +1,145 @@
+import Foundation
+public import Logging
+public import RelayAppStoreAPI
+public import RelayBackend
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+import RelayVerification
+
+extension AppleHistoryCommands {
+    // MARK: - reconcile
+
+    /// One subscription whose stored state differed from Apple's, and what was appended for it.
+    public struct Correction: Sendable, Equatable {
+        public var originalTransactionId: String
+        public var stored: String
+        public var apple: String
+        /// The notification type (and subtype) appended.
+        public var action: String
+
+        public var line: String { "\(originalTransactionId): \(stored) → Apple \(apple): \(action) appended" }
+    }
+
+    /// What `reconcile apple` did.
+    public struct ReconcileSummary: Sendable, Equatable {
+        public var checked = 0
+        public var inSync = 0
+        public var corrections: [Correction] = []
+        /// Subscriptions in the other App Store environment than serverApi's: not checked.
+        public var otherEnvironment = 0
+        public var failures: [String] = []
+
+        public init() {}
+    }
+
+    /// For each of the app's Apple subscriptions the backend lists as active or changed since `since`,
+    /// Get All Subscription Statuses; where Apple's status or expiry differs from the stored state, an
+    /// apple-api record (delivered, not historical: these are missed events) with the type that brings
+    /// the state to Apple's, notificationUUID `reconcile:<Apple's last transactionId>:<Apple's status>`:
+    /// the same on every run until Apple's answer changes (Apple signs each answer when it answers), so a
+    /// run repeated before the worker caught up yields the same event ids and is absorbed.
+    public func reconcile(
+        since: Int64?, progress: @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
+    ) async throws(Failure) -> ReconcileSummary {
+        var summary = ReconcileSummary()
+        var cursor: String?
+        let environment = client.environment == .production ? "PRODUCTION" : "SANDBOX"
+        repeat {
+            let page = try await backend.subscriptions(applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
+            cursor = page.next
+            for state in page.states {
+                // A grandfathering grant is no App Store subscription: Apple has no status for it. Nor has
+                // a one-time purchase (no renewal, no expiry; the backend no longer lists them).
+                if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { continue }
+                if !state.autoRenew, state.expiresAt == nil { continue }
+                guard state.environment == environment else {
+                    summary.otherEnvironment += 1
+                    continue
+                }
+                summary.checked += 1
+                let statuses: SubscriptionStatusesResponse
+                do {
+                    statuses = try await client.subscriptionStatuses(transactionId: state.originalTransactionId)
+                } catch {
+                    if error.kind == .keyRefused || error.kind == .configuration { throw Failure(.configuration, error.message) }
+                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                    continue
+                }
+                guard let last = statuses.data.flatMap(\.lastTransactions).first(where: { $0.originalTransactionId == state.originalTransactionId })
+                else {
+                    summary.failures.append("\(state.originalTransactionId): Apple lists no status for this subscription")
+                    continue
+                }
+                let transaction: JSON
+                var renewal: JSON?
+                do {
+                    transaction = try verifier.verifySignedData(last.signedTransactionInfo)
+                    if let signed = last.signedRenewalInfo { renewal = try verifier.verifySignedData(signed) }
+                } catch {
+                    summary.failures.append("\(state.originalTransactionId): Apple's signed status was rejected (\(error))")
+                    continue
+                }
+                guard let fix = Self.correction(stored: state, appleStatus: last.status, transaction: transaction, renewal: renewal) else {
+                    summary.inSync += 1
+                    continue
+                }
+                let (type, subtype) = fix
+                let transactionId = transaction["transactionId"]?.stringValue ?? state.originalTransactionId
+                let record = apiRecord(
+                    subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(transactionId):\(last.status)",
+                    signedTransaction: last.signedTransactionInfo, signedRenewal: last.signedRenewalInfo, historical: false, deliver: true)
+                do {
+                    _ = try await producer.produce(record)
+                } catch {
+                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+                }
+                let correction = Correction(
+                    originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
+                    apple: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
+                    action: subtype.map { "\(type)/\($0)" } ?? type)
+                summary.corrections.append(correction)
+                corrected(correction)
+            }
+            progress("\(summary.checked) checked, \(summary.corrections.count) corrected")
+        } while cursor != nil
+        return summary
+    }
+
+    /// The notification type (and subtype) that makes the normalizer reach Apple's `status`, or nil when
+    /// the stored state already agrees.
+    static func correction(stored: SubscriptionState, appleStatus: Int, transaction: JSON, renewal: JSON?) -> (String, String?)? {
+        let expires = transaction["expiresDate"]?.int64Value
+        switch SubscriptionStatus(rawValue: appleStatus) {
+        case .active:
+            if stored.status == .active, (expires ?? 0) <= (stored.expiresAt ?? 0) { return nil }
+            // A transaction the state already holds was paid for already: Apple extended it (or the state
+            // only lags). RENEWAL_EXTENDED moves no money; DID_RENEW would record a renewal that never was.
+            if let id = transaction["transactionId"]?.stringValue, id == stored.lastTransactionId || stored.transaction(id) != nil {
+                return ("RENEWAL_EXTENDED", nil)
+            }
+            return ("DID_RENEW", nil)
+        case .expired:
+            if [.expired, .revoked, .refunded].contains(stored.status) { return nil }
+            let subtype: String? =
+                switch renewal?["expirationIntent"]?.int64Value {
+                case 1: "VOLUNTARY"
+                case 2: "BILLING_RETRY"
+                case 3: "PRICE_INCREASE"
+                case 4: "PRODUCT_NOT_FOR_SALE"
+                default: nil
+                }
+            return ("EXPIRED", subtype)
+        case .billingRetry:
+            return stored.status == .inBillingRetry ? nil : ("DID_FAIL_TO_RENEW", nil)
+        case .billingGracePeriod:
+            return stored.status == .inGracePeriod ? nil : ("DID_FAIL_TO_RENEW", "GRACE_PERIOD")
+        case .revoked:
+            if [.revoked, .refunded].contains(stored.status) { return nil }
+            // A family member's access ends with REVOKE; the purchaser's refund is a REFUND.
+            return transaction["inAppOwnershipType"]?.stringValue == "FAMILY_SHARED" ? ("REVOKE", nil) : ("REFUND", nil)
+        case nil:
+            return nil
+        }
+    }
+}

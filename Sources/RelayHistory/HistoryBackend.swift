@@ -1,0 +1,91 @@
+import CoreMetrics
+import Foundation
+public import Logging
+public import RelayBackend
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+
+/// The backend as the store history commands read it: the events store (what was recorded of a
+/// subscription or a notification) and the subscriptions list, each failure said for the command line.
+struct HistoryBackend: Sendable {
+    let client: BackendClient
+    let url: String
+
+    init(configuration: RelayConfiguration.Backend, url: String, http: HTTPClient, logger: Logger) {
+        self.url = url
+        client = BackendClient(configuration: configuration, address: BackendAddress(url), http: http, logger: logger, metrics: NOOPMetricsHandler.instance)
+    }
+
+    /// Whether any event was recorded for this notification id.
+    func hasEvents(notificationId: String) async throws(CommandFailure) -> Bool {
+        do {
+            return try await client.hasEvents(notificationId: notificationId)
+        } catch {
+            throw CommandFailure(error, backendURL: url)
+        }
+    }
+
+    /// What the events store holds of one Apple subscription, live or imported.
+    struct RecordedEvents {
+        /// The store notification ids of its events (`import:<transactionId>` for an import's).
+        var notificationIds = Set<String>()
+        /// Transactions with a money event: initial_purchase, renewal or non_renewing_purchase.
+        var paidTransactionIds = Set<String>()
+        /// Transactions taken back: a REFUND's cancellation (CUSTOMER_SUPPORT) or a REVOKE's expiration.
+        var revokedTransactionIds = Set<String>()
+
+        /// Whether the live pipeline already recorded what this import record stands for: the payment of
+        /// a purchase record (SUBSCRIBED, DID_RENEW, ONE_TIME_CHARGE) or the refund or revocation of a
+        /// revocation record (REFUND, REVOKE).
+        func covers(_ record: AppleHistoryCommands.ImportRecord) -> Bool {
+            switch record.type {
+            case "REFUND", "REVOKE": revokedTransactionIds.contains(record.transactionId)
+            default: paidTransactionIds.contains(record.transactionId)
+            }
+        }
+
+        mutating func add(_ event: JSON) {
+            let data = event["data"]
+            if let id = data?["source"]?["notificationId"]?.stringValue { notificationIds.insert(id) }
+            guard let transactionId = data?["transactionId"]?.stringValue, let type = event["type"]?.stringValue else { return }
+            switch type {
+            case EventType.initialPurchase.rawValue, EventType.renewal.rawValue, EventType.nonRenewingPurchase.rawValue:
+                paidTransactionIds.insert(transactionId)
+            case EventType.cancellation.rawValue where data?["cancelReason"]?.stringValue == Reason.customerSupport.rawValue:
+                // What the Apple mapping makes of a REFUND.
+                revokedTransactionIds.insert(transactionId)
+            case EventType.expiration.rawValue
+            where data?["source"]?["type"]?.stringValue == "REVOKE" || data?["expirationReason"]?.stringValue == Reason.customerSupport.rawValue:
+                // What the Apple mapping makes of a REVOKE (CUSTOMER_SUPPORT, or UNKNOWN for a family share ended).
+                revokedTransactionIds.insert(transactionId)
+            default:
+                break
+            }
+        }
+    }
+
+    /// Every recorded event of an Apple subscription (every page), live and historical, in every environment.
+    func recordedEvents(originalTransactionId: String) async throws(CommandFailure) -> RecordedEvents {
+        var recorded = RecordedEvents()
+        do {
+            try await client.events([("originalTransactionId", originalTransactionId), ("store", "apple"), ("environment", "ALL")]) { page in
+                for event in page { recorded.add(event) }
+            }
+        } catch {
+            throw CommandFailure(error, backendURL: url)
+        }
+        return recorded
+    }
+
+    /// One page of the backend's list of the application's Apple subscriptions.
+    func subscriptions(applicationId: Int, activeOrChangedSince since: Int64?, cursor: String?) async throws(CommandFailure)
+        -> (states: [SubscriptionState], next: String?)
+    {
+        do {
+            return try await client.subscriptions(store: .apple, applicationId: applicationId, activeOrChangedSince: since, cursor: cursor)
+        } catch {
+            throw CommandFailure(error, backendURL: url)
+        }
+    }
+}
