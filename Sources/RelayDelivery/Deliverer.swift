@@ -7,31 +7,6 @@ import RelayHTTPClient
 public import ServiceLifecycle
 import Synchronization
 
-/// Settings of the deliverer that are not configuration keys: tests compress them.
-public struct DelivererOptions: Sendable {
-    /// The least wait after a 429 or a timeout. Default: 60 s.
-    public var throttledMinimumWait: Duration = .seconds(60)
-    /// Failed attempts in a row that open an endpoint's circuit breaker. Default: 5.
-    public var breakerThreshold = 5
-    /// How long an open breaker diverts new deliveries before it lets a probe through. Default: 30 s.
-    public var breakerCooldown: Duration = .seconds(30)
-    /// Connection (TCP and TLS) timeout, at most `delivery.timeout`. Default: 10 s.
-    public var connectTimeout: Duration = .seconds(10)
-    /// Uniform in 0..<1, for the retry jitter.
-    public var random: @Sendable () -> Double = { Double.random(in: 0..<1) }
-    /// The wall clock, Unix milliseconds.
-    public var now: @Sendable () -> Int64 = { wallClockMilliseconds() }
-
-    public init() {}
-}
-
-/// Why the deliverer cannot start: an endpoint's secrets.
-public struct DelivererSetupError: Error, Sendable, CustomStringConvertible {
-    public var key: String
-    public var message: String
-    public var description: String { "\(key): \(message)" }
-}
-
 /// Delivers `relay.deliveries` records as signed webhooks (docs/contracts.md (topics and the webhook payload); README "Delivery").
 ///
 /// - **Intake:** one consumer (group `relay-deliverer`) reads `relay.deliveries` and every retry topic.
@@ -436,48 +411,5 @@ public final class Deliverer: Service {
             }
         }
         tracker.end()
-    }
-}
-
-/// Counts dispatched records until their outcome is durable, for a graceful shutdown.
-final class InFlightTracker: Sendable {
-    private let value = Atomic<Int>(0)
-    var count: Int { value.load(ordering: .acquiring) }
-    func begin() { value.add(1, ordering: .relaxed) }
-    func end() { value.subtract(1, ordering: .releasing) }
-    func abandon(_ count: Int) { value.subtract(count, ordering: .releasing) }
-}
-
-/// Per-endpoint metrics, created once (the endpoint label is bounded by the configuration).
-struct EndpointCounters: Sendable {
-    let delivered: Counter
-    let failed: Counter
-    let retried: Counter
-    let deferred: Counter
-    let duration: Timer
-    let circuitOpen: Gauge
-
-    init(endpoint: String, metrics: any MetricsFactory) {
-        func outcome(_ name: String) -> Counter {
-            Counter(label: "relay_deliveries_total", dimensions: [("endpoint", endpoint), ("outcome", name)], factory: metrics)
-        }
-        delivered = outcome("delivered")
-        failed = outcome("attempt_failed")
-        retried = outcome("retry_scheduled")
-        deferred = outcome("deferred")
-        duration = Timer(label: "relay_delivery_duration_seconds", dimensions: [("endpoint", endpoint)], preferredDisplayUnit: .seconds, factory: metrics)
-        circuitOpen = Gauge(label: "relay_endpoint_circuit_open", dimensions: [("endpoint", endpoint)], factory: metrics)
-    }
-}
-
-struct DeliveryCounters: Sendable {
-    private let deadLetters: LabeledCounters
-
-    init(metrics: any MetricsFactory) {
-        deadLetters = LabeledCounters(label: "relay_deliveries_dead_lettered_total", factory: metrics)
-    }
-
-    func deadLettered(endpoint: String, reason: DeadLetterReason) {
-        deadLetters.increment([("endpoint", endpoint), ("reason", reason.rawValue)])
     }
 }

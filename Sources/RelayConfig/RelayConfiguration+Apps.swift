@@ -1,0 +1,176 @@
+public import RelayCore
+
+extension RelayConfiguration {
+    public struct App: Sendable {
+        public var key: String
+        public var projectId: Int
+        public var applicationId: Int
+        public var apple: Apple?
+        public var google: Google?
+        public var stripe: Stripe?
+        public var paddle: Paddle?
+        public var products: [Product]
+        /// The keys the app embeds (public: anyone who unpacks the app has them): the public routes, for
+        /// this app's users and products only.
+        public var publicApiKeys: [String] = []
+
+        /// Whether this app receives notifications from `store`.
+        public func accepts(_ store: Store) -> Bool {
+            switch store {
+            case .apple: apple != nil
+            case .google: google != nil
+            case .stripe: stripe != nil
+            case .paddle: paddle != nil
+            }
+        }
+    }
+
+    public struct Apple: Sendable {
+        public var bundleId: String
+        public var appAppleId: Int64?
+        /// Among `Sandbox`, `Production`, `Xcode`, `LocalTesting`.
+        public var environments: [String]
+        /// Absolute paths of DER or PEM root certificates.
+        public var rootCertificates: [String]
+        /// The App Store Server API (`import apple`, `recover apple`, `reconcile apple`, consumption answers).
+        public var serverApi: AppStoreServerAPI?
+        /// How to answer CONSUMPTION_REQUEST notifications; nil: they are not answered.
+        public var consumption: ConsumptionAnswer?
+        /// Paid-app customers who keep access (`POST .../users/{id}/app-transaction`).
+        public var grandfathering: [GrandfatheringRule]
+
+        public init(
+            bundleId: String, appAppleId: Int64?, environments: [String], rootCertificates: [String], serverApi: AppStoreServerAPI? = nil,
+            consumption: ConsumptionAnswer? = nil, grandfathering: [GrandfatheringRule] = []
+        ) {
+            self.bundleId = bundleId
+            self.appAppleId = appAppleId
+            self.environments = environments
+            self.rootCertificates = rootCertificates
+            self.serverApi = serverApi
+            self.consumption = consumption
+            self.grandfathering = grandfathering
+        }
+    }
+
+    /// An App Store Connect API key for the App Store Server API (`apps[].apple.serverApi`).
+    public struct AppStoreServerAPI: Sendable {
+        /// The key's id (10 characters, from App Store Connect → Users and Access → Integrations).
+        public var keyId: String
+        /// The issuer id (a UUID) shown above the keys.
+        public var issuerId: String
+        /// The absolute path of the downloaded `SubscriptionKey_<keyId>.p8`.
+        public var privateKey: String
+        /// `Production` or `Sandbox`: which App Store the API calls reach.
+        public var environment: String
+        /// Overrides Apple's URL for the environment (a proxy; tests).
+        public var baseUrl: String?
+
+        public init(keyId: String, issuerId: String, privateKey: String, environment: String = "Production", baseUrl: String? = nil) {
+            self.keyId = keyId
+            self.issuerId = issuerId
+            self.privateKey = privateKey
+            self.environment = environment
+            self.baseUrl = baseUrl
+        }
+    }
+
+    /// What the relay tells Apple when a customer asks for a refund (`apps[].apple.consumption`), sent
+    /// with Send Consumption Information for each CONSUMPTION_REQUEST. Off unless configured.
+    public struct ConsumptionAnswer: Sendable {
+        /// The customer agreed to share consumption data (your terms must say so): Apple refuses the answer otherwise.
+        public var customerConsented: Bool
+        /// Whether the app offers a free trial or sample of what was bought.
+        public var sampleContentProvided: Bool
+        /// `DECLINE`, `GRANT_FULL`, `GRANT_PRORATED`, or nil to state no preference.
+        public var refundPreference: String?
+
+        public init(customerConsented: Bool, sampleContentProvided: Bool = false, refundPreference: String? = nil) {
+            self.customerConsented = customerConsented
+            self.sampleContentProvided = sampleContentProvided
+            self.refundPreference = refundPreference
+        }
+    }
+
+    /// Entitlements granted without a subscription to a customer whose signed AppTransaction meets the
+    /// rule: who bought the app before it became free with subscriptions (`apps[].apple.grandfathering`).
+    /// Each condition given must hold.
+    public struct GrandfatheringRule: Sendable {
+        public var entitlements: [String]
+        /// The app version (`CFBundleVersion` on iOS) first downloaded was below this one, compared as
+        /// dot-separated numbers (`2.0` > `1.9.3`).
+        public var originalAppVersionBelow: String?
+        /// The app was first downloaded before this time (Unix milliseconds).
+        public var purchasedBefore: Int64?
+
+        public init(entitlements: [String], originalAppVersionBelow: String? = nil, purchasedBefore: Int64? = nil) {
+            self.entitlements = entitlements
+            self.originalAppVersionBelow = originalAppVersionBelow
+            self.purchasedBefore = purchasedBefore
+        }
+    }
+
+    public struct Google: Sendable {
+        public var packageName: String
+        public var pushAudience: String
+        public var pushServiceAccount: String
+        /// An absolute file path or an `https://` URL.
+        public var jwks: String
+        public var playApi: PlayAPI?
+    }
+
+    public struct PlayAPI: Sendable {
+        public var baseUrl: String = "https://androidpublisher.googleapis.com"
+        public var tokenUrl: String = "https://oauth2.googleapis.com/token"
+        public var serviceAccountKey: String?
+
+        public init(baseUrl: String = "https://androidpublisher.googleapis.com", tokenUrl: String = "https://oauth2.googleapis.com/token", serviceAccountKey: String? = nil) {
+            self.baseUrl = baseUrl
+            self.tokenUrl = tokenUrl
+            self.serviceAccountKey = serviceAccountKey
+        }
+    }
+
+    /// What a valid configuration still loses, each with the key to set: logged as warnings at startup by
+    /// the roles it concerns (the worker).
+    public var warnings: [ConfigurationError] {
+        apps.enumerated().compactMap { index, app in
+            guard let stripe = app.stripe, !stripe.signingSecrets.isEmpty, stripe.api == nil else { return nil }
+            return ConfigurationError(
+                key: "apps[\(index)].stripe.api",
+                message: "not set for app \(app.key): a Stripe refund (charge.refunded) then names no subscription, product or user, so it cannot "
+                    + "revoke access and its refund event carries no app user; set api.secretKey to a restricted key that may read charges and invoices")
+        }
+    }
+
+    public struct Stripe: Sendable {
+        public var signingSecrets: [String]
+        public var tolerance: Duration = .seconds(300)
+        /// Stripe's API, read to find the subscription of a refunded charge; refunds stand alone without it.
+        public var api: StripeAPI?
+    }
+
+    public struct StripeAPI: Sendable {
+        public var baseUrl: String = "https://api.stripe.com"
+        /// A secret or restricted key (`sk_…`, `rk_…`) that may read charges and invoices.
+        public var secretKey: String
+
+        public init(baseUrl: String = "https://api.stripe.com", secretKey: String) {
+            self.baseUrl = baseUrl
+            self.secretKey = secretKey
+        }
+    }
+
+    public struct Paddle: Sendable {
+        public var secretKeys: [String]
+        public var tolerance: Duration = .seconds(300)
+        /// Paddle's events do not say whether they come from its sandbox: `PRODUCTION` (default) or `SANDBOX`.
+        public var environment = "PRODUCTION"
+    }
+
+    public struct Product: Sendable {
+        public var productId: String
+        public var store: String
+        public var entitlements: [String]
+    }
+}

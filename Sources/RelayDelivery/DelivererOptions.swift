@@ -1,0 +1,33 @@
+public import CoreMetrics
+import DequeModule
+public import Logging
+public import RelayConfig
+public import RelayCore
+import RelayHTTPClient
+public import ServiceLifecycle
+import Synchronization
+
+/// Settings of the deliverer that are not configuration keys: tests compress them.
+public struct DelivererOptions: Sendable {
+    /// The least wait after a 429 or a timeout. Default: 60 s.
+    public var throttledMinimumWait: Duration = .seconds(60)
+    /// Failed attempts in a row that open an endpoint's circuit breaker. Default: 5.
+    public var breakerThreshold = 5
+    /// How long an open breaker diverts new deliveries before it lets a probe through. Default: 30 s.
+    public var breakerCooldown: Duration = .seconds(30)
+    /// Connection (TCP and TLS) timeout, at most `delivery.timeout`. Default: 10 s.
+    public var connectTimeout: Duration = .seconds(10)
+    /// Uniform in 0..<1, for the retry jitter.
+    public var random: @Sendable () -> Double = { Double.random(in: 0..<1) }
+    /// The wall clock, Unix milliseconds.
+    public var now: @Sendable () -> Int64 = { wallClockMilliseconds() }
+
+    public init() {}
+}
+
+/// Why the deliverer cannot start: an endpoint's secrets.
+public struct DelivererSetupError: Error, Sendable, CustomStringConvertible {
+    public var key: String
+    public var message: String
+    public var description: String { "\(key): \(message)" }
+}
