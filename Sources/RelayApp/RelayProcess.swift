@@ -159,10 +159,10 @@ public final class RelayProcess: Sendable {
             let consumption = consumptionSenders.isEmpty
                 ? nil
                 : ConsumptionResponder(apps: configuration.apps, senders: consumptionSenders, stateStore: stateStore, logger: logger, metrics: metrics)
-            let pipeline = NotificationPipeline(
+            let handler = NotificationHandler(
                 configuration: configuration, verifier: verifier, normalizer: normalizer, producer: try log.producer, logger: logger,
                 metrics: metrics, consumption: consumption)
-            services.append(WorkerService(consumer: consumer, processor: pipeline, logger: logger, metrics: metrics))
+            services.append(WorkerService(consumer: consumer, handler: handler, logger: logger, metrics: metrics))
         }
         if roles.contains(.deliverer) {
             let consumer = try log.consumer(Deliverer.consumerOptions(for: configuration))

@@ -14,7 +14,7 @@ public import RelayCore
 ///   it for those): 100000 when delivered (the relay cannot see partial use, and what it delivered was
 ///   available in full), 0 when not.
 ///
-/// Apple unreachable, a 429 or a 5xx: `NotificationProcessing.Unavailable`, so the worker retries the
+/// Apple unreachable, a 429 or a 5xx: `NotificationEvaluator.Unavailable`, so the worker retries the
 /// record. A refused key (401) or another refusal: logged with Apple's reason, counted, and the record
 /// finishes: a broken key must not hold the subscription's lane forever. A repeat of the notification
 /// answers again; Apple keeps the latest answer.
@@ -41,7 +41,7 @@ public struct ConsumptionResponder: Sendable {
     public var isEnabled: Bool { !senders.isEmpty }
 
     /// Answers `notification` when it is a verified Apple CONSUMPTION_REQUEST of an app that configures it.
-    public func answer(_ notification: VerifiedNotification) async throws(NotificationProcessing.Unavailable) {
+    public func answer(_ notification: VerifiedNotification) async throws(NotificationEvaluator.Unavailable) {
         guard notification.store == .apple, notification.type == "CONSUMPTION_REQUEST", let app = apps[notification.app],
             let configuration = app.apple?.consumption, let sender = senders[app.key]
         else { return }
@@ -66,7 +66,7 @@ public struct ConsumptionResponder: Sendable {
             do {
                 stored = try await stateStore.subscription(store: .apple, originalTransactionId: originalTransactionId)
             } catch {
-                throw NotificationProcessing.Unavailable(message: "\(error)")
+                throw NotificationEvaluator.Unavailable(message: "\(error)")
             }
         }
         guard let stored else {
@@ -90,7 +90,7 @@ public struct ConsumptionResponder: Sendable {
             switch error.kind {
             case .unavailable:
                 count(app.key, "unavailable")
-                throw NotificationProcessing.Unavailable(message: error.description)
+                throw NotificationEvaluator.Unavailable(message: error.description)
             case .rejected, .notFound, .configuration, .invalidResponse:
                 let result = error.status == 401 ? "key_refused" : error.kind == .notFound ? "not_found" : "rejected"
                 count(app.key, result)

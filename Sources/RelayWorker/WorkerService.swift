@@ -5,7 +5,7 @@ public import ServiceLifecycle
 import DequeModule
 import Synchronization
 
-/// Consumes raw notifications (`relay.notifications`, group `relay-worker`) and runs the processor
+/// Consumes raw notifications (`relay.notifications`, group `relay-worker`) and runs the handler
 /// on each, with at-least-once semantics:
 ///
 /// - Records run concurrently by subscription: each record key (`{store}:{subject}`) is a lane whose
@@ -13,14 +13,14 @@ import Synchronization
 ///   records of different keys proceed in parallel, within a partition too. Records without a key share
 ///   one lane per partition. How many records are handed out and not yet done is bounded by the
 ///   consumer (`ConsumerOptions.maxInFlight`), which stops reading when the bound is reached.
-/// - A record is marked done only after the processor returned; the consumer stores offsets in order
-///   as records finish out of order. A failing processor is retried with backoff, never skipped, and
+/// - A record is marked done only after the handler returned; the consumer stores offsets in order
+///   as records finish out of order. A failing handler is retried with backoff, never skipped, and
 ///   holds back only its own lane.
 /// - Graceful shutdown: stop taking new records, finish the ones already handed out, then close the
 ///   consumer (store, commit, leave the group).
 public final class WorkerService: Service {
     private let consumer: any RecordConsumer
-    private let processor: any NotificationProcessor
+    private let handler: any WorkerRecordHandler
     private let logger: Logger
     private let retries: Counter
     /// Backoff between attempts of a failing record. Default: 100 ms doubling to 30 s.
@@ -29,11 +29,11 @@ public final class WorkerService: Service {
     private let ages: InFlightAges
 
     public init(
-        consumer: any RecordConsumer, processor: any NotificationProcessor, logger: Logger, metrics: any MetricsFactory,
+        consumer: any RecordConsumer, handler: any WorkerRecordHandler, logger: Logger, metrics: any MetricsFactory,
         retryBackoff: (initial: Duration, maximum: Duration) = (.milliseconds(100), .seconds(30))
     ) {
         self.consumer = consumer
-        self.processor = processor
+        self.handler = handler
         self.logger = logger
         self.retries = Counter(label: "relay_worker_retries_total", dimensions: [], factory: metrics)
         self.retryBackoff = retryBackoff
@@ -116,7 +116,7 @@ public final class WorkerService: Service {
             // Records read before a rebalance took the partition away belong to its new owner now.
             guard consumer.isAssigned(record) else { return }
             do {
-                try await processor.process(record)
+                try await handler.process(record)
                 consumer.markDone(record)
                 return
             } catch {

@@ -82,9 +82,9 @@ struct Inspect: AsyncParsableCommand {
         let notification = RawNotification(
             store: Store(rawValue: store)!, app: app, receivedAtMilliseconds: receivedAt * 1000, body: body, requestHeaders: requestHeaders)
         // The worker's own processing: what this prints is what the worker would do (without prior state).
-        let outcome: NotificationProcessing.Outcome
+        let outcome: NotificationEvaluator.Outcome
         do {
-            outcome = try await NotificationProcessing(verifier: verifier, normalizer: normalizer).process(notification)
+            outcome = try await NotificationEvaluator(verifier: verifier, normalizer: normalizer).evaluate(notification)
         } catch {
             FileHandle.standardError.write(Data("revenue-relay: \(error.message)\n".utf8))
             throw Exit.unavailable

@@ -15,7 +15,7 @@ import Testing
 /// The worker runs different subscriptions' notifications concurrently and one subscription's in order.
 @Suite struct WorkerConcurrencyTests {
     /// Holds the record whose value is `blocked` until released; records every start and finish.
-    final class GatedProcessor: NotificationProcessor {
+    final class GatedProcessor: WorkerRecordHandler {
         let blocked: String
         let started = LockedBox<[String]>([])
         let finished = LockedBox<[String]>([])
@@ -59,7 +59,7 @@ import Testing
         let group = uniqueName("worker")
         let processor = GatedProcessor(blocking: "a1")
         let worker = WorkerService(
-            consumer: try log.consumer(ConsumerOptions(groupID: group, topics: [topic])), processor: processor, logger: testLogger(),
+            consumer: try log.consumer(ConsumerOptions(groupID: group, topics: [topic])), handler: processor, logger: testLogger(),
             metrics: NOOPMetricsHandler.instance)
         let serviceGroup = ServiceGroup(configuration: .init(services: [worker], logger: testLogger()))
         let running = Task { try await serviceGroup.run() }
@@ -85,7 +85,7 @@ import Testing
     }
 
     /// Fails `failing` every time; records what started.
-    final class FailingProcessor: NotificationProcessor {
+    final class FailingProcessor: WorkerRecordHandler {
         let failing: String
         let started = LockedBox<[String]>([])
         init(failing: String) { self.failing = failing }
@@ -106,7 +106,7 @@ import Testing
         }
         let processor = FailingProcessor(failing: "a1")
         let worker = WorkerService(
-            consumer: try log.consumer(ConsumerOptions(groupID: uniqueName("worker"), topics: [topic])), processor: processor,
+            consumer: try log.consumer(ConsumerOptions(groupID: uniqueName("worker"), topics: [topic])), handler: processor,
             logger: testLogger(), metrics: NOOPMetricsHandler.instance, retryBackoff: (.milliseconds(5), .milliseconds(10)))
         let running = Task { try await worker.run() }
         try await waitUntil("a1 is being retried and b1 ran") {
@@ -216,7 +216,7 @@ import Testing
         }
         let store = MemoryStateStore(
             conflictOnFirstWrite: true, products: [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])])
-        let pipeline = NotificationPipeline(
+        let pipeline = NotificationHandler(
             configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
             normalizer: try Normalizer(configuration: configuration, stateStore: store, storeAPIs: try StoreAPIs.configured(configuration, logger: testLogger()), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
             producer: producer, logger: testLogger(), metrics: NOOPMetricsHandler.instance)
@@ -226,7 +226,7 @@ import Testing
 
         // 1. Every record is processed, concurrently, and the worker dies before storing any offset.
         func runWorker(_ consumer: any RecordConsumer, until done: @escaping @Sendable () -> Bool) async throws {
-            let worker = WorkerService(consumer: consumer, processor: pipeline, logger: testLogger(), metrics: NOOPMetricsHandler.instance,
+            let worker = WorkerService(consumer: consumer, handler: pipeline, logger: testLogger(), metrics: NOOPMetricsHandler.instance,
                                        retryBackoff: (.milliseconds(5), .milliseconds(20)))
             let serviceGroup = ServiceGroup(configuration: .init(services: [worker], logger: testLogger()))
             let running = Task { try await serviceGroup.run() }

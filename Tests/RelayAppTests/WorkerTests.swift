@@ -64,7 +64,7 @@ import Testing
     }
 
     /// Fails the first attempt of every record, then succeeds; remembers the order of successes.
-    final class FlakyProcessor: NotificationProcessor {
+    final class FlakyProcessor: WorkerRecordHandler {
         let attempts = LockedBox<[String: Int]>([:])
         let succeeded = LockedBox<[String]>([])
 
@@ -89,7 +89,7 @@ import Testing
         let group = uniqueName("worker")
         let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: [topic]))
         let processor = FlakyProcessor()
-        let worker = WorkerService(consumer: consumer, processor: processor, logger: testLogger(), metrics: NOOPMetricsHandler.instance,
+        let worker = WorkerService(consumer: consumer, handler: processor, logger: testLogger(), metrics: NOOPMetricsHandler.instance,
                                    retryBackoff: (.milliseconds(10), .milliseconds(50)))
         let serviceGroup = ServiceGroup(configuration: .init(services: [worker], logger: testLogger()))
         let running = Task { try await serviceGroup.run() }

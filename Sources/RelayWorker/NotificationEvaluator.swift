@@ -3,9 +3,9 @@ public import RelayNormalization
 public import RelayVerification
 
 /// Verify, then normalize: what one raw notification becomes, with nothing written anywhere. The
-/// worker's pipeline and `revenue-relay inspect` both run it, so what `inspect` answers is what the
+/// worker's `NotificationHandler` and `revenue-relay inspect` both run it, so what `inspect` answers is what the
 /// worker does.
-public struct NotificationProcessing: Sendable {
+public struct NotificationEvaluator: Sendable {
     /// What a notification became.
     public enum Outcome: Sendable {
         /// Authentic, and these standardized events (none for a type no table maps).
@@ -29,7 +29,7 @@ public struct NotificationProcessing: Sendable {
         self.normalizer = normalizer
     }
 
-    public func process(_ notification: RawNotification) async throws(Unavailable) -> Outcome {
+    public func evaluate(_ notification: RawNotification) async throws(Unavailable) -> Outcome {
         let verdict: Verdict
         do {
             verdict = try await verifier.verify(notification)

@@ -4,8 +4,8 @@ public import RelayCore
 /// caused is durable (produced with acks=all, or written to the backend), so the worker may mark it
 /// done. Throwing means it is not: the worker retries the same record, and never skips it.
 ///
-/// A notification that is *wrong* (bad signature, unknown app) is not an error here: the processor
+/// A notification that is *wrong* (bad signature, unknown app) is not an error here: the handler
 /// records the verdict durably (the rejected topic) and returns.
-public protocol NotificationProcessor: Sendable {
+public protocol WorkerRecordHandler: Sendable {
     func process(_ record: ConsumedRecord) async throws
 }

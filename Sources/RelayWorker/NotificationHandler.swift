@@ -25,10 +25,10 @@ public import RelayVerification
 /// acknowledged, state written), so the worker may then store its offset. It throws when that cannot
 /// happen yet (Google's keys or the backend unreachable, the log not acknowledging): the worker retries
 /// the record, and the repeat yields the same event ids.
-public struct NotificationPipeline: NotificationProcessor {
+public struct NotificationHandler: WorkerRecordHandler {
     private let topics: RelayConfiguration.Topics
     private let appKeys: Set<String>
-    private let processing: NotificationProcessing
+    private let evaluator: NotificationEvaluator
     private let fanOut: DeliveryFanOut
     private let producer: any RecordProducer
     private let logger: Logger
@@ -55,7 +55,7 @@ public struct NotificationPipeline: NotificationProcessor {
         self.consumption = consumption
         self.topics = topics
         self.appKeys = Set(apps.map(\.key))
-        self.processing = NotificationProcessing(verifier: verifier, normalizer: normalizer)
+        self.evaluator = NotificationEvaluator(verifier: verifier, normalizer: normalizer)
         self.fanOut = DeliveryFanOut(endpoints: endpoints, topic: topics.deliveries)
         self.producer = producer
         self.logger = logger
@@ -76,7 +76,7 @@ public struct NotificationPipeline: NotificationProcessor {
         // App keys are bounded by the configuration; anything else is one label value.
         let appLabel = appKeys.contains(notification.app) ? notification.app : "unknown"
         // Unavailable (Google's keys, the backend, a store API): thrown, so the worker tries the record again.
-        switch try await processing.process(notification) {
+        switch try await evaluator.evaluate(notification) {
         case .rejected(let rejection, let verified):
             if verified != nil { accepted.increment([("store", notification.store.rawValue), ("app", appLabel)]) }
             try await reject(record, store: notification.store.rawValue, app: appLabel, rejection)
