@@ -151,7 +151,7 @@ public final class RelayProcess: Sendable {
             // Verification reads the roots and key files now, so a bad one stops startup with its key.
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
             // The exchange rates and Play API keys are read now too.
-            let normalizer = try Normalizer(
+            let normalizer = try SubscriptionUpdater(
                 configuration: configuration, stateStore: stateStore, storeAPIs: try StoreAPIs.configured(configuration, logger: logger),
                 logger: logger, metrics: metrics)
             // CONSUMPTION_REQUEST answers, only for the apps that configure apple.consumption; the key files are read now.

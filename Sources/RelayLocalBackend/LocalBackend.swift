@@ -182,6 +182,11 @@ public struct LocalBackend: Sendable {
         mappings[applicationId]
     }
 
+    /// What the entitlements route answers for `appUserId` (with the secret key: every app's purchases).
+    public func entitlements(appUserId: String) async throws -> UserEntitlements {
+        entitlements(of: try await database.subscriptions(ofUsers: [appUserId]))
+    }
+
     /// `{"entitlements": [active ones], "customerInfo": {"subscriptions", "nonSubscriptions", "entitlements"}}`
     /// in the SDK's shapes, over these states (CustomerInfoBuilder says how).
     func entitlements(of subscriptions: [SubscriptionState]) -> UserEntitlements {

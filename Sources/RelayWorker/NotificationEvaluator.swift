@@ -22,9 +22,9 @@ public struct NotificationEvaluator: Sendable {
     }
 
     private let verifier: NotificationVerifier
-    private let normalizer: Normalizer
+    private let normalizer: SubscriptionUpdater
 
-    public init(verifier: NotificationVerifier, normalizer: Normalizer) {
+    public init(verifier: NotificationVerifier, normalizer: SubscriptionUpdater) {
         self.verifier = verifier
         self.normalizer = normalizer
     }

@@ -13,7 +13,7 @@ public import RelayVerification
 ///    key, value and headers plus `relay-reject-reason` and `relay-reject-detail`. A record that is not
 ///    a raw notification at all (stage 1 failed) is rejected as `malformed` the same way.
 /// 3. Normalize into standardized events, updating the subscription's state in the backend
-///    (`Normalizer`). A Google purchase the Play Developer API does not know is rejected like a forged one.
+///    (`SubscriptionUpdater`). A Google purchase the Play Developer API does not know is rejected like a forged one.
 /// 4. Produce the events to `relay.events` (key: the subscription's subject), and for each event one
 ///    delivery record per matching endpoint to `relay.deliveries`, all at once, each acknowledged. A
 ///    record with `relay-historical: true` gives its events records the same header; one with
@@ -39,7 +39,7 @@ public struct NotificationHandler: WorkerRecordHandler {
     /// The pipeline of `configuration`'s topics, apps and endpoints.
     /// - Parameter consumption: answers CONSUMPTION_REQUESTs; nil answers none.
     public init(
-        configuration: RelayConfiguration, verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer,
+        configuration: RelayConfiguration, verifier: NotificationVerifier, normalizer: SubscriptionUpdater, producer: any RecordProducer,
         logger: Logger, metrics: any MetricsFactory, consumption: ConsumptionResponder? = nil
     ) {
         self.init(
@@ -49,7 +49,7 @@ public struct NotificationHandler: WorkerRecordHandler {
 
     public init(
         topics: RelayConfiguration.Topics, apps: [RelayConfiguration.App], endpoints: [RelayConfiguration.Endpoint],
-        verifier: NotificationVerifier, normalizer: Normalizer, producer: any RecordProducer, logger: Logger, metrics: any MetricsFactory,
+        verifier: NotificationVerifier, normalizer: SubscriptionUpdater, producer: any RecordProducer, logger: Logger, metrics: any MetricsFactory,
         consumption: ConsumptionResponder? = nil
     ) {
         self.consumption = consumption

@@ -64,10 +64,10 @@ struct Inspect: AsyncParsableCommand {
         let configuration = try loadConfiguration(config)
         let logger = Logger(label: "revenue-relay")
         let verifier: NotificationVerifier
-        let normalizer: Normalizer
+        let normalizer: SubscriptionUpdater
         do {
             verifier = try NotificationVerifier(configuration: configuration, logger: logger)
-            normalizer = try Normalizer(
+            normalizer = try SubscriptionUpdater(
                 configuration: configuration, stateStore: StatelessStateStore(configuration: configuration),
                 storeAPIs: try StoreAPIs.configured(configuration, logger: logger), logger: logger, metrics: NOOPMetricsHandler.instance)
         } catch {

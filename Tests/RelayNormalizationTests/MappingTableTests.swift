@@ -3,34 +3,32 @@ import RelayCore
 import RelayVerification
 import Testing
 
-/// The README's mapping tables (one per store, under "### Mapping tables") are the documentation of
-/// what each store notification means. Every row must be exercised by at least one scenario file.
+/// The mapping tables (`docs/mappings/<store>.md`, one per store) are the documentation of what each
+/// store notification means. Every row must be exercised by at least one scenario file.
 @Suite struct MappingTableTests {
-    static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md").standardizedFileURL
-
-    /// `#### <title>` headings under "### Mapping tables" → the store they document.
-    static let headings: [String: Store] = ["App Store": .apple, "Google Play": .google, "Stripe": .stripe, "Paddle": .paddle]
+    static let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/mappings").standardizedFileURL
 
     /// Row keys per store: the first cell's backticked words joined by `/` (`EXPIRED/VOLUNTARY`), or `*`
-    /// for the row about types no table knows.
+    /// for the row about types no table knows. Only the first table of each file is the mapping.
     static func readmeRows() throws -> [Store: [String]] {
-        let text = try String(contentsOf: readme, encoding: .utf8)
-        guard let start = text.range(of: "### Mapping tables") else { return [:] }
         var rows: [Store: [String]] = [:]
-        var current: Store?
-        for line in text[start.upperBound...].split(separator: "\n", omittingEmptySubsequences: false) {
-            if line.hasPrefix("## ") || line.hasPrefix("### ") { break }
-            if line.hasPrefix("#### ") {
-                current = headings[String(line.dropFirst(5)).trimmingCharacters(in: .whitespaces)]
-                continue
+        for store in Store.allCases {
+            let text = try String(contentsOf: docs.appendingPathComponent("\(store.rawValue).md"), encoding: .utf8)
+            var inTable = false
+            for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+                guard line.hasPrefix("| ") else {
+                    if inTable { break }
+                    continue
+                }
+                inTable = true
+                if line.hasPrefix("| ---") { continue }
+                let firstCell = line.dropFirst(2).prefix { $0 != "|" }
+                if firstCell.trimmingCharacters(in: .whitespaces).hasPrefix("notification") { continue }  // the header row
+                let words = firstCell.split(separator: "`", omittingEmptySubsequences: false).enumerated().filter { $0.offset % 2 == 1 }.map {
+                    String($0.element)
+                }
+                rows[store, default: []].append(words.isEmpty ? "" : words.joined(separator: "/"))
             }
-            guard let store = current, line.hasPrefix("| "), !line.hasPrefix("| ---") else { continue }
-            let firstCell = line.dropFirst(2).prefix { $0 != "|" }
-            if firstCell.trimmingCharacters(in: .whitespaces).hasPrefix("notification") { continue }  // the header row
-            let words = firstCell.split(separator: "`", omittingEmptySubsequences: false).enumerated().filter { $0.offset % 2 == 1 }.map {
-                String($0.element)
-            }
-            rows[store, default: []].append(words.isEmpty ? "" : words.joined(separator: "/"))
         }
         return rows
     }
@@ -68,16 +66,16 @@ import Testing
         return keys
     }
 
-    @Test func everyRowOfTheReadmesMappingTablesIsCoveredByAScenario() throws {
+    @Test func everyRowOfTheMappingTablesIsCoveredByAScenario() throws {
         let rows = try Self.readmeRows()
         let keys = Self.scenarioKeys()
         for store in Store.allCases {
             let storeRows = rows[store] ?? []
-            #expect(!storeRows.isEmpty, "the README has no mapping table for \(store.rawValue)")
+            #expect(!storeRows.isEmpty, "docs/mappings/\(store.rawValue).md has no mapping table")
             let named = Set(storeRows.filter { $0 != "*" && !$0.isEmpty })
             for row in storeRows {
                 if row.isEmpty {
-                    Issue.record("a \(store.rawValue) row of the README's mapping table names no notification in backticks")
+                    Issue.record("a \(store.rawValue) row of docs/mappings names no notification in backticks")
                 } else if row == "*" {
                     // The row for unknown types: some scenario sends a type that no row names.
                     let unknown = (keys[store] ?? []).filter { key in
@@ -85,7 +83,7 @@ import Testing
                     }
                     #expect(!unknown.isEmpty, "no \(store.rawValue) scenario sends a notification type that the table does not name")
                 } else {
-                    #expect(keys[store]?.contains(row) == true, "README row `\(row)` (\(store.rawValue)) is covered by no scenario")
+                    #expect(keys[store]?.contains(row) == true, "docs/mappings row `\(row)` (\(store.rawValue)) is covered by no scenario")
                 }
             }
         }

@@ -48,7 +48,7 @@ import Testing
                 stripeEvent("evt_\(index)", cancelAtPeriodEnd: index % 2 == 0, created: time), receivedAt: time * 1000 + 1000)
         }
         let stored = try #require(try await harness.client.subscription(store: .stripe, originalTransactionId: "sub_n"))
-        #expect(stored.recentNotifications.count == Normalizer.recentNotificationLimit)
+        #expect(stored.recentNotifications.count == NotificationMapping.recentNotificationLimit)
         #expect(stored.recentNotifications.last?.id == "evt_19")
         await harness.stop()
     }
@@ -77,7 +77,7 @@ import Testing
             "livemode": false, "data": ["object": object],
         ]
         let notification = VerifiedNotification(store: .stripe, app: "demo", payload: event, notificationId: "evt_hostile", type: "customer.subscription.created")
-        let normalizer = try Normalizer(
+        let normalizer = try SubscriptionUpdater(
             configuration: try Fixtures.configuration(), stateStore: StatelessStateStore(configuration: try Fixtures.configuration()), storeAPIs: try testStoreAPIs(try Fixtures.configuration()),
             logger: testLogger(), metrics: NOOPMetricsHandler.instance)
         let events = try await normalizer.normalize(notification, receivedAt: 1_893_456_001_000)
@@ -151,7 +151,7 @@ import Testing
         _ = try await harness.normalizer.normalize(purchased("token-crash-old", message: "m-old"), receivedAt: 1_893_456_001_000)
 
         harness.play.withLock { $0 = ["subscription": purchase("token-crash-old")] }
-        let crashing = try Normalizer(
+        let crashing = try SubscriptionUpdater(
             configuration: harness.configuration, stateStore: FailingOnce(BackendStateStore(client: harness.client), failingWriteOf: "token-crash-old"),
             storeAPIs: try testStoreAPIs(harness.configuration), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
         do {
@@ -201,7 +201,7 @@ import Testing
 
     @Test func anAuthenticAppleTransactionWithoutItsKeysIsRejectedNotDropped() async throws {
         let configuration = try Fixtures.configuration()
-        let normalizer = try Normalizer(
+        let normalizer = try SubscriptionUpdater(
             configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(),
             metrics: NOOPMetricsHandler.instance)
         for (originalTransactionId, productId, missing) in [("", "com.example.pro.monthly", "originalTransactionId"), ("1000", "", "productId")] {
@@ -230,7 +230,7 @@ import Testing
 
     @Test func aGoogleAppWithoutPlayAPIRejectsWithAReasonThatSaysSo() async throws {
         let configuration = try Fixtures.configuration()  // its Google app has no playApi
-        let normalizer = try Normalizer(
+        let normalizer = try SubscriptionUpdater(
             configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(),
             metrics: NOOPMetricsHandler.instance)
         do {
@@ -261,7 +261,7 @@ import Testing
         ] {
             let configuration = try RelayConfiguration.load(path: Self.root.appendingPathComponent(file).path, environment: environment)
             #expect(configuration.money.exchangeRates != nil, "\(file) names no exchange rates")
-            _ = try Normalizer(
+            _ = try SubscriptionUpdater(
                 configuration: configuration, stateStore: StatelessStateStore(configuration: configuration), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(),
                 metrics: NOOPMetricsHandler.instance)
         }

@@ -45,6 +45,13 @@ struct Scenario: CustomTestStringConvertible, Sendable {
 
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Scenarios")
 
+    /// The scenarios that also run end to end over HTTP: one per store, and the Play API's failures.
+    static let endToEnd: Set<String> = [
+        "apple/upgrade-without-prior-state.json", "google/upgrade-replaced-purchase-from-play.json",
+        "google/retry-after-apply-while-play-refuses.json", "stripe/refund-without-stripe-api.json", "stripe/duplicates-resend.json",
+        "paddle/subscription-charge.json",
+    ]
+
     static var all: [Scenario] {
         let files = (FileManager.default.enumerator(atPath: directory.path)?.compactMap { $0 as? String } ?? [])
             .filter { $0.hasSuffix(".json") }.sorted()
@@ -118,29 +125,46 @@ func mismatches(_ expected: JSON, _ actual: JSON?, path: String = "$") -> [Strin
     }
 }
 
-/// The real pipeline pieces a scenario runs through: the verifier, the normalizer, the local backend
-/// over SQLite on 127.0.0.1, and a Play Developer API on 127.0.0.1 answering what the step says.
+/// The real pipeline pieces a scenario runs through: the verifier, the subscription updater, and the
+/// local backend's rules over SQLite.
+///
+/// - `.inProcess` (most scenarios): no HTTP. The updater writes the backend's database directly
+///   (`LocalStateStore`, as a relay with the backend role does), and the store APIs answer what the
+///   step says from memory, failing as the real clients classify HTTP failures.
+/// - `.http` (a few scenarios end to end, and the updater's own tests): the local backend serves its
+///   routes on 127.0.0.1 and the updater reaches it through `BackendClient`; the Play Developer API and
+///   Stripe's API are fakes on 127.0.0.1 reached by the real clients.
 final class ScenarioHarness: Sendable {
+    enum Transport: Sendable {
+        case inProcess
+        case http
+    }
+
     let configuration: RelayConfiguration
     let verifier: NotificationVerifier
-    let normalizer: Normalizer
+    let normalizer: SubscriptionUpdater
     let client: BackendClient
+    private let backend: LocalBackend
+    private let database: SubscriptionDatabase
+    let transport: Transport
     /// The receive time of the current step: the backend's clock and the Play API's answers follow it.
     let now = LockedBox<Int64>(Fixtures.signedDate)
     let play = LockedBox<JSON>(.null)
     let stripe = LockedBox<JSON>(.null)
-    private let backendGroup: ServiceGroup
-    private let backendTask: Task<Void, any Error>
-    private let playServer: TestHTTPServer
+    /// Over HTTP only: the local backend's routes and the fake store APIs.
+    private let backendGroup: ServiceGroup?
+    private let backendTask: Task<Void, any Error>?
+    private let playServer: TestHTTPServer?
 
     static let apiKey = "scenario-key"
     static let stripeKey = "rk_test_scenario"
 
-    /// - Parameter stripeAPI: whether the app configures `stripe.api` (a fake Stripe API on 127.0.0.1).
-    init(stripeAPI: Bool = true) async throws {
+    /// - Parameter stripeAPI: whether the app configures `stripe.api`.
+    init(stripeAPI: Bool = true, transport: Transport = .http) async throws {
+        self.transport = transport
         let play = self.play
         let stripe = self.stripe
-        playServer = try await TestHTTPServer { request in
+        playServer = transport == .inProcess ? nil : try await TestHTTPServer { request in
             if request.path.hasPrefix("/stripe/v1/charges/") {
                 // Stripe's API: the key and the pinned version the client must send, then the step's charge.
                 guard request.headers["authorization"] == "Bearer \(Self.stripeKey)", request.headers["stripe-version"] == "2024-06-20" else {
@@ -170,30 +194,67 @@ final class ScenarioHarness: Sendable {
         }
         let database = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scenario") + "/backend.sqlite").path
         configuration = try RelayConfiguration.parse(
-            yaml: Self.yaml(database: database, playURL: playServer.baseURL, stripeAPI: stripeAPI), baseDirectory: Fixtures.directory.path,
+            yaml: Self.yaml(database: database, playURL: playServer?.baseURL ?? "http://127.0.0.1:9", stripeAPI: stripeAPI),
+            baseDirectory: Fixtures.directory.path,
             environment: [:])
         let now = self.now
-        let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: database), clock: { now.value })
-        let ports = AsyncStream.makeStream(of: Int.self)
-        let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
-        backendGroup = ServiceGroup(services: [application], gracefulShutdownSignals: [], logger: testLogger())
-        let group = backendGroup
-        backendTask = Task { try await group.run() }
-        var iterator = ports.stream.makeAsyncIterator()
+        let subscriptions = try SubscriptionDatabase(path: database)
+        let backend = try LocalBackend(configuration: configuration, database: subscriptions, clock: { now.value })
+        self.backend = backend
+        self.database = subscriptions
         var backendConfiguration = configuration.backend
-        backendConfiguration.url = "http://127.0.0.1:\(await iterator.next() ?? 0)"
+        if transport == .http {
+            let ports = AsyncStream.makeStream(of: Int.self)
+            let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
+            let group = ServiceGroup(services: [application], gracefulShutdownSignals: [], logger: testLogger())
+            backendGroup = group
+            backendTask = Task { try await group.run() }
+            var iterator = ports.stream.makeAsyncIterator()
+            backendConfiguration.url = "http://127.0.0.1:\(await iterator.next() ?? 0)"
+        } else {
+            backendGroup = nil
+            backendTask = nil
+        }
         client = BackendClient(
             configuration: backendConfiguration, retry: .init(retries: 2, initialDelay: .milliseconds(10)), logger: testLogger(),
             metrics: NOOPMetricsHandler.instance)
         verifier = try NotificationVerifier(configuration: configuration, logger: testLogger())
-        normalizer = try Normalizer(
-            configuration: configuration, stateStore: BackendStateStore(client: client), storeAPIs: try testStoreAPIs(configuration), logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+        switch transport {
+        case .http:
+            normalizer = try SubscriptionUpdater(
+                configuration: configuration, stateStore: BackendStateStore(client: client), storeAPIs: try testStoreAPIs(configuration),
+                logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+        case .inProcess:
+            let fakes = StoreAPIs(
+                play: ["demo": MemoryPlay(answers: play)], stripe: stripeAPI ? ["demo": MemoryStripe(answers: stripe)] : [:])
+            normalizer = try SubscriptionUpdater(
+                configuration: configuration, stateStore: LocalStateStore(backend: backend, database: subscriptions), storeAPIs: fakes,
+                logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+        }
+    }
+
+    /// The stored state of a subscription, as the backend holds it.
+    func subscription(store: Store, originalTransactionId: String) async throws -> SubscriptionState? {
+        switch transport {
+        case .http: try await client.subscription(store: store, originalTransactionId: originalTransactionId)
+        case .inProcess: try await database.subscription(store: store, originalTransactionId: originalTransactionId)
+        }
+    }
+
+    /// The user's active entitlement identifiers, as the entitlements route answers.
+    func activeEntitlements(appUserId: String) async throws -> [String] {
+        let answer: JSON? =
+            switch transport {
+            case .http: try await client.entitlements(appUserId: appUserId)
+            case .inProcess: try await backend.entitlements(appUserId: appUserId).json
+            }
+        return answer?["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue }.sorted() ?? []
     }
 
     func stop() async {
-        await backendGroup.triggerGracefulShutdown()
-        _ = try? await backendTask.value
-        await playServer.stop()
+        await backendGroup?.triggerGracefulShutdown()
+        _ = try? await backendTask?.value
+        await playServer?.stop()
     }
 
     static func yaml(database: String, playURL: String, stripeAPI: Bool) -> String {
@@ -281,4 +342,51 @@ func testStoreAPIs(_ configuration: RelayConfiguration) throws -> StoreAPIs {
     StoreAPIs(
         play: try GooglePlayClient.clients(for: configuration, logger: testLogger()),
         stripe: StripeClient.clients(for: configuration, logger: testLogger()))
+}
+
+/// The Play Developer API from memory: the step's answers, failing as `GooglePlayClient` classifies the
+/// HTTP failure a `$status` stands for (404/410 not found, 401/403 refused, others unavailable).
+struct MemoryPlay: PlayPurchases {
+    let answers: LockedBox<JSON>
+
+    func subscription(packageName: String, purchaseToken: String) async throws(StoreAPIError) -> JSON {
+        let answers = answers.value
+        try Self.fail(answers)
+        guard let document = answers["tokens"]?[purchaseToken] ?? answers["subscription"], !document.isNull else {
+            throw StoreAPIError(.play, kind: .notFound, message: "The purchase token was not found.", status: 404)
+        }
+        return document
+    }
+
+    func product(packageName: String, productId: String, purchaseToken: String) async throws(StoreAPIError) -> JSON {
+        let answers = answers.value
+        try Self.fail(answers)
+        guard let document = answers["product"], !document.isNull else {
+            throw StoreAPIError(.play, kind: .notFound, message: "The purchase token was not found.", status: 404)
+        }
+        return document
+    }
+
+    private static func fail(_ answers: JSON) throws(StoreAPIError) {
+        guard let status = answers["$status"]?.int64Value.map(Int.init) else { return }
+        let kind: StoreAPIError.Kind =
+            switch status {
+            case 404, 410: .notFound
+            case 401, 403: .rejected
+            default: .unavailable
+            }
+        throw StoreAPIError(.play, kind: kind, message: "test", status: status)
+    }
+}
+
+/// Stripe's API from memory: the step's refunded charge, else 404.
+struct MemoryStripe: StripeCharges {
+    let answers: LockedBox<JSON>
+
+    func charge(_ id: String) async throws(StoreAPIError) -> JSON {
+        guard let charge = answers.value["charge"], !charge.isNull, charge["id"]?.stringValue == id else {
+            throw StoreAPIError(.stripe, kind: .notFound, message: "No such charge", status: 404)
+        }
+        return charge
+    }
 }

@@ -15,7 +15,10 @@ import Testing
         let store = try #require(document["store"]?.stringValue.flatMap(Store.init(rawValue:)), "\(scenario.file): \"store\" is missing")
         let templates = document["templates"]?.objectValue ?? [:]
         let steps = try #require(document["steps"]?.arrayValue, "\(scenario.file): \"steps\" is missing")
-        let harness = try await ScenarioHarness(stripeAPI: document["stripeApi"]?.boolValue ?? true)
+        // A few run end to end over HTTP (the local backend's routes, the real API clients against fakes);
+        // the rest in process, with no HTTP.
+        let transport: ScenarioHarness.Transport = Scenario.endToEnd.contains(scenario.file) ? .http : .inProcess
+        let harness = try await ScenarioHarness(stripeAPI: document["stripeApi"]?.boolValue ?? true, transport: transport)
         do {
             try await run(scenario, store: store, templates: templates, steps: steps, harness: harness)
         } catch {
@@ -92,13 +95,12 @@ import Testing
 
             if let pattern = step["state"] {
                 let subject = try #require(pattern["originalTransactionId"]?.stringValue ?? document["subject"]?.stringValue, "\(label): state needs a subject")
-                let stored = try await harness.client.subscription(store: store, originalTransactionId: subject)
+                let stored = try await harness.subscription(store: store, originalTransactionId: subject)
                 for problem in mismatches(pattern, stored?.json, path: "state") { Issue.record("\(label): \(problem)") }
             }
             if let expected = step["entitlements"]?.arrayValue {
                 let user = try #require(document["user"]?.stringValue, "\(label): entitlements need the scenario's \"user\"")
-                let answer = try await harness.client.entitlements(appUserId: user)
-                let active = answer?["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue }.sorted() ?? []
+                let active = try await harness.activeEntitlements(appUserId: user)
                 #expect(active == expected.compactMap(\.stringValue).sorted(), "\(label): the user's entitlements")
             }
         }

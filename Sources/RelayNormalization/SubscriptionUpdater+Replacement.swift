@@ -3,12 +3,31 @@ import RelayCore
 
 /// Google plan changes: a purchase whose `linkedPurchaseToken` names another ends that one's access
 /// (Android Developers, "Implementing linkedPurchaseToken correctly to prevent duplicate subscriptions").
-extension Normalizer {
+extension NotificationMapping {
     /// Whether this write is the moment the replacing subscription starts giving access (its first state,
     /// or its first with access, as a pending purchase becomes paid): only then is the one it replaces
     /// marked, so a renewal of the new token costs no extra read of the old one.
     static func beginsAccess(prior: SubscriptionState?, after: SubscriptionState) -> Bool {
         after.grantsAccess && !(prior?.grantsAccess ?? false)
+    }
+
+    /// A replaced subscription's access already moved to the one that replaced it: its own later
+    /// cancellation or expiration (Play's replacement cancellation, a hold, a revocation) is no news to
+    /// customers, and an expiration would make receivers revoke the access the replacement carries. A
+    /// refund of its payments still counts (a cancellation for CUSTOMER_SUPPORT, money back).
+    static func dropReplacedNews(_ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
+        guard prior?.replacedBy != nil else { return }
+        mapping.events.removeAll { event in
+            event.type == .expiration || event.type == .billingIssue || (event.type == .cancellation && event.cancelReason != Reason.customerSupport)
+        }
+    }
+}
+
+extension SubscriptionUpdater {
+    /// Marks the subscription an applied plan change replaced, if it names one.
+    func markReplaced(_ store: Store, _ applied: NotificationMapping.Applied) async throws(NormalizationError) {
+        guard let replaces = applied.replaces else { return }
+        try await markReplaced(store: store, replaces.token, by: replaces.by, productId: replaces.productId, at: replaces.at)
     }
 
     /// Marks `token` replaced by `replacing` (idempotent): from now on it gives no access, and its own
@@ -47,17 +66,5 @@ extension Normalizer {
             }
         }
         throw .unavailable("subscription \(store.rawValue)/\(token), replaced, kept changing under 10 attempts")
-    }
-
-
-    /// A replaced subscription's access already moved to the one that replaced it: its own later
-    /// cancellation or expiration (Play's replacement cancellation, a hold, a revocation) is no news to
-    /// customers, and an expiration would make receivers revoke the access the replacement carries. A
-    /// refund of its payments still counts (a cancellation for CUSTOMER_SUPPORT, money back).
-    static func dropReplacedNews(_ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
-        guard prior?.replacedBy != nil else { return }
-        mapping.events.removeAll { event in
-            event.type == .expiration || event.type == .billingIssue || (event.type == .cancellation && event.cancelReason != Reason.customerSupport)
-        }
     }
 }

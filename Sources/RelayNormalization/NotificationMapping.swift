@@ -1,0 +1,195 @@
+import Foundation
+public import RelayConfig
+public import RelayCore
+
+/// Normalization itself, with nothing read or written: one verified notification, its subscription's
+/// prior state, the store's facts (`MappingInput.api`) and the entitlements of the user's other active
+/// subscriptions in; the state to store and the standardized events out. The store tables
+/// (`AppleMapping`, `GoogleMapping`, `StripeMapping`, `PaddleMapping`) say what a notification means;
+/// this applies their answer to the stored state:
+///
+/// - a notification older than the stored state is mapped on its own and leaves the state as it is
+///   (`sourceTimestamp` never goes back), but still yields its events;
+/// - one expiration per lapse (`expirationSent`), and a replaced subscription's own cancellation or
+///   expiration is no news (`dropReplacedNews`);
+/// - the payments a state remembers, for later refunds;
+/// - each applied notification id with what it was applied against (`AppliedContext`), so a repeat
+///   yields exactly the events of the first time.
+///
+/// `SubscriptionUpdater` does the reading, the store API calls and the writes around it.
+public struct NotificationMapping: Sendable {
+    /// How many applied notification ids a state remembers.
+    public static let recentNotificationLimit = 16
+    /// How many payments a state remembers for later refunds: a year of monthly renewals.
+    public static let transactionLimit = 12
+
+    let events: EventBuilder
+
+    /// The first half of applying a notification: what the store table makes of it against `prior`, and
+    /// the state that leads to (nil: unchanged).
+    struct Step {
+        var result: StoreMapping
+        var next: SubscriptionState?
+        /// The app user whose other subscriptions the events need (nil: none, or anonymous).
+        var user: String? {
+            guard let user = next?.entitlementUserIds.first, !user.hasPrefix("$RelayAnonymous:") else { return nil }
+            return user
+        }
+    }
+
+    /// What applying a notification yields: the state to write (nil: nothing) and the events, which are
+    /// the answer once the write succeeded (or when there is nothing to write).
+    struct Applied {
+        var write: SubscriptionState?
+        var events: [StandardEvent]
+        /// A plan change whose replaced subscription must be marked, once this state is stored.
+        var replaces: (token: String, productId: String?, at: Int64, by: SubscriptionState)?
+    }
+
+    func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        switch input.notification.store {
+        case .apple:
+            // A grandfathering grant from the local backend, else an App Store notification.
+            input.notification.type == AppTransactionGrant.notificationType
+                ? AppTransactionMapping.map(input, prior: prior) : AppleMapping.map(input, prior: prior)
+        case .google: GoogleMapping.map(input, prior: prior)
+        case .stripe: StripeMapping.map(input, prior: prior)
+        case .paddle: PaddleMapping.map(input, prior: prior, environment: input.app.paddle?.environment ?? "PRODUCTION")
+        }
+    }
+
+    /// A notification applied before (its id is in the state's `recentNotifications`): the same events,
+    /// built from what was recorded when it was applied.
+    func replay(_ input: MappingInput, recorded context: AppliedContext, subject: String, mapping: ProductMapping) -> Applied {
+        var replay = input
+        replay.receivedAt = context.receivedAt
+        replay.api = context.api
+        let again = mapAgainst(replay, prior: context.prior)
+        let after = merge(context.prior, again) ?? context.prior
+        var applied = Applied(
+            write: nil,
+            events: events.build(
+                again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
+                othersAfter: context.othersAfter, sequence: context.sequence, mapping: mapping))
+        // A crash may have come between this state's write and the replaced one's: done again, once.
+        if let replaced = again.replaces, let after, Self.beginsAccess(prior: context.prior, after: after) {
+            applied.replaces = (replaced, again.replacedProductId, again.eventTime, after)
+        }
+        return applied
+    }
+
+    func step(_ input: MappingInput, prior: SubscriptionState?) -> Step {
+        let result = mapAgainst(input, prior: prior)
+        return Step(result: result, next: merge(prior, result))
+    }
+
+    /// The second half, given the entitlements of the user's other active subscriptions (`others`) and
+    /// of those the notification leaves (`othersAfter`: without the one it replaces).
+    func finish(
+        _ step: Step, input: MappingInput, subject: String, prior current: SubscriptionState?, others: [String], othersAfter: [String],
+        mapping: ProductMapping
+    ) -> Applied {
+        let result = step.result
+        var next = step.next
+        // A notification with events but no state change is still remembered in a stored state,
+        // so that a repeat yields these events rather than ones built from a later state; its payments
+        // are recorded there (a late Paddle charge), for a later refund to find.
+        if next == nil, var state = current, input.notification.notificationId != nil, !result.events.isEmpty {
+            Self.record(payments: result.events, in: &state)
+            next = state
+        }
+        // The lapse marker: cleared when access is back, set by the lapse's expiration.
+        if var state = next {
+            if state.grantsAccess {
+                state.expirationSent = false
+            } else if result.events.contains(where: { $0.type == .expiration }) {
+                state.expirationSent = true
+            }
+            next = state
+        }
+        guard var state = next else {
+            return Applied(
+                write: nil,
+                events: events.build(
+                    result, input: input, subject: subject, prior: current, after: current, others: others, othersAfter: othersAfter,
+                    mapping: mapping))
+        }
+        // The version the write gives the state: the subscription's sequence number.
+        let sequence = (current?.version ?? 0) + 1
+        if let id = input.notification.notificationId {
+            let context = AppliedContext(
+                receivedAt: input.receivedAt, prior: current, others: others, othersAfter: othersAfter, api: input.api,
+                transactionsRead: result.transactionsRead, sequence: sequence)
+            state.recentNotifications.append(.init(id: id, context: context.json))
+            state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
+        }
+        var applied = Applied(
+            write: state,
+            events: events.build(
+                result, input: input, subject: subject, prior: current, after: state, others: others, othersAfter: othersAfter,
+                sequence: sequence, mapping: mapping))
+        if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) {
+            applied.replaces = (replaced, result.replacedProductId, result.eventTime, state)
+        }
+        return applied
+    }
+
+    /// Maps against the stored state, unless the notification is older than it: what a late
+    /// notification means cannot be read off a newer state (a late Paddle update diffed against it
+    /// would invent a product change back), so it is mapped on its own, and `merge` keeps the newer state.
+    ///
+    /// One expiration per lapse: once an `expiration` went out for a lapse (`expirationSent`: an account
+    /// hold, a pause, a grace period running out, a last failed payment, or the store's expiration), the
+    /// store's later expiration of the same lapse sends none. A late notification's expiration is dropped
+    /// when the stored, newer state has access again (that lapse is over) or its lapse already had one; its
+    /// billing issue still counts (it happened).
+    func mapAgainst(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        var input = input
+        input.history = prior?.transactions ?? []
+        var mapping = map(input, prior: prior)
+        if let prior, mapping.eventTime < prior.sourceTimestamp {
+            input.late = true
+            mapping = map(input, prior: nil)
+            if prior.grantsAccess || prior.expirationSent { mapping.events.removeAll { $0.type == .expiration } }
+            Self.dropReplacedNews(prior, &mapping)
+            return mapping
+        }
+        if prior?.expirationSent == true { mapping.events.removeAll { $0.type == .expiration } }
+        Self.dropReplacedNews(prior, &mapping)
+        return mapping
+    }
+
+    /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a
+    /// newer stored state as it is.
+    func merge(_ current: SubscriptionState?, _ mapping: StoreMapping) -> SubscriptionState? {
+        guard var state = mapping.state else { return nil }
+        state.recentNotifications = current?.recentNotifications ?? []
+        state.transactions = current?.transactions ?? []
+        state.expirationSent = current?.expirationSent ?? false
+        state.replacedBy = current?.replacedBy
+        state.version = current?.version ?? 0
+        if let current {
+            if mapping.eventTime < current.sourceTimestamp {
+                state = current
+            } else {
+                for id in current.appUserIds where !state.appUserIds.contains(id) { state.appUserIds.append(id) }
+                if state.originalAppUserId == nil { state.originalAppUserId = current.originalAppUserId }
+            }
+        }
+        Self.record(payments: mapping.events, in: &state)
+        return state
+    }
+
+    /// Adds the payments among `events` (purchases and renewals with a transaction id) to the state's
+    /// recorded ones, once each, keeping the newest `transactionLimit`.
+    static func record(payments events: [EventDraft], in state: inout SubscriptionState) {
+        for draft in events where [.initialPurchase, .renewal, .nonRenewingPurchase].contains(draft.type) {
+            guard let id = draft.transactionId, let productId = draft.productId, state.transaction(id) == nil else { continue }
+            state.transactions.append(
+                SubscriptionState.Transaction(
+                    id: id, productId: productId, purchasedAt: draft.purchasedAt, periodType: draft.periodType,
+                    amount: draft.amount.map { "\($0.value)" }, currency: draft.amount?.currency))
+        }
+        if state.transactions.count > transactionLimit { state.transactions = Array(state.transactions.suffix(transactionLimit)) }
+    }
+}

@@ -1,0 +1,283 @@
+public import CoreMetrics
+import Foundation
+public import Logging
+public import RelayConfig
+public import RelayCore
+
+/// Why a verified notification produced no events.
+public enum NormalizationError: Error, Sendable, CustomStringConvertible {
+    /// The notification cannot be normalized as it is (Google: the Play Developer API does not know the
+    /// purchase, or refuses us). It goes to the rejected topic with this reason.
+    case rejected(Rejection)
+    /// The backend or a store API is unreachable: try the record again later.
+    case unavailable(String)
+
+    public var description: String {
+        switch self {
+        case .rejected(let rejection): "rejected: \(rejection)"
+        case .unavailable(let message): "unavailable: \(message)"
+        }
+    }
+}
+
+/// Verified store notifications → standardized events (docs/contracts.md, the standardized event), with the
+/// subscription's state kept in the backend. The mapping itself is `NotificationMapping` (nothing read or
+/// written); this owns what surrounds it:
+///
+/// 1. **Read** the subscription's stored state (and the application's product mapping).
+/// 2. **De-duplicate:** a notification id already in the state's `recentNotifications` changes nothing and
+///    yields the same events as the first time, from what was recorded then.
+/// 3. **Store facts:** Google's subscription from the Play Developer API; a Stripe refund's charge from
+///    Stripe's API. Their failures are classified once for every store (`storeAPIFailure`).
+/// 4. **The user's other subscriptions**, for `subscriptionStatus` before and after.
+/// 5. **Write** the new state with If-Match; a conflict reads and applies again (at most 10 times). A plan
+///    change then marks the subscription it replaced.
+public final class SubscriptionUpdater: Sendable {
+    private let apps: [String: RelayConfiguration.App]
+    let stateStore: any SubscriptionStateStore
+    let mapping: NotificationMapping
+    private let play: [String: any PlayPurchases]
+    private let stripe: [String: any StripeCharges]
+    let logger: Logger
+    let counters: NormalizerCounters
+
+    /// The updater of `configuration`'s apps and `money` section.
+    public convenience init(
+        configuration: RelayConfiguration, stateStore: any SubscriptionStateStore, storeAPIs: StoreAPIs, logger: Logger,
+        metrics: any MetricsFactory
+    ) throws(ConfigurationError) {
+        try self.init(apps: configuration.apps, money: configuration.money, stateStore: stateStore, storeAPIs: storeAPIs, logger: logger, metrics: metrics)
+    }
+
+    /// Reads the exchange rates. `storeAPIs` are the Play Developer API and Stripe API clients of the
+    /// apps that configure them (`GooglePlayClient.clients(for:)`, `StripeClient.clients(for:)`).
+    public init(
+        apps: [RelayConfiguration.App], money: RelayConfiguration.Money, stateStore: any SubscriptionStateStore, storeAPIs: StoreAPIs,
+        logger: Logger, metrics: any MetricsFactory
+    ) throws(ConfigurationError) {
+        self.apps = RelayConfiguration.appsByKey(apps)
+        self.stateStore = stateStore
+        let counters = NormalizerCounters(metrics)
+        self.mapping = NotificationMapping(
+            events: EventBuilder(money: money, rates: try ExchangeRates.load(path: money.exchangeRates), counters: counters, logger: logger))
+        self.play = storeAPIs.play
+        self.stripe = storeAPIs.stripe
+        self.logger = logger
+        self.counters = counters
+    }
+
+    /// The standardized events of one verified notification; `receivedAt` is its `relay-received-at`.
+    public func normalize(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
+        guard let app = apps[notification.app] else { return [] }
+        var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
+
+        // Google's subject (the purchase token) is in the notification; its Play data is fetched only
+        // after the dedup check below, so a repeat replays what was recorded without calling Google.
+        let first = mapping.map(input, prior: nil)
+        if let detail = first.malformed { throw .rejected(Rejection(.malformed, detail)) }
+        guard first.recognized else {
+            counters.unmapped.increment([("store", notification.store.rawValue)])
+            logger.warning(
+                "notification type not mapped; no events",
+                metadata: [
+                    LogKey.notificationStore: "\(notification.store.rawValue)", LogKey.notificationType: "\(notification.type ?? "-")",
+                    LogKey.notificationId: "\(notification.notificationId ?? "-")",
+                ])
+            return []
+        }
+        // Without a subject there is no state to read; with one, the stored state decides (an invoice
+        // names its price only through the subscription the relay already knows).
+        guard first.subject != nil || !first.events.isEmpty else { return [] }
+        let products = try await backend { () async throws(BackendError) in try await stateStore.productMapping(applicationId: app.applicationId) }
+        guard var subject = first.subject else {
+            return mapping.events.build(first, input: input, subject: nil, prior: nil, after: nil, others: [], mapping: products)
+        }
+        // A Stripe refund names its charge, not the subscription it paid for: unless the charge is a one-time
+        // purchase the relay keys by its PaymentIntent, Stripe's API says which subscription (when configured).
+        if let charge = StripeMapping.refundedChargeId(notification.payload), let client = stripe[app.key] {
+            let purchase = try await backend { () async throws(BackendError) in
+                try await stateStore.subscription(store: .stripe, originalTransactionId: subject)
+            }
+            if purchase == nil {
+                input.api = StoreAPIData(charge: StripeMapping.trimmedCharge(try await fetchCharge(charge, client: client, app: app)))
+                subject = mapping.map(input, prior: nil).subject ?? subject
+            }
+        }
+
+        var fetched = notification.store != .google
+        for _ in 0..<10 {
+            let current = try await backend { () async throws(BackendError) in
+                try await stateStore.subscription(store: notification.store, originalTransactionId: subject)
+            }
+            if let id = notification.notificationId, let recent = current?.recentNotifications.last(where: { $0.id == id }),
+                let context = AppliedContext(recent.context)
+            {
+                let applied = mapping.replay(input, recorded: context, subject: subject, mapping: products)
+                try await markReplaced(notification.store, applied)
+                return applied.events
+            }
+            if !fetched {
+                input.api = try await fetchPlay(app: app, notification: notification.payload)
+                fetched = true
+            }
+            let step = mapping.step(input, prior: current)
+            guard step.result.state != nil || !step.result.events.isEmpty else { return [] }
+            var others: [String] = []
+            // The user's other subscriptions once this notification is applied: without the one it replaces.
+            var othersAfter: [String] = []
+            if let user = step.user {
+                let active = try await backend { () async throws(BackendError) in
+                    try await stateStore.otherActiveSubscriptions(appUserId: user, excluding: notification.store, originalTransactionId: subject)
+                }
+                others = active.flatMap { products.entitlements(of: $0) }
+                othersAfter = active.filter { $0.store != notification.store || $0.originalTransactionId != step.result.replaces }
+                    .flatMap { products.entitlements(of: $0) }
+            }
+            let applied = mapping.finish(
+                step, input: input, subject: subject, prior: current, others: others, othersAfter: othersAfter, mapping: products)
+            guard let state = applied.write else { return applied.events }
+            let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
+            switch written {
+            case .written:
+                try await markReplaced(notification.store, applied)
+                return applied.events
+            case .versionMismatch, .stale:
+                counters.writeConflicts.increment()
+                continue
+            }
+        }
+        throw .unavailable("subscription \(notification.store.rawValue)/\(subject) kept changing under 10 attempts")
+    }
+
+    /// A backend call whose failure means "try the record again later".
+    func backend<Value>(_ body: () async throws(BackendError) -> Value) async throws(NormalizationError) -> Value {
+        do {
+            return try await body()
+        } catch {
+            throw .unavailable("\(error)")
+        }
+    }
+
+    // MARK: Google Play Developer API
+
+    private func fetchPlay(app: RelayConfiguration.App, notification: JSON) async throws(NormalizationError) -> StoreAPIData? {
+        let fetch = GoogleMapping.fetch(for: notification)
+        guard fetch != .none else { return nil }
+        guard let client = play[app.key], let packageName = app.google?.packageName else {
+            throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no google.playApi configured; the subscription's state cannot be read"))
+        }
+        switch fetch {
+        case .none:
+            return nil
+        case .subscription(let token):
+            let purchase = try await playCall(app) { () async throws(StoreAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
+            var data = StoreAPIData(subscription: purchase)
+            if GoogleMapping.isPurchase(notification), let linked = purchase.text("linkedPurchaseToken"), GoogleMapping.replacedProductId(purchase) == nil {
+                data.replacedProductId = try await replacedProduct(linked, client: client, packageName: packageName, app: app)
+            }
+            return data
+        case .product(let productId, let token):
+            return StoreAPIData(
+                product: try await playCall(app) { () async throws(StoreAPIError) in
+                    try await client.product(packageName: packageName, productId: productId, purchaseToken: token)
+                })
+        }
+    }
+
+    /// The product of the purchase a plan change replaced: its stored state's, else the Play Developer
+    /// API's; nil when Google no longer knows it (the new purchase still counts).
+    private func replacedProduct(_ token: String, client: any PlayPurchases, packageName: String, app: RelayConfiguration.App)
+        async throws(NormalizationError) -> String?
+    {
+        let stored = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: token) }
+        if let stored { return stored.productId }
+        do {
+            let purchase = try await playCall(app) { () async throws(StoreAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
+            return GoogleMapping.productId(ofPurchase: purchase)
+        } catch {
+            if case .rejected(let rejection) = error, rejection.reason == .purchaseNotFound { return nil }
+            throw error
+        }
+    }
+
+    /// A Play Developer API call: a purchase Google does not know is rejected; anything else as `storeAPIFailure` says.
+    private func playCall(_ app: RelayConfiguration.App, _ body: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+        do {
+            return try await body()
+        } catch {
+            throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
+        }
+    }
+
+    /// One classification of store API failures for every store: nil when the store does not know the
+    /// object (the caller decides what that means); our side (credentials, console permissions) or a broken
+    /// answer is retried, in order, until fixed (rejecting would lose the notification's place in its
+    /// subscription's history); an unreachable API is tried again later.
+    func storeAPIFailure(_ error: StoreAPIError, app: RelayConfiguration.App) -> NormalizationError? {
+        counters.storeAPIError(error)
+        switch error.kind {
+        case .notFound:
+            return nil
+        case .rejected, .configuration, .invalidResponse:
+            logger.error(
+                "the \(error.api.rawValue) refused the request; retrying until it is fixed",
+                metadata: [LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
+            return .unavailable(error.message)
+        case .unavailable:
+            return .unavailable(error.message)
+        }
+    }
+
+    // MARK: Stripe API
+
+    /// The refunded charge with its invoice; nil when Stripe does not know it (the refund then stands alone).
+    private func fetchCharge(_ id: String, client: any StripeCharges, app: RelayConfiguration.App) async throws(NormalizationError) -> JSON? {
+        do {
+            return try await client.charge(id)
+        } catch {
+            if let failure = storeAPIFailure(error, app: app) { throw failure }
+            return nil
+        }
+    }
+}
+
+extension EventDraft {
+    /// Whether money moves with this event: a purchase, a renewal, a refund or its reversal. Other events
+    /// (a product_change too, as Superwall documents: the purchase or renewal beside it carries the money)
+    /// carry a price of 0; a money event whose amount the store does not report carries null.
+    var movesMoney: Bool {
+        switch type {
+        case .initialPurchase, .renewal, .nonRenewingPurchase, .refundReversed: true
+        case .cancellation: cancelReason == Reason.customerSupport
+        default: false
+        }
+    }
+}
+
+/// The normalizer's metrics, each made once (the event builder counts events and missing rates).
+struct NormalizerCounters: Sendable {
+    let unmapped: LabeledCounters
+    let writeConflicts: LabeledCounters
+    let events: LabeledCounters
+    let exchangeRateMissing: LabeledCounters
+    let playAPIErrors: LabeledCounters
+    let stripeAPIErrors: LabeledCounters
+
+    init(_ factory: any MetricsFactory) {
+        unmapped = LabeledCounters(label: "relay_notifications_unmapped_total", factory: factory)
+        writeConflicts = LabeledCounters(label: "relay_backend_write_conflicts_total", factory: factory)
+        events = LabeledCounters(label: "relay_events_total", factory: factory)
+        exchangeRateMissing = LabeledCounters(label: "relay_exchange_rate_missing_total", factory: factory)
+        playAPIErrors = LabeledCounters(label: "relay_play_api_errors_total", factory: factory)
+        stripeAPIErrors = LabeledCounters(label: "relay_stripe_api_errors_total", factory: factory)
+    }
+
+    /// Counts a store API failure under its API's metric.
+    func storeAPIError(_ error: StoreAPIError) {
+        switch error.api {
+        case .play: playAPIErrors.increment([("kind", error.kind.rawValue)])
+        case .stripe: stripeAPIErrors.increment([("kind", error.kind.rawValue)])
+        case .appStore: break
+        }
+    }
+}
