@@ -218,7 +218,7 @@ import Testing
             conflictOnFirstWrite: true, products: [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])])
         let pipeline = NotificationHandler(
             configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
-            normalizer: try Normalizer(configuration: configuration, stateStore: store, storeAPIs: try StoreAPIs.configured(configuration, logger: testLogger()), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
+            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: try StoreAPIs.configured(configuration, logger: testLogger()), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
             producer: producer, logger: testLogger(), metrics: NOOPMetricsHandler.instance)
         let group = uniqueName("worker")
         let eventsReader = try log.consumer(ConsumerOptions(groupID: uniqueName("events"), topics: [configuration.topics.events]))
