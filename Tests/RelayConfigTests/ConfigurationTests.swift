@@ -39,6 +39,34 @@ import Testing
         #expect(configuration.backend.readKeys.map(\.apps) == [["demo"]])
     }
 
+    /// The one-machine production configuration that deploy/systemd/revenue-relay.service runs with every role.
+    @Test func oneMachineConfigurationLoadsWithItsSecretsFromTheEnvironment() throws {
+        let path = Self.repositoryRoot.appendingPathComponent("config/one-machine.yaml").path
+        let environment = ["RELAY_BACKEND_KEY": "k", "ANALYTICS_READ_KEY": "r", "DEMO_PUBLIC_API_KEY": "p", "STRIPE_WEBHOOK_SECRET": "whsec_s", "PADDLE_WEBHOOK_SECRET": "p", "ANALYTICS_WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "GOOGLE_SERVICE_ACCOUNT_KEY_FILE": Self.repositoryRoot.appendingPathComponent("Tests/Fixtures/google/service-account.json").path]
+        let configuration = try RelayConfiguration.load(path: path, environment: environment)
+        // The embedded log and the backend's database, both in the unit's StateDirectory (absolute paths stay as written).
+        #expect(configuration.log.kind == .embedded)
+        #expect(configuration.log.path == "/var/lib/revenue-relay/log")
+        #expect(configuration.backend.database == "/var/lib/revenue-relay/backend.sqlite")
+        // The backend role runs in the same process: it needs the secret key, and the tools reach it at backend.url.
+        #expect(configuration.backend.apiKey == "k")
+        #expect(configuration.backend.url == "http://127.0.0.1:8081")
+        #expect(configuration.backend.listen.description == "127.0.0.1:8081")
+        #expect(configuration.backend.readKeys.map(\.apps) == [["demo"]])
+        #expect(configuration.backend.publicRateLimit.clientAddressHeader == "X-Forwarded-For")
+        // Behind a TLS proxy on the same machine; /metrics off the proxied port.
+        #expect(configuration.ingest.listen.description == "127.0.0.1:8080")
+        #expect(configuration.metrics.listen?.description == "127.0.0.1:9090")
+        #expect(configuration.app("demo")?.stripe?.signingSecrets == ["whsec_s"])
+        #expect(configuration.app("demo")?.publicApiKeys == ["p"])
+        #expect(configuration.app("demo")?.apple?.environments.contains("Xcode") == false)
+        #expect(configuration.endpoints.first?.id == "analytics")
+        #expect(configuration.delivery.allowPrivateNetworks == false)
+        // Its secrets come from the environment only.
+        #expect(throws: ConfigurationError.self) { _ = try RelayConfiguration.load(path: path, environment: [:]) }
+    }
+
     @Test func defaultsApplyWhenSectionsAreAbsent() throws {
         let configuration = try parse("kafka: { bootstrapServers: \"broker:9092\" }")
         #expect(configuration.kafka.bootstrapServers == "broker:9092")

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A webhook receiver for trying `revenue-relay dev`: listens on 127.0.0.1:8090 and verifies each
-webhook with the `standardwebhooks` and `svix` libraries when they are installed
-(`pip install standardwebhooks svix`), else with the same algorithm from the standard library.
+webhook with the `standardwebhooks` and `svix` libraries when the Python running it has them, else with
+the same algorithm from the standard library. Debian's system Python refuses `pip install` (externally
+managed), so put them in a virtual environment (apt-get install -y python3-venv, if venv is missing):
 
-    python3 config/dev/receiver.py [--port 8090] [--secret whsec_...] [--status 200]
+    python3 -m venv /tmp/sw && /tmp/sw/bin/pip install standardwebhooks svix
+    /tmp/sw/bin/python config/dev/receiver.py [--port 8090] [--secret whsec_...] [--status 200]
 
 --status 500 makes every delivery fail (watch the retries, then the dead-letter topic).
 """
