@@ -12,7 +12,7 @@ public struct BackendStateStore: SubscriptionStateStore {
         do {
             return try await client.productMapping(applicationId: applicationId)
         } catch where error.kind == .notFound {
-            // An application without products: nothing unlocks anything (the README says how to map them).
+            // An application without products: nothing unlocks anything (docs/configuration.md says how to map them).
             return ProductMapping(products: [])
         }
     }

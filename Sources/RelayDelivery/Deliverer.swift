@@ -7,7 +7,7 @@ import RelayHTTPClient
 public import ServiceLifecycle
 import Synchronization
 
-/// Delivers `relay.deliveries` records as signed webhooks (docs/contracts.md (topics and the webhook payload); README "Delivery").
+/// Delivers `relay.deliveries` records as signed webhooks (docs/contracts.md (topics and the webhook payload); docs/delivery.md).
 ///
 /// - **Intake:** one consumer (group `relay-deliverer`) reads `relay.deliveries` and every retry topic.
 ///   Retry records carry `relay-due-at`; the consumer holds a partition paused at a record that is not
@@ -364,8 +364,8 @@ public final class Deliverer: Service {
         case .retry(_, let topicStep, let dueAt):
             lane.counters.retried.increment()
             produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt))
-            // Moved to a retry topic: the subscription's later deliveries go ahead of it (the README's
-            // Delivery section says why; `data.sequence` lets receivers drop a stale one).
+            // Moved to a retry topic: the subscription's later deliveries go ahead of it (docs/delivery.md
+            // says why; `data.sequence` lets receivers drop a stale one).
             advance(lane, after: record)
         case .exhausted:
             deadLetter(record, failed, reason: .retriesExhausted, endpointLabel: lane.id)

@@ -1,7 +1,7 @@
 import Foundation
 import RelayCore
 
-/// When a failed delivery is tried again, as Svix does it (README "Retry schedule"):
+/// When a failed delivery is tried again, as Svix does it (docs/delivery.md):
 ///
 /// - after attempt `n` fails, the next attempt waits step `n` of the schedule, ±20% jitter; after the
 ///   last step the delivery is dead-lettered;

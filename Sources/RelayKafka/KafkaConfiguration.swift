@@ -1,6 +1,6 @@
 public import RelayCore
 
-/// How to reach Kafka and which raw librdkafka settings to pass through (the README's Kafka client guarantees).
+/// How to reach Kafka and which raw librdkafka settings to pass through (docs/architecture.md, Kafka client guarantees).
 public struct KafkaConfiguration: Sendable {
     /// `host:port[,host:port...]`.
     public var bootstrapServers: String

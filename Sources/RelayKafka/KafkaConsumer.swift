@@ -18,7 +18,7 @@ public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
     public var description: String { "\(topic)[\(partition)]" }
 }
 
-/// A consumer-group member with at-least-once semantics (the README's Kafka client guarantees).
+/// A consumer-group member with at-least-once semantics (docs/architecture.md, Kafka client guarantees).
 ///
 /// - Offsets are stored only when the caller marks a record done (`enable.auto.offset.store=false`),
 ///   in order per partition even when records finish out of order; librdkafka's auto commit then

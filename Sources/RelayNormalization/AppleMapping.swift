@@ -11,7 +11,7 @@ import RelayCore
 /// where the relay needed 2.25 ms per notification against 1.16 ms before. Lenient reads (`text`,
 /// `integer`) keep what the typed models did: a member of an unexpected type reads as absent.
 enum AppleMapping {
-    /// `notificationType` → what it means. Documented as the README's mapping table.
+    /// `notificationType` → what it means. Documented as docs/mappings/apple.md's table.
     static func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         let payload = input.notification.payload
         let type = payload["notificationType"]?.stringValue ?? ""

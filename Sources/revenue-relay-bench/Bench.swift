@@ -5,7 +5,7 @@ import RelayConfig
 import RelayCore
 import RelayVerification
 
-/// Benchmarks for the README. Build in release: `swift run -c release revenue-relay-bench <name>`.
+/// Benchmarks (docs/benchmarks.md). Build in release: `swift run -c release revenue-relay-bench <name>`.
 @main
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

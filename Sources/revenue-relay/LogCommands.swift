@@ -123,7 +123,8 @@ struct Topics: AsyncParsableCommand {
         abstract: "Show each topic with its partitions and end offsets, and each consumer group's lag, on either log.",
         discussion: """
             Lag is the records between where a group goes on and the partition's end: relay-worker on the \\
-            notifications topic, relay-deliverer on the deliveries and retry topics. A group that stored nothing \\
+            notifications topic, relay-deliverer on the deliveries and retry topics, relay-backend on the events \\
+            topic. A group that stored nothing \\
             yet counts from the oldest record kept. Exit 0: done; 69: the log unreachable; 78: bad configuration.
             """
     )
@@ -178,15 +179,15 @@ struct Topics: AsyncParsableCommand {
     }
 }
 
-/// `revenue-relay copy`: moving up from the embedded log to Kafka (see the README's "Moving up to Kafka").
+/// `revenue-relay copy`: moving up from the embedded log to Kafka (docs/architecture.md, "Moving up to Kafka").
 struct Copy: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Copy what the embedded log has not finished (and its dead letters) to Kafka, to move a stopped relay up to a cluster.",
         discussion: """
             Stop the relay first (it owns the data directory; the copy refuses to run beside it). Copies the \
             notifications after relay-worker's offsets, the deliveries and retry topics after \
-            relay-deliverer's, and the dead-letter topic and replay ledger whole; --history also copies the \
-            events and rejected topics whole. The Kafka topics must exist. Then set log.kind: kafka and run. \
+            relay-deliverer's, the events after relay-backend's, and the dead-letter topic and replay ledger \
+            whole; --history also copies the events and rejected topics whole. The Kafka topics must exist. Then set log.kind: kafka and run. \
             Exit 0: done; 69: the log in use, or Kafka unreachable; 78: bad configuration.
             """
     )

@@ -9,7 +9,7 @@ import RelayCore
 struct RevenueRelay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "revenue-relay",
-        abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications and relays them through Kafka.",
+        abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications, verifies and standardizes them, keeps entitlements current and delivers signed webhooks, on Kafka or an embedded durable log.",
         version: RelayVersion.current,
         subcommands: [
             Dev.self, Run.self, Replay.self, Tail.self, Topics.self, Copy.self, Inspect.self, Events.self, Revenue.self, Import.self, Recover.self,

@@ -9,7 +9,7 @@ func base64URL(_ text: String) -> String {
 
 func jws(_ payload: String) -> String { "\(base64URL(#"{"alg":"ES256"}"#)).\(base64URL(payload)).c2ln" }
 
-/// The Kafka key subject of docs/contracts.md (the raw record) and the README's Verification section, as a table: store, body, expected subject.
+/// The Kafka key subject of docs/contracts.md (the raw record) and docs/verification.md, as a table: store, body, expected subject.
 @Suite struct NotificationSubjectTests {
     struct Row: Sendable, CustomStringConvertible {
         var name: String

@@ -47,7 +47,7 @@ struct AppleVectorTests {
 
     @Test func rejectsTheLibrarysBrokenSamples() throws {
         let verifier = try appleVerifier(environments: ["Sandbox", "Production"], root: testRoot)
-        // Signed correctly, but with neither signedDate nor environment: the README's Verification section calls it malformed.
+        // Signed correctly, but with neither signedDate nor environment: docs/verification.md's section calls it malformed.
         #expect(rejected { try verifier.verify(body: body(text("mock_signed_data/wrongBundleId"))) } == .malformed)
         #expect(rejected { try verifier.verify(body: body(text("mock_signed_data/missingX5CHeaderClaim"))) } == .malformed)
         #expect(rejected { try verifier.verify(body: body(text("mock_signed_data/legacyTransaction"))) } == .malformed)

@@ -1,5 +1,5 @@
 /// Header names of `relay.deliveries` records and of the retry and dead-letter topics after them
-/// (README "Delivery"). Besides these, every delivery record carries `relay-event-id`,
+/// (docs/delivery.md). Besides these, every delivery record carries `relay-event-id`,
 /// `relay-event-type` and `relay-app`.
 public enum DeliveryHeaderName {
     /// The endpoint's configured `id`.

@@ -1,5 +1,5 @@
 /// The subject of a notification: what its Kafka key is made of, so that every notification about one
-/// subscription lands on one partition and is processed in order (docs/contracts.md (the raw record) and the README's Verification section).
+/// subscription lands on one partition and is processed in order (docs/contracts.md (the raw record) and docs/verification.md).
 ///
 /// Read from the unverified body: this only chooses a partition; verification happens in the worker.
 public enum NotificationSubject {

@@ -1,4 +1,4 @@
-/// Why a notification was not accepted: a stable code (the README's Verification section) for machines and dashboards,
+/// Why a notification was not accepted: a stable code (docs/verification.md) for machines and dashboards,
 /// and a detail for the human reading `inspect` or the rejected topic.
 public enum RejectReason: String, Sendable, CaseIterable, CustomStringConvertible {
     /// Not the shape the store sends: not JSON, not a JWS, a missing field (Apple `signedDate`, `x5c`).

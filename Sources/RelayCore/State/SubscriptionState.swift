@@ -159,7 +159,7 @@ public struct SubscriptionState: Sendable, Equatable {
     }
 
     /// The users whose entitlements this subscription feeds: its app user ids, or
-    /// `$RelayAnonymous:<store>:<originalTransactionId>` when the store named none (the README's Verification section).
+    /// `$RelayAnonymous:<store>:<originalTransactionId>` when the store named none (docs/normalization.md).
     public var entitlementUserIds: [String] {
         var ids = appUserIds
         if let originalAppUserId, !ids.contains(originalAppUserId) { ids.insert(originalAppUserId, at: 0) }
@@ -337,7 +337,7 @@ public struct ProductMapping: Sendable, Equatable {
     }
 
     /// The entitlements a product unlocks. Google products may be mapped as `productId:basePlanId`,
-    /// which wins over the plain `productId` (the README's Verification section).
+    /// which wins over the plain `productId` (docs/normalization.md).
     public func entitlements(store: Store, productId: String, basePlanId: String? = nil) -> [String] {
         let name = Self.storeName(store)
         if let basePlanId, let specific = products.first(where: { $0.store == name && $0.productId == "\(productId):\(basePlanId)" }) {
