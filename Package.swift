@@ -376,7 +376,22 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayWorkerTests",
-            dependencies: ["RelayWorker", "RelayNormalization", "RelayConfig", "RelayCore"],
+            dependencies: [
+                "RelayWorker", "RelayNormalization", "RelayConfig", "RelayCore", "RelayEmbeddedLog", "RelayVerification", "RelayBackend",
+                "RelayTestSupport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RelayCryptoTests",
+            dependencies: ["RelayCrypto"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "RecordLogTests",
+            dependencies: ["RelayCore", "RelayKafka", "RelayEmbeddedLog", "RelayTestSupport", "RelayCrypto"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -385,7 +400,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "RelayAppTests",
+            name: "RelayIntegrationTests",
             dependencies: [
                 "RelayCrypto", "RelayApp", "RelayTestSupport", "RelayHTTPClient", "RelayKafka", "RelayEmbeddedLog", "RelayConfig", "RelayCore", "RelayWorker", "RelayBackend", "RelayLocalBackend", "RelayAppStoreAPI", "RelayHistory",
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -4,7 +4,7 @@ import RelayDelivery
 import Synchronization
 import Testing
 
-/// `DeadLetterReplay`'s choices on given topic contents (the Kafka run is in RelayAppTests).
+/// `DeadLetterReplay`'s choices on given topic contents (the Kafka run is in RelayIntegrationTests).
 @Suite struct ReplayTests {
     struct Snapshot: TopicSnapshot {
         let items: [ConsumedRecord]

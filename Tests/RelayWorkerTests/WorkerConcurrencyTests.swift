@@ -14,6 +14,19 @@ import Testing
 
 /// The worker runs different subscriptions' notifications concurrently and one subscription's in order.
 @Suite struct WorkerConcurrencyTests {
+    /// App `demo` taking Stripe events signed with `whsec_test`, `price_pro` unlocking `pro`.
+    static func configuration() throws -> RelayConfiguration {
+        try RelayConfiguration.parse(
+            yaml: """
+                apps:
+                  - key: demo
+                    projectId: 1
+                    applicationId: 1
+                    stripe: { signingSecrets: ["whsec_test"] }
+                    products: [{ productId: price_pro, store: STRIPE, entitlements: [pro] }]
+                """, baseDirectory: "/", environment: [:])
+    }
+
     /// Holds the record whose value is `blocked` until released; records every start and finish.
     final class GatedProcessor: WorkerRecordHandler {
         let blocked: String
@@ -204,7 +217,7 @@ import Testing
     }
 
     @Test func aCrashAfterProducingRepeatsEveryRecordWithTheSameEventsAndConflictsAreRetriedUnderConcurrency() async throws {
-        var configuration = try TestRelay.configuration()
+        var configuration = try Self.configuration()
         configuration.topics.notifications = uniqueName("notifications")
         let topics = [configuration.topics.notifications, configuration.topics.events, configuration.topics.deliveries, configuration.topics.rejected]
         let log = try EmbeddedRecordLog.inMemory(topics: topics, partitions: 2, logger: testLogger())
@@ -218,7 +231,7 @@ import Testing
             conflictOnFirstWrite: true, products: [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])])
         let pipeline = NotificationHandler(
             configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
-            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: try StoreAPIs.configured(configuration, logger: testLogger()), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
+            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: StoreAPIs(), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
             producer: producer, logger: testLogger(), metrics: NOOPMetricsHandler.instance)
         let group = uniqueName("worker")
         let eventsReader = try log.consumer(ConsumerOptions(groupID: uniqueName("events"), topics: [configuration.topics.events]))

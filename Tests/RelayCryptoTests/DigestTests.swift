@@ -1,5 +1,4 @@
 import RelayCrypto
-import RelayVerification
 import Testing
 
 /// HMAC-SHA256 through OpenSSL, one-shot and with a key prepared once (the webhook signer's).
