@@ -60,7 +60,7 @@ import Testing
 
         /// The records of `topic` so far, read from the beginning by a fresh group.
         func records(_ topic: String) async throws -> [ConsumedRecord] {
-            try await relay.records(topic: topic, settle: .milliseconds(800))
+            try await relay.records(topic: topic)
         }
 
         func statusChanges(for user: String) async throws -> [JSON] {

@@ -99,14 +99,23 @@ final class TestRelay: Sendable {
         return (consumer, RecordCollector(consumer.records))
     }
 
-    /// The records of `topic` so far: a fresh reader from the beginning, given `settle` to catch up.
-    func records(topic: String, settle: Duration = .milliseconds(1500)) async throws -> [ConsumedRecord] {
-        let (consumer, collector) = try reader(topic: topic)
-        try await Task.sleep(for: settle)
-        let records = collector.records
-        collector.cancel()
-        await consumer.close()
-        return records
+    /// The records of `topic` up to its end now (a snapshot of the log: nothing waited for); with `atLeast`,
+    /// once it holds that many.
+    func records(topic: String, atLeast count: Int = 0) async throws -> [ConsumedRecord] {
+        let log = environment.process.log
+        @Sendable func snapshot() async throws -> [ConsumedRecord] {
+            var records: [ConsumedRecord] = []
+            for try await record in try log.snapshot(of: topic).records { records.append(record) }
+            return records
+        }
+        guard count > 0 else { return try await snapshot() }
+        let found = LockedBox<[ConsumedRecord]>([])
+        try await waitUntil("\(count) records in \(topic)") {
+            let records = try await snapshot()
+            found.withLock { $0 = records }
+            return records.count >= count
+        }
+        return found.value
     }
 
     /// The replay command's log option for this relay: `--bootstrap-servers` or `--data`.
