@@ -4,7 +4,7 @@ public import Prometheus
 public import RelayConfig
 public import RelayCore
 public import RelayIngest
-public import RelayKafka
+import RelayKafka
 import RelayAppStoreAPI
 import RelayEmbeddedLog
 public import RelayBackend

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 // The request and response bodies of the App Store Server API endpoints the relay calls, as Apple
 // documents them (https://developer.apple.com/documentation/appstoreserverapi). Dates are Unix

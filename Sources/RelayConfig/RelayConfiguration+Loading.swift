@@ -1,4 +1,4 @@
-public import RelayCore
+import RelayCore
 import Foundation
 import Yams
 

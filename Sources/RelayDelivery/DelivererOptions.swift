@@ -1,10 +1,10 @@
-public import CoreMetrics
+import CoreMetrics
 import DequeModule
-public import Logging
-public import RelayConfig
-public import RelayCore
+import Logging
+import RelayConfig
+import RelayCore
 import RelayHTTPClient
-public import ServiceLifecycle
+import ServiceLifecycle
 import Synchronization
 
 /// Settings of the deliverer that are not configuration keys: tests compress them.

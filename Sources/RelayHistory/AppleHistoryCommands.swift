@@ -1,7 +1,7 @@
 import Foundation
 public import Logging
 public import RelayAppStoreAPI
-public import RelayBackend
+import RelayBackend
 public import RelayConfig
 public import RelayCore
 public import RelayHTTPClient

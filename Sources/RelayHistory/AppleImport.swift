@@ -1,15 +1,10 @@
 import Foundation
-public import Logging
-public import RelayAppStoreAPI
-public import RelayBackend
-public import RelayConfig
-public import RelayCore
-public import RelayHTTPClient
+import RelayAppStoreAPI
+import RelayConfig
+import RelayCore
 import RelayVerification
 
 extension AppleHistoryCommands {
-    // MARK: - import
-
     /// What `import apple` did.
     public struct ImportSummary: Sendable, Equatable {
         /// Distinct subscriptions (originalTransactionIds) and one-time purchases' ids seen.

@@ -1,15 +1,10 @@
 import Foundation
-public import Logging
-public import RelayAppStoreAPI
-public import RelayBackend
-public import RelayConfig
-public import RelayCore
-public import RelayHTTPClient
+import RelayAppStoreAPI
+import RelayConfig
+import RelayCore
 import RelayVerification
 
 extension AppleHistoryCommands {
-    // MARK: - reconcile
-
     /// One subscription whose stored state differed from Apple's, and what was appended for it.
     public struct Correction: Sendable, Equatable {
         public var originalTransactionId: String

@@ -1,15 +1,10 @@
 import Foundation
-public import Logging
-public import RelayAppStoreAPI
-public import RelayBackend
-public import RelayConfig
-public import RelayCore
-public import RelayHTTPClient
+import RelayAppStoreAPI
+import RelayConfig
+import RelayCore
 import RelayVerification
 
 extension AppleHistoryCommands {
-    // MARK: - recover
-
     /// What `recover apple` did.
     public struct RecoverSummary: Sendable, Equatable {
         /// Notifications in Apple's history for the period.

@@ -1,10 +1,10 @@
 import CoreMetrics
 import Foundation
-public import Logging
-public import RelayBackend
-public import RelayConfig
-public import RelayCore
-public import RelayHTTPClient
+import Logging
+import RelayBackend
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
 
 /// The backend as the store history commands read it: the events store (what was recorded of a
 /// subscription or a notification) and the subscriptions list, each failure said for the command line.

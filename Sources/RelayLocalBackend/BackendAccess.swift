@@ -1,9 +1,9 @@
-public import CoreMetrics
+import CoreMetrics
 import HTTPTypes
 public import Hummingbird
 import NIOCore
-public import RelayConfig
-public import RelayCore
+import RelayConfig
+import RelayCore
 
 /// Who presented the request's key (docs/contracts.md, "Keys and scopes").
 public enum BackendPrincipal: Sendable, Equatable {

@@ -1,6 +1,6 @@
 import Foundation
-public import RelayConfig
-public import RelayCore
+import RelayConfig
+import RelayCore
 
 /// Normalization itself, with nothing read or written: one verified notification, its subscription's
 /// prior state, the store's facts (`MappingInput.api`) and the entitlements of the user's other active
