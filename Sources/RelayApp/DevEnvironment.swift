@@ -2,8 +2,6 @@ import Foundation
 public import Logging
 public import RelayConfig
 public import RelayKafka
-import RelayCore
-import RelayEmbeddedLog
 
 /// `revenue-relay dev`: every role in one process on loopback, with the local backend.
 ///
@@ -53,10 +51,6 @@ public final class DevEnvironment: Sendable {
             configuration.log.path = directory
             configuration.log.partitions = Self.partitions
             configuration.backend.database = directory + "/backend.sqlite"
-            // A second dev on the same directory: say that (69), not that its ports are taken (78).
-            if EmbeddedRecordLog.isOwned(directory: directory) {
-                throw .log(RecordLogError(code: .configuration, reason: "\(EmbeddedRecordLog.AlreadyOwned(directory: directory))", isRetriable: false))
-            }
             self.cluster = nil
             self.dataDirectory = directory
             self.process = try RelayProcess(

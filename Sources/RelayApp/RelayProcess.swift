@@ -69,6 +69,10 @@ public final class RelayProcess: Sendable {
         uncheckedConfiguration configuration: RelayConfiguration, roles: [Role], bootstrapServers: String?, logger: Logger,
         installSignalHandlers: Bool
     ) throws {
+        // A second process on the same embedded log: say that (69), not that its ports are taken (78).
+        if configuration.log.kind == .embedded, EmbeddedRecordLog.isOwned(directory: configuration.log.path) {
+            throw EmbeddedRecordLog.AlreadyOwned(directory: configuration.log.path)
+        }
         // Taken addresses fail here, before anything opens, naming the key to change.
         try ListenCheck.requireFree(configuration.ingest.listen, key: "ingest.listen")
         if roles.contains(.backend) { try ListenCheck.requireFree(configuration.backend.listen, key: "backend.listen") }

@@ -19,8 +19,11 @@ extension BackendClient {
             throw BackendError(kind: .badRequest, message: (try? JSON.parse(response.body))?["detail"]?.stringValue ?? "the backend refused the request to \(path)")
         case 404:
             throw BackendError(kind: .notFound, message: "it has no \(path): it is older than this command; upgrade it")
-        default:
+        case 401, 403:
             throw Self.error(response, what: path)
+        default:
+            let detail = (try? JSON.parse(response.body))?["detail"]?.stringValue.map { ": \($0)" } ?? ""
+            throw BackendError(kind: .invalidResponse, message: "it answered HTTP \(response.status) for \(path)\(detail)")
         }
     }
 

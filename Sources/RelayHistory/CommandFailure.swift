@@ -36,9 +36,13 @@ extension CommandFailure {
     public init(_ error: BackendError, backendURL url: String) {
         switch error.kind {
         case .unauthorized: self.init(.configuration, "the backend at \(url) refused backend.apiKey")
-        case .badRequest: self.init(.badArguments, error.message)
+        case .badRequest: self.init(.badArguments, "the backend at \(url) refused the request: \(error.message)")
         case .notFound, .invalidResponse: self.init(.unavailable, "the backend at \(url): \(error.message)")
-        case .unavailable: self.init(.unavailable, "the backend at \(url) cannot be reached (\(error.message)); start it, or pass its address with --backend-url")
+        case .unavailable:
+            // Unreachable, or a 5xx or 429 that outlasted the retries: both say "not now".
+            self.init(
+                .unavailable,
+                "the backend at \(url) did not answer in time or is unavailable (\(error.message)); start it, or pass its address with --backend-url")
         }
     }
 }

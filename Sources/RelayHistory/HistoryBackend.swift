@@ -13,6 +13,8 @@ struct HistoryBackend: Sendable {
     let url: String
 
     init(configuration: RelayConfiguration.Backend, url: String, http: HTTPClient, logger: Logger) {
+        var url = url
+        while url.hasSuffix("/") { url.removeLast() }
         self.url = url
         client = BackendClient(configuration: configuration, address: BackendAddress(url), http: http, logger: logger, metrics: NOOPMetricsHandler.instance)
     }

@@ -56,7 +56,8 @@ public struct LocalStateStore: SubscriptionStateStore {
         } catch {
             throw Self.unavailable("reading the subscriptions of a user", error)
         }
-        let now = wallClockMilliseconds()
+        // The backend's clock, as the entitlements route's (tests give it theirs).
+        let now = backend.clock()
         return all.filter { $0.isActive(at: now) }
     }
 

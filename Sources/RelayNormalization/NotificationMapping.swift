@@ -30,20 +30,30 @@ public struct NotificationMapping: Sendable {
     struct Step {
         var result: StoreMapping
         var next: SubscriptionState?
-        /// The app user whose other subscriptions the events need (nil: none, or anonymous).
+        var prior: SubscriptionState?
+        /// The app user whose other subscriptions the events need: the new state's, else the stored one's
+        /// (a refund changes no state but still says the user's status); nil when none, or anonymous.
         var user: String? {
-            guard let user = next?.entitlementUserIds.first, !user.hasPrefix("$RelayAnonymous:") else { return nil }
+            guard let user = (next ?? prior)?.entitlementUserIds.first, !user.hasPrefix("$RelayAnonymous:") else { return nil }
             return user
         }
     }
 
-    /// What applying a notification yields: the state to write (nil: nothing) and the events, which are
-    /// the answer once the write succeeded (or when there is nothing to write).
+    /// What applying a notification yields: the state to write (nil: nothing), and its events, built
+    /// (and counted in the metrics) only when asked: once the write succeeded, or when there is nothing
+    /// to write, so a conflict or a failed write that is tried again counts nothing twice.
     struct Applied {
         var write: SubscriptionState?
-        var events: [StandardEvent]
         /// A plan change whose replaced subscription must be marked, once this state is stored.
         var replaces: (token: String, productId: String?, at: Int64, by: SubscriptionState)?
+        private let build: () -> [StandardEvent]
+
+        init(write: SubscriptionState?, build: @escaping () -> [StandardEvent]) {
+            self.write = write
+            self.build = build
+        }
+
+        func events() -> [StandardEvent] { build() }
     }
 
     func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
@@ -66,11 +76,12 @@ public struct NotificationMapping: Sendable {
         replay.api = context.api
         let again = mapAgainst(replay, prior: context.prior)
         let after = merge(context.prior, again) ?? context.prior
-        var applied = Applied(
-            write: nil,
-            events: events.build(
+        let events = self.events
+        var applied = Applied(write: nil) {
+            events.build(
                 again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
-                othersAfter: context.othersAfter, sequence: context.sequence, mapping: mapping))
+                othersAfter: context.othersAfter, sequence: context.sequence, mapping: mapping)
+        }
         // A crash may have come between this state's write and the replaced one's: done again, once.
         if let replaced = again.replaces, let after, Self.beginsAccess(prior: context.prior, after: after) {
             applied.replaces = (replaced, again.replacedProductId, again.eventTime, after)
@@ -80,7 +91,7 @@ public struct NotificationMapping: Sendable {
 
     func step(_ input: MappingInput, prior: SubscriptionState?) -> Step {
         let result = mapAgainst(input, prior: prior)
-        return Step(result: result, next: merge(prior, result))
+        return Step(result: result, next: merge(prior, result), prior: prior)
     }
 
     /// The second half, given the entitlements of the user's other active subscriptions (`others`) and
@@ -107,12 +118,13 @@ public struct NotificationMapping: Sendable {
             }
             next = state
         }
+        let events = self.events
         guard var state = next else {
-            return Applied(
-                write: nil,
-                events: events.build(
+            return Applied(write: nil) {
+                events.build(
                     result, input: input, subject: subject, prior: current, after: current, others: others, othersAfter: othersAfter,
-                    mapping: mapping))
+                    mapping: mapping)
+            }
         }
         // The version the write gives the state: the subscription's sequence number.
         let sequence = (current?.version ?? 0) + 1
@@ -123,11 +135,12 @@ public struct NotificationMapping: Sendable {
             state.recentNotifications.append(.init(id: id, context: context.json))
             state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
         }
-        var applied = Applied(
-            write: state,
-            events: events.build(
-                result, input: input, subject: subject, prior: current, after: state, others: others, othersAfter: othersAfter,
-                sequence: sequence, mapping: mapping))
+        let written = state
+        var applied = Applied(write: state) {
+            events.build(
+                result, input: input, subject: subject, prior: current, after: written, others: others, othersAfter: othersAfter,
+                sequence: sequence, mapping: mapping)
+        }
         if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) {
             applied.replaces = (replaced, result.replacedProductId, result.eventTime, state)
         }

@@ -114,7 +114,7 @@ public final class SubscriptionUpdater: Sendable {
             {
                 let applied = mapping.replay(input, recorded: context, subject: subject, mapping: products)
                 try await markReplaced(notification.store, applied)
-                return applied.events
+                return applied.events()
             }
             if !fetched {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
@@ -135,12 +135,12 @@ public final class SubscriptionUpdater: Sendable {
             }
             let applied = mapping.finish(
                 step, input: input, subject: subject, prior: current, others: others, othersAfter: othersAfter, mapping: products)
-            guard let state = applied.write else { return applied.events }
+            guard let state = applied.write else { return applied.events() }
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }
             switch written {
             case .written:
                 try await markReplaced(notification.store, applied)
-                return applied.events
+                return applied.events()
             case .versionMismatch, .stale:
                 counters.writeConflicts.increment()
                 continue

@@ -65,7 +65,8 @@ struct BackendOptions: ParsableArguments {
             FileHandle.standardError.write(Data("revenue-relay: backend.apiKey is not set in \(config)\n".utf8))
             throw Exit.badConfiguration
         }
-        let url = backendURL ?? configuration.backend.url
+        var url = backendURL ?? configuration.backend.url
+        while url.hasSuffix("/") { url.removeLast() }
         var logger = Logger(label: "revenue-relay")
         logger.logLevel = .warning
         return BackendReading(

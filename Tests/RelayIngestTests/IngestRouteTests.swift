@@ -82,7 +82,7 @@ func base64URL(_ text: String) -> String {
         let after = Int64(Date().timeIntervalSince1970 * 1000)
         #expect(response.status == 200)
 
-                let record = try #require(try await relay.records().first)
+        let record = try #require(try await relay.records().first)
         #expect(record.keyString == testCase.expectedKey)
         #expect(record.value == Array(testCase.body.utf8))
         #expect(record.headers.first(named: "relay-store")?.stringValue == testCase.store)
@@ -94,7 +94,7 @@ func base64URL(_ text: String) -> String {
         }
         // Only the documented headers: nothing else from the request leaks into the record.
         #expect(Set(record.headers.map(\.name)).isSubset(of: ["relay-store", "relay-app", "relay-received-at", "stripe-signature", "paddle-signature", "authorization"]))
-                try await relay.server.stop()
+        try await relay.server.stop()
     }
 
     @Test func aBodyTheIngestCannotDecodeIsRefusedNotStoredUndecoded() async throws {
@@ -128,9 +128,9 @@ func base64URL(_ text: String) -> String {
         let chunked = try exchange(
             "POST /v1/notifications/stripe/stripe-only HTTP/1.1\r\nHost: relay\r\nStripe-Signature: t=1700000000,v1=00\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunk)
         #expect(chunked.hasPrefix("HTTP/1.1 200"), "\(chunked)")
-                let records = try await relay.records()
+        let records = try await relay.records()
         #expect(records.map(\.keyString) == ["stripe:evt_gz"])
-                try await relay.server.stop()
+        try await relay.server.stop()
     }
 
     @Test func aKnownRouteWithTheWrongMethodAnswers405WithAllow() async throws {
@@ -169,9 +169,9 @@ func base64URL(_ text: String) -> String {
         #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_big","n":1e999999}"#, headers: stripeSigned).status == 200)
         // Nothing refused above reached the log; the valid ones do (on their partitions).
         #expect(try await relay.post("/v1/notifications/stripe/stripe-only", body: #"{"id":"evt_ok"}"#, headers: stripeSigned).status == 200)
-                let records = try await relay.records()
+        let records = try await relay.records()
         #expect(records.count == 2)
         #expect(Set(records.compactMap(\.keyString)) == ["stripe:evt_big", "stripe:evt_ok"])
-                try await relay.server.stop()
+        try await relay.server.stop()
     }
 }

@@ -123,6 +123,26 @@ import Testing
         }
     }
 
+    /// Events are counted (`relay_events_total`) once, when they are the answer: a write that fails and
+    /// is tried again (a backend outage, a lost If-Match race) counts nothing twice.
+    @Test func eventsAreCountedOnceAcrossAFailedWriteAndItsRetry() async throws {
+        let harness = try await ScenarioHarness(transport: .inProcess)
+        let metrics = TestMetrics()
+        let updater = try SubscriptionUpdater(
+            configuration: harness.configuration, stateStore: FailingOnce(harness.stateStore, failingWriteOf: "sub_counted"), storeAPIs: StoreAPIs(),
+            logger: testLogger(), metrics: metrics)
+        let created = Fixtures.signedDate / 1000
+        let notification = stripeEvent("evt_counted", subscription: "sub_counted", created: created)
+        await #expect(throws: NormalizationError.self) { try await updater.normalize(notification, receivedAt: Fixtures.signedDate) }
+        let events = try await updater.normalize(notification, receivedAt: Fixtures.signedDate)
+        #expect(!events.isEmpty)
+        let counted = events.map(\.type.rawValue).reduce(into: [String: Int64]()) { $0[$1, default: 0] += 1 }
+        for (type, count) in counted {
+            #expect(metrics.value(of: "relay_events_total", ["stripe", type]) == count, "\(type)")
+        }
+        await harness.stop()
+    }
+
     /// A crash between the new token's write and the old token's mark: the redelivered notification
     /// finds itself applied (its recorded context) and marks the old token then, with the same events.
     @Test func aPlanChangeRedeliveredAfterACrashMarksTheReplacedTokenThen() async throws {

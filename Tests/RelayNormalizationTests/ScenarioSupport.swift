@@ -233,6 +233,14 @@ final class ScenarioHarness: Sendable {
         }
     }
 
+    /// The updater's state store: the local backend's database (in process) or its routes (over HTTP).
+    var stateStore: any SubscriptionStateStore {
+        switch transport {
+        case .http: BackendStateStore(client: client)
+        case .inProcess: LocalStateStore(backend: backend, database: database)
+        }
+    }
+
     /// The stored state of a subscription, as the backend holds it.
     func subscription(store: Store, originalTransactionId: String) async throws -> SubscriptionState? {
         switch transport {
@@ -345,7 +353,7 @@ func testStoreAPIs(_ configuration: RelayConfiguration) throws -> StoreAPIs {
 }
 
 /// The Play Developer API from memory: the step's answers, failing as `GooglePlayClient` classifies the
-/// HTTP failure a `$status` stands for (404/410 not found, 401/403 refused, others unavailable).
+/// HTTP failure a `$status` stands for (404/410 not found, other 4xx refused, 5xx and 429 unavailable).
 struct MemoryPlay: PlayPurchases {
     let answers: LockedBox<JSON>
 
@@ -372,8 +380,9 @@ struct MemoryPlay: PlayPurchases {
         let kind: StoreAPIError.Kind =
             switch status {
             case 404, 410: .notFound
-            case 401, 403: .rejected
-            default: .unavailable
+            case 429, 500...: .unavailable
+            case 400..<500: .rejected
+            default: .invalidResponse
             }
         throw StoreAPIError(.play, kind: kind, message: "test", status: status)
     }

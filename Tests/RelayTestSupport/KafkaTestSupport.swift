@@ -4,7 +4,6 @@ public import RelayCore
 public import RelayKafka
 import Synchronization
 
-/// A logger for tests: warnings and above to stderr, so failures show librdkafka's complaints.
 /// The logger the code under test gets: quiet (critical only), so a passing run prints only the test
 /// results; `RELAY_TEST_LOG=info` (or debug, warning, ...) shows the logs, e.g. when rerunning a failing test.
 public func testLogger(_ label: String = "test") -> Logger {
