@@ -215,7 +215,7 @@ enum ConfigParser {
     }
 
     static func publicRateLimit(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend.RateLimit {
-        let map = try node.mapping(known: ["requestsPerSecond", "burst", "clientAddressHeader"])
+        let map = try node.mapping(known: ["requestsPerSecond", "burst", "clientAddressHeader", "trustedProxies"])
         var limit = RelayConfiguration.Backend.RateLimit()
         if let value = try map.optional("requestsPerSecond", requestRate) { limit.requestsPerSecond = value }
         if let value = try map.optional("burst", { (node) throws(ConfigurationError) in try node.int(in: 1...1_000_000) }) { limit.burst = value }
@@ -224,6 +224,7 @@ enum ConfigParser {
             guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else { throw node.error("expected a header name") }
             return name
         }
+        if let value = try map.optional("trustedProxies", addressRanges) { limit.trustedProxies = value }
         return limit
     }
 

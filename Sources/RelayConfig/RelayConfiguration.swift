@@ -190,9 +190,13 @@ public struct RelayConfiguration: Sendable {
             public var requestsPerSecond: Double = 20
             /// Requests one client may make at once after being idle. Default: 200.
             public var burst = 200
-            /// A header the operator's proxy sets to the client's address (`X-Forwarded-For`: its last
-            /// entry is used, the one the proxy added). Unset (default): the TCP peer's address.
+            /// A header the operator's proxy sets to the client's address (`X-Forwarded-For`). With
+            /// `trustedProxies`, read from the right through them; without, its last entry from any peer
+            /// (only safe when every request comes through the proxy). Unset (default): the TCP peer's address.
             public var clientAddressHeader: String?
+            /// The operator's proxies (CIDR ranges): only from these peers is the client address header
+            /// believed, read from the right past them (`X-Forwarded-For` when no header is named). Default: none.
+            public var trustedProxies: [AddressRange] = []
 
             public init() {}
         }

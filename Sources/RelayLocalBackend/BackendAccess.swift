@@ -211,6 +211,8 @@ package struct BackendAuthentication: RouterMiddleware {
     let keys: BackendKeys
     let limiter: ClientRateLimiter
     let clientAddressHeader: HTTPField.Name?
+    /// With `backend.publicRateLimit.trustedProxies`: the header is believed only from them.
+    let trustedProxies: ClientAddressResolver?
     let refusals: LabeledCounters
     let rateLimited: LabeledCounters
 
@@ -237,9 +239,15 @@ package struct BackendAuthentication: RouterMiddleware {
         return try await next(request, context)
     }
 
-    /// The configured header's last entry (the one the operator's proxy added), else the TCP peer; an
-    /// IPv6 address by its /64, which one subscriber usually holds whole.
+    /// Behind `trustedProxies`: the header read from the right past them (`ClientAddressResolver`). Else the
+    /// configured header's last entry (the one the operator's proxy added), else the TCP peer. An IPv6
+    /// address by its /64, which one subscriber usually holds whole.
     private func clientAddress(_ request: Request, _ context: Context) -> String {
+        if let trustedProxies {
+            let header = clientAddressHeader ?? HTTPField.Name("X-Forwarded-For")!
+            let client = trustedProxies.client(peer: context.peerAddress, forwardedFor: request.headers[values: header])
+            return client?.clientKey ?? Self.bucket(context.peerAddress ?? "unknown")
+        }
         if let clientAddressHeader, let value = request.headers[clientAddressHeader],
             let last = value.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
         {

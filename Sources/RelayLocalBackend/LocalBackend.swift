@@ -80,6 +80,7 @@ public struct LocalBackend: Sendable {
         router.add(
             middleware: BackendAuthentication(
                 keys: keys, limiter: limiter, clientAddressHeader: limit.clientAddressHeader.flatMap { HTTPField.Name($0) },
+                trustedProxies: limit.trustedProxies.isEmpty ? nil : ClientAddressResolver(trustedProxies: limit.trustedProxies),
                 refusals: accessRefusals, rateLimited: rateLimited))
         addEventRoutes(to: router)
         addSubscriptionListRoutes(to: router)

@@ -54,7 +54,7 @@ import Testing
         #expect(configuration.backend.url == "http://127.0.0.1:8081")
         #expect(configuration.backend.listen.description == "127.0.0.1:8081")
         #expect(configuration.backend.readKeys.map(\.apps) == [["demo"]])
-        #expect(configuration.backend.publicRateLimit.clientAddressHeader == "X-Forwarded-For")
+        #expect(configuration.backend.publicRateLimit.trustedProxies.map(\.description) == ["127.0.0.1/32", "::1/128"])
         // Behind a TLS proxy on the same machine; /metrics off the proxied port.
         #expect(configuration.ingest.listen.description == "127.0.0.1:8080")
         #expect(configuration.metrics.listen?.description == "127.0.0.1:9090")
@@ -192,7 +192,7 @@ import Testing
               apiKey: "sk_current"
               apiKeys: ["sk_next"]
               readKeys: [{ key: "rk_analytics", apps: [ios, web] }]
-              publicRateLimit: { requestsPerSecond: 2.5, burst: 10, clientAddressHeader: X-Forwarded-For }
+              publicRateLimit: { requestsPerSecond: 2.5, burst: 10, clientAddressHeader: X-Forwarded-For, trustedProxies: ["10.0.0.0/8"] }
             apps:
               - { key: ios, projectId: 1, applicationId: 1, publicApiKeys: ["pk_ios_a", "pk_ios_b"], stripe: { signingSecrets: [x] } }
               - { key: web, projectId: 1, applicationId: 2, stripe: { signingSecrets: [y] } }
@@ -206,6 +206,7 @@ import Testing
         #expect(configuration.backend.publicRateLimit.requestsPerSecond == 2.5)
         #expect(configuration.backend.publicRateLimit.burst == 10)
         #expect(configuration.backend.publicRateLimit.clientAddressHeader == "X-Forwarded-For")
+        #expect(configuration.backend.publicRateLimit.trustedProxies.map(\.description) == ["10.0.0.0/8"])
         // Defaults: generous for a real app, and the TCP peer as the client.
         let defaults = try parse("backend: { apiKeys: [\"sk_only\"] }")
         #expect(defaults.backend.clientKey == "sk_only")

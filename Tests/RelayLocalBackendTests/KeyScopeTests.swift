@@ -77,7 +77,7 @@ final class ScopedBackend: Sendable {
     private let task: Task<Void, any Error>
 
     /// `rate`: the public routes' requests a second per client (0: off), bursts of 3.
-    init(rate: Double = 0, clientAddressHeader: String? = nil) async throws {
+    init(rate: Double = 0, clientAddressHeader: String? = nil, trustedProxies: String? = nil) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scopes"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try Data("{\"keys\": []}".utf8).write(to: directory.appendingPathComponent("google-jwks.json"))
@@ -85,6 +85,9 @@ final class ScopedBackend: Sendable {
             .replacingOccurrences(of: "RATE", with: String(rate))
         if let clientAddressHeader {
             yaml = yaml.replacingOccurrences(of: "burst: 3 }", with: "burst: 3, clientAddressHeader: \(clientAddressHeader) }")
+        }
+        if let trustedProxies {
+            yaml = yaml.replacingOccurrences(of: "burst: 3", with: "burst: 3, trustedProxies: \(trustedProxies)")
         }
         let configuration = try RelayConfiguration.parse(yaml: yaml, baseDirectory: directory.path, environment: [:])
         database = try SubscriptionDatabase(path: configuration.backend.database)
@@ -450,5 +453,27 @@ private func malloryState(_ id: String) -> String {
         #expect(try await backend.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "198.51.100.9")]).status == 200)
         #expect(try await backend.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "1.2.3.4, 203.0.113.7")]).status == 429)
         await backend.stop()
+    }
+
+    /// With `trustedProxies`, the header counts only from them: a client that writes its own
+    /// `X-Forwarded-For` straight to the backend buys no new bucket; through a trusted proxy, each client
+    /// the proxy names has its own, and entries a client wrote in front are ignored.
+    @Test func theClientAddressHeaderIsBelievedOnlyFromTrustedProxies() async throws {
+        let products = "/subscriptions-api/public/v1/products"
+        let untrusted = try await ScopedBackend(rate: 1, trustedProxies: #"["10.0.0.0/8"]"#)
+        for address in ["203.0.113.1", "203.0.113.2", "203.0.113.3"] {
+            #expect(try await untrusted.send("GET", products, .publicThis, headers: [("X-Forwarded-For", address)]).status == 200)
+        }
+        #expect(
+            try await untrusted.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "203.0.113.4")]).status == 429,
+            "the peer (127.0.0.1) is not a trusted proxy: one client, whatever it claims")
+        await untrusted.stop()
+
+        let proxied = try await ScopedBackend(rate: 1, trustedProxies: #"["127.0.0.1"]"#)
+        for _ in 0..<3 { #expect(try await proxied.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "203.0.113.7")]).status == 200) }
+        #expect(try await proxied.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "203.0.113.7")]).status == 429)
+        #expect(try await proxied.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "198.51.100.9")]).status == 200)
+        #expect(try await proxied.send("GET", products, .publicThis, headers: [("X-Forwarded-For", "1.2.3.4, 203.0.113.7")]).status == 429)
+        await proxied.stop()
     }
 }
