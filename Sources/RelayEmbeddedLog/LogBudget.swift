@@ -9,10 +9,10 @@ import Synchronization
 ///
 /// Retention never removes a record some group of its topic has not processed, so a flood of appends
 /// while the consumers are stopped or behind would grow the log without bound. For a budgeted topic (the
-/// notifications, written by anyone on the internet) the log instead refuses new appends with `full`
-/// while one of its partitions holds `limit` (`log.retentionBytes`) unprocessed bytes; the ingest
-/// answers 503 and the stores retry later. Other topics are written by the relay's own stages and are
-/// only measured.
+/// notifications, written by anyone on the internet) the log instead refuses appends to a partition with
+/// `full` once it holds `limit` (`log.retentionBytes`) unprocessed bytes, until it is back under 90%
+/// (`reopening`); the ingest answers 503 and the stores retry later. Other topics are written by the
+/// relay's own stages and are only measured.
 ///
 /// The count is exact at each `refresh` (a few indexed lookups per partition, on the log's writer thread
 /// at most every `refreshInterval`) and grows with every append between refreshes, so a burst cannot
