@@ -4,12 +4,13 @@ import RelayCore
 /// The `apps` list: each app, its stores and its products.
 extension ConfigParser {
     static func app(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.App {
-        let map = try node.mapping(known: ["key", "projectId", "applicationId", "publicApiKeys", "apple", "google", "stripe", "paddle", "products"])
+        let map = try node.mapping(
+            known: ["key", "projectId", "applicationId", "publicApiKeys", "transferPolicy", "apple", "google", "stripe", "paddle", "products"])
         let key = try map.required("key") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
         guard key.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
             throw ConfigurationError(key: "\(node.path).key", message: "use letters, digits, - and _ only (it is part of the ingest URL)")
         }
-        return RelayConfiguration.App(
+        var app = RelayConfiguration.App(
             key: key,
             projectId: try map.required("projectId") { (node) throws(ConfigurationError) in try node.int(in: 0...Int.max) },
             applicationId: try map.required("applicationId") { (node) throws(ConfigurationError) in try node.int(in: 0...Int.max) },
@@ -20,6 +21,12 @@ extension ConfigParser {
             products: try map.optional("products") { (node) throws(ConfigurationError) in try list(node, product) } ?? [],
             publicApiKeys: try map.optional("publicApiKeys") { (node) throws(ConfigurationError) in try keyList(node) } ?? []
         )
+        if let policy = try map.optional("transferPolicy", { (node) throws(ConfigurationError) -> RelayConfiguration.TransferPolicy in
+            let text = try node.string()
+            guard let policy = RelayConfiguration.TransferPolicy(rawValue: text) else { throw node.error("expected transfer or keep") }
+            return policy
+        }) { app.transferPolicy = policy }
+        return app
     }
 
     static let appleEnvironments = ["Sandbox", "Production", "Xcode", "LocalTesting"]

@@ -13,6 +13,8 @@ extension RelayConfiguration {
         /// The keys the app embeds (public: anyone who unpacks the app has them): the public routes, for
         /// this app's users and products only.
         public var publicApiKeys: [String] = []
+        /// What happens when a user links an id another user already has (`transferPolicy`). Default: transfer.
+        public var transferPolicy: TransferPolicy = .transfer
 
         /// Whether this app receives notifications from `store`.
         public func accepts(_ store: Store) -> Bool {
@@ -23,6 +25,15 @@ extension RelayConfiguration {
             case .paddle: paddle != nil
             }
         }
+    }
+
+    /// `apps[].transferPolicy`: what happens when a second user presents an id (or, later, a purchase)
+    /// another user of the app owns: a restore on a shared device, a new account.
+    public enum TransferPolicy: String, Sendable, CaseIterable {
+        /// It moves to the second user (RevenueCat's default "transfer to new App User ID").
+        case transfer
+        /// The first user keeps it; the second is refused with 409 `owned_by_another_user`.
+        case keep
     }
 
     public struct Apple: Sendable {

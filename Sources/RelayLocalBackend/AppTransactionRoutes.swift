@@ -118,7 +118,7 @@ extension LocalBackend {
         return json(.accepted, granted)
     }
 
-    private struct RouteProblem: Error {
+    struct RouteProblem: Error {
         var response: Response
     }
 

@@ -79,6 +79,7 @@ extension LocalBackend {
     static let entitlementsPath = "/subscriptions-api/public/v1/users/:appUserId/entitlements"
     static let productsPath = "/subscriptions-api/public/v1/products"
     static let appTransactionPath = "/subscriptions-api/public/v1/users/:appUserId/app-transaction"
+    static let aliasesPath = "/subscriptions-api/public/v1/users/:appUserId/aliases"
     static let configPath = "/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion"
 
     /// Every route the backend serves and the keys it admits: the one place a route's scope is decided.
@@ -98,6 +99,7 @@ extension LocalBackend {
         BackendRoute(.get, entitlementsPath): .public,
         BackendRoute(.get, productsPath): .public,
         BackendRoute(.post, appTransactionPath): .public,
+        BackendRoute(.post, aliasesPath): .public,
     ]
 
     /// Registers `handler` for a route of `routeScopes`; it runs only for a key the route's scope admits

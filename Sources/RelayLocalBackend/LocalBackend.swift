@@ -85,6 +85,7 @@ public struct LocalBackend: Sendable {
         addEventRoutes(to: router)
         addSubscriptionListRoutes(to: router)
         addAppTransactionRoutes(to: router)
+        addAliasRoutes(to: router)
         let backend = self
         route(router, .get, Self.configPath) { _, context, _ in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {
@@ -144,6 +145,8 @@ public struct LocalBackend: Sendable {
             // logged in counts as theirs. The union, each subscription once.
             var users = [user]
             if let device = request.uri.queryParameters.get("deviceId"), !device.isEmpty, device != user { users.append(device) }
+            // Any id of a user (`aliases`) stands for all of them, in each app the key reaches.
+            users = try await backend.allUserIds(users, applicationIds: principal.applicationIds)
             // An id the backend has never seen (an SDK asking for a fresh install's device id before any
             // purchase) is a user without entitlements: 200 with empty lists, not 404.
             // A public key sees its own app's purchases only: one user id that bought in two apps shows

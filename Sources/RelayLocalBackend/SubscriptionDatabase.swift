@@ -73,6 +73,9 @@ public final class SubscriptionDatabase: Sendable {
             // Pages filtered by app alone sorted every event of the app for each page without it.
             try db.execute(sql: "CREATE INDEX event_by_app ON event (app, seq)")
         }
+        migrator.registerMigration("v4: user aliases") { db in
+            try createAliasSchema(db)
+        }
         return migrator
     }
 

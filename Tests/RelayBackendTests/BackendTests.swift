@@ -315,6 +315,7 @@ final class TestBackend: Sendable {
             "/subscriptions-api/internal/v1/revenue",
             "/subscriptions-api/internal/v1/subscriptions",
             "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction",
+            "/subscriptions-api/public/v1/users/{appUserId}/aliases",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -345,6 +346,9 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple", [auth], nil),
             ("post", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction", "/subscriptions-api/public/v1/users/user-1/app-transaction?applicationId=7", [auth], Array(#"{"signedAppTransaction": "not.a.jws"}"#.utf8)),
             ("post", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction", "/subscriptions-api/public/v1/users/user-1/app-transaction?applicationId=7", [], Array(#"{"signedAppTransaction": "a.b.c"}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/users/{appUserId}/aliases", "/subscriptions-api/public/v1/users/user-1/aliases?applicationId=7", [auth], Array(#"{"aliasIds": ["$SuperwallAlias:1"]}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/users/{appUserId}/aliases", "/subscriptions-api/public/v1/users/user-1/aliases?applicationId=7", [auth], Array(#"{"aliasIds": []}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/users/{appUserId}/aliases", "/subscriptions-api/public/v1/users/user-1/aliases?applicationId=99", [auth], Array(#"{"aliasIds": ["x"]}"#.utf8)),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -354,7 +358,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404])
         await backend.stop()
     }
 }

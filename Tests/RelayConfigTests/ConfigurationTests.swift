@@ -157,6 +157,17 @@ import Testing
         #expect(error("kafka: {")?.key == "")
     }
 
+    @Test func theTransferPolicyIsReadAndDefaultsToTransfer() throws {
+        let configuration = try parse(
+            """
+            apps:
+              - { key: a, projectId: 1, applicationId: 1, stripe: { signingSecrets: [x] } }
+              - { key: b, projectId: 1, applicationId: 2, transferPolicy: keep, stripe: { signingSecrets: [y] } }
+            """)
+        #expect(configuration.apps.map(\.transferPolicy) == [.transfer, .keep])
+        #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, transferPolicy: move }]")?.key == "apps[0].transferPolicy")
+    }
+
     @Test func theIngestsClientLimitsProxiesAndSourcesAreRead() throws {
         let defaults = try parse("ingest: { maxConnections: 512 }")
         #expect(defaults.ingest.trustedProxies.isEmpty)

@@ -77,7 +77,8 @@ final class ScopedBackend: Sendable {
     private let task: Task<Void, any Error>
 
     /// `rate`: the public routes' requests a second per client (0: off), bursts of 3.
-    init(rate: Double = 0, clientAddressHeader: String? = nil, trustedProxies: String? = nil) async throws {
+    /// - Parameter transferPolicy: `ios`'s `transferPolicy` (default: none configured, so `transfer`).
+    init(rate: Double = 0, clientAddressHeader: String? = nil, trustedProxies: String? = nil, transferPolicy: String? = nil) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scopes"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try Data("{\"keys\": []}".utf8).write(to: directory.appendingPathComponent("google-jwks.json"))
@@ -85,6 +86,9 @@ final class ScopedBackend: Sendable {
             .replacingOccurrences(of: "RATE", with: String(rate))
         if let clientAddressHeader {
             yaml = yaml.replacingOccurrences(of: "burst: 3 }", with: "burst: 3, clientAddressHeader: \(clientAddressHeader) }")
+        }
+        if let transferPolicy {
+            yaml = yaml.replacingOccurrences(of: "    publicApiKeys: [\"pk_ios_0005\"]", with: "    publicApiKeys: [\"pk_ios_0005\"]\n    transferPolicy: \(transferPolicy)")
         }
         if let trustedProxies {
             yaml = yaml.replacingOccurrences(of: "burst: 3", with: "burst: 3, trustedProxies: \(trustedProxies)")
@@ -240,6 +244,20 @@ let scopeTable: [ScopeCase] = [
             .secret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
             .rotatedSecret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
             .publicThis: .rows(200, ["pro", "com.example.pro.monthly"]), .publicOther: .rows(200, ["premium", "premium_sub"]),
+        ]),
+    // Linking ids to a user answers with that user's customer info in the app the key acts for.
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/users/:appUserId/aliases"), method: "POST",
+        path: "/subscriptions-api/public/v1/users/shared-user/aliases?applicationId=1", body: #"{"aliasIds": ["$SuperwallAlias:scope"]}"#,
+        rows: { body in
+            let document = json(body)
+            let listed = strings(document["entitlements"]?.arrayValue?.map { $0["identifier"] ?? .null })
+            let subscriptions = strings(document["customerInfo"]?["subscriptions"]?.arrayValue?.map { $0["productId"] ?? .null })
+            return listed + subscriptions
+        },
+        expected: [
+            .secret: .rows(200, ["pro", "com.example.pro.monthly"]), .rotatedSecret: .rows(200, ["pro", "com.example.pro.monthly"]),
+            .publicThis: .rows(200, ["pro", "com.example.pro.monthly"]),
         ]),
     ScopeCase(
         route: BackendRoute(.get, "/subscriptions-api/public/v1/products"), method: "GET", path: "/subscriptions-api/public/v1/products",

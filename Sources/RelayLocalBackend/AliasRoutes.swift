@@ -1,0 +1,101 @@
+import Foundation
+import Hummingbird
+import RelayConfig
+import RelayCore
+
+extension LocalBackend {
+    /// At most this many ids in one link request, and this many bytes in one id.
+    static let maximumAliasesPerRequest = 16
+    static let maximumIdBytes = 256
+
+    /// `POST /subscriptions-api/public/v1/users/{appUserId}/aliases` with `{"aliasIds": ["$SuperwallAlias:…",
+    /// "$SuperwallDevice:…"]}`: the ids are the user from now on, in the app (`UserAliases.swift`). Idempotent.
+    ///
+    /// - 200 with the entitlements route's body for the user: what was bought under any of the ids.
+    /// - 409 `owned_by_another_user` when an id is another user's and the app's `transferPolicy` is `keep`
+    ///   (nothing is linked, and the other user is not named); under `transfer` (the default) it moves.
+    /// - 400 `bad_request` for a body that is not `{"aliasIds": [...]}` with 1 to 16 ids of at most 256 bytes.
+    ///
+    /// With a public key the app is the key's own; the secret key names it with `?applicationId=`.
+    func addAliasRoutes(to router: Router<BackendRequestContext>) {
+        let backend = self
+        route(router, .post, Self.aliasesPath) { request, context, principal in
+            try await backend.linkAliases(request, context, principal)
+        }
+    }
+
+    private func linkAliases(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
+        guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty, user.utf8.count <= Self.maximumIdBytes else {
+            return errorResponse(.badRequest, "bad_request", "appUserId is required, at most \(Self.maximumIdBytes) bytes")
+        }
+        let app: RelayConfiguration.App
+        switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
+        case .success(let found): app = found
+        case .failure(let problem): return problem.response
+        }
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        guard let document = try? JSON.parse(Array(body.readableBytesView)), let list = document["aliasIds"]?.arrayValue else {
+            return errorResponse(.badRequest, "bad_request", #"the body must be {"aliasIds": ["<id>", ...]}"#)
+        }
+        let ids = list.compactMap(\.stringValue)
+        guard ids.count == list.count, (1...Self.maximumAliasesPerRequest).contains(ids.count) else {
+            return errorResponse(.badRequest, "bad_request", "aliasIds must hold 1 to \(Self.maximumAliasesPerRequest) strings")
+        }
+        guard ids.allSatisfy({ !$0.isEmpty && $0.utf8.count <= Self.maximumIdBytes && !$0.unicodeScalars.contains { $0.properties.generalCategory == .control } })
+        else {
+            return errorResponse(.badRequest, "bad_request", "each alias id is 1 to \(Self.maximumIdBytes) bytes without control characters")
+        }
+        switch try await database.link(aliases: ids, to: user, applicationId: app.applicationId, policy: app.transferPolicy, now: clock()) {
+        case .ownedByAnotherUser:
+            return errorResponse(
+                .conflict, "owned_by_another_user", "an id belongs to another user of this app, and the app's transferPolicy is keep; nothing was linked")
+        case .linked(let linked):
+            let (_, all) = try await database.userIds(of: linked, applicationId: app.applicationId)
+            var subscriptions = try await database.subscriptions(ofUsers: all)
+            subscriptions.removeAll { $0.applicationId != app.applicationId }
+            return json(.ok, entitlements(of: subscriptions).json)
+        }
+    }
+
+    /// The app a user route acts in: a public key's own (`?applicationId=` naming another is 403); with
+    /// another key, the one `?applicationId=` names, or the only configured app.
+    func userApp(applicationId: String?, principal: BackendPrincipal) -> Result<RelayConfiguration.App, RouteProblem> {
+        if case .publicApp(let key, let ownApplicationId) = principal {
+            if let applicationId, applicationId != String(ownApplicationId) {
+                return .failure(RouteProblem(response: self.forbidden("this key acts for its own app's users only")))
+            }
+            guard let app = configuration.apps.first(where: { $0.key == key }) else {
+                return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "this key's app is not configured")))
+            }
+            return .success(app)
+        }
+        if let applicationId {
+            guard let id = Int(applicationId), let app = configuration.apps.first(where: { $0.applicationId == id }) else {
+                return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "no application \(applicationId)")))
+            }
+            return .success(app)
+        }
+        guard configuration.apps.count == 1 else {
+            return .failure(
+                RouteProblem(
+                    response: errorResponse(
+                        .badRequest, "bad_request",
+                        "several apps are configured; pass ?applicationId= (one of \(configuration.apps.map { String($0.applicationId) }.joined(separator: ", ")))")))
+        }
+        return .success(configuration.apps[0])
+    }
+
+    /// Every id the request's ids stand for: for each one, its user and that user's aliases, in each app the
+    /// key reaches (aliases belong to an application).
+    func allUserIds(_ ids: [String], applicationIds: Set<Int>?) async throws -> [String] {
+        let applications = applicationIds.map(Array.init) ?? Array(Set(configuration.apps.map(\.applicationId)))
+        var all: [String] = []
+        for id in ids {
+            if !all.contains(id) { all.append(id) }
+            for application in applications.sorted() {
+                for other in try await database.userIds(of: id, applicationId: application).ids where !all.contains(other) { all.append(other) }
+            }
+        }
+        return all
+    }
+}

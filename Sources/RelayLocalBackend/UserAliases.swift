@@ -1,0 +1,91 @@
+import Foundation
+import GRDB
+public import RelayConfig
+
+/// The ids an app user is known by: Superwall's SDK knows a user by `appUserId` once identified, and
+/// before that by an alias (`$SuperwallAlias:<UUID>`) and a device id (`$SuperwallDevice:<UUID>`).
+/// Linking makes those ids the user from then on, per application: every public route answers for any of
+/// them with the user's whole customer info, and what was bought under one counts for the user.
+///
+/// Each alias belongs to one user of an application (`user_alias`). A user is never itself an alias: an
+/// id that had aliases of its own and is linked to another user brings them along.
+extension SubscriptionDatabase {
+    /// What linking aliases did.
+    public enum LinkOutcome: Sendable, Equatable {
+        /// The ids are the user's now; `user` is the user they were linked to (the one the request named,
+        /// or the user that id is itself an alias of).
+        case linked(user: String)
+        /// An alias belongs to another user and the app's `transferPolicy` is `keep`: nothing changed.
+        case ownedByAnotherUser
+    }
+
+    static func createAliasSchema(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE user_alias (
+                    application_id INTEGER NOT NULL,
+                    alias TEXT NOT NULL,
+                    app_user_id TEXT NOT NULL,
+                    linked_at INTEGER NOT NULL,
+                    PRIMARY KEY (application_id, alias)
+                ) WITHOUT ROWID;
+                CREATE INDEX user_alias_by_user ON user_alias (application_id, app_user_id);
+                """)
+    }
+
+    /// Links `aliases` to `user` in one transaction, by `policy` when an alias belongs to another user.
+    public func link(
+        aliases: [String], to user: String, applicationId: Int, policy: RelayConfiguration.TransferPolicy, now: Int64
+    ) async throws -> LinkOutcome {
+        try await pool.write { db in
+            let canonical = try Self.canonicalUser(db, of: user, applicationId: applicationId)
+            var seen = Set<String>()
+            let linking = aliases.filter { $0 != canonical && seen.insert($0).inserted }
+            // Decided before anything is written: under `keep`, one id of another user (an alias of someone
+            // else, or a user with aliases of its own) refuses them all.
+            if policy == .keep {
+                for alias in linking {
+                    if let owner = try Self.owner(db, of: alias, applicationId: applicationId), owner != canonical { return .ownedByAnotherUser }
+                    let hasAliases = try Bool.fetchOne(
+                        db, sql: "SELECT EXISTS (SELECT 1 FROM user_alias WHERE application_id = ? AND app_user_id = ?)",
+                        arguments: [applicationId, alias]) ?? false
+                    if hasAliases { return .ownedByAnotherUser }
+                }
+            }
+            for alias in linking {
+                // An id that had aliases of its own brings them to the user.
+                try db.execute(
+                    sql: "UPDATE user_alias SET app_user_id = ?, linked_at = ? WHERE application_id = ? AND app_user_id = ?",
+                    arguments: [canonical, now, applicationId, alias])
+                try db.execute(
+                    sql: """
+                        INSERT INTO user_alias (application_id, alias, app_user_id, linked_at) VALUES (?, ?, ?, ?)
+                        ON CONFLICT (application_id, alias) DO UPDATE SET app_user_id = excluded.app_user_id, linked_at = excluded.linked_at
+                        WHERE user_alias.app_user_id != excluded.app_user_id
+                        """, arguments: [applicationId, alias, canonical, now])
+            }
+            return .linked(user: canonical)
+        }
+    }
+
+    /// The user `id` stands for in an application (itself when it is no alias), and every id of that user:
+    /// the user first, then its aliases in the order they were linked.
+    public func userIds(of id: String, applicationId: Int) async throws -> (user: String, ids: [String]) {
+        try await pool.read { db in
+            let user = try Self.canonicalUser(db, of: id, applicationId: applicationId)
+            let aliases = try String.fetchAll(
+                db, sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias",
+                arguments: [applicationId, user])
+            return (user, [user] + aliases)
+        }
+    }
+
+    private static func owner(_ db: Database, of alias: String, applicationId: Int) throws -> String? {
+        try String.fetchOne(
+            db, sql: "SELECT app_user_id FROM user_alias WHERE application_id = ? AND alias = ?", arguments: [applicationId, alias])
+    }
+
+    static func canonicalUser(_ db: Database, of id: String, applicationId: Int) throws -> String {
+        try owner(db, of: id, applicationId: applicationId) ?? id
+    }
+}
