@@ -85,17 +85,8 @@ extension LocalBackend {
         return .success(configuration.apps[0])
     }
 
-    /// Every id the request's ids stand for: for each one, its user and that user's aliases, in each app the
-    /// key reaches (aliases belong to an application).
+    /// Every id the request's ids stand for, in each app the key reaches (aliases belong to an application).
     func allUserIds(_ ids: [String], applicationIds: Set<Int>?) async throws -> [String] {
-        let applications = applicationIds.map(Array.init) ?? Array(Set(configuration.apps.map(\.applicationId)))
-        var all: [String] = []
-        for id in ids {
-            if !all.contains(id) { all.append(id) }
-            for application in applications.sorted() {
-                for other in try await database.userIds(of: id, applicationId: application).ids where !all.contains(other) { all.append(other) }
-            }
-        }
-        return all
+        try await database.allUserIds(of: ids, applicationIds: applicationIds)
     }
 }

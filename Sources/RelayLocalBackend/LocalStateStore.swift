@@ -50,12 +50,17 @@ public struct LocalStateStore: SubscriptionStateStore {
     public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {
-        let all: [SubscriptionState]
+        // As the entitlements route answers the secret key: every id linked to the user counts (`aliases`).
+        var all: [SubscriptionState]
         do {
-            all = try await database.subscriptions(ofUser: appUserId, excluding: (store, originalTransactionId))
+            let ids = try await database.allUserIds(of: [appUserId], applicationIds: nil)
+            all = ids.count == 1
+                ? try await database.subscriptions(ofUser: appUserId, excluding: (store, originalTransactionId))
+                : try await database.subscriptions(ofUsers: ids)
         } catch {
             throw Self.unavailable("reading the subscriptions of a user", error)
         }
+        all.removeAll { $0.store == store && $0.originalTransactionId == originalTransactionId }
         // The backend's clock, as the entitlements route's (tests give it theirs).
         let now = backend.clock()
         return all.filter { $0.isActive(at: now) }

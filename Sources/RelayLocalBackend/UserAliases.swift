@@ -30,6 +30,7 @@ extension SubscriptionDatabase {
                     PRIMARY KEY (application_id, alias)
                 ) WITHOUT ROWID;
                 CREATE INDEX user_alias_by_user ON user_alias (application_id, app_user_id);
+                CREATE INDEX user_alias_by_alias ON user_alias (alias);
                 """)
     }
 
@@ -77,6 +78,34 @@ extension SubscriptionDatabase {
                 db, sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias",
                 arguments: [applicationId, user])
             return (user, [user] + aliases)
+        }
+    }
+
+    /// Every id `ids` stand for, in the given applications (nil: every one): each id, the user it is an
+    /// alias of, and that user's aliases. One read, whatever the number of applications.
+    public func allUserIds(of ids: [String], applicationIds: Set<Int>?) async throws -> [String] {
+        try await pool.read { db in
+            var all: [String] = []
+            func add(_ id: String) { if !all.contains(id) { all.append(id) } }
+            for id in ids {
+                add(id)
+                var users = [id]
+                for row in try Row.fetchAll(
+                    db.cachedStatement(sql: "SELECT application_id, app_user_id FROM user_alias WHERE alias = ?"), arguments: [id])
+                where applicationIds?.contains(row[0]) ?? true {
+                    let user: String = row[1]
+                    add(user)
+                    users.append(user)
+                }
+                for user in users {
+                    for row in try Row.fetchAll(
+                        db.cachedStatement(sql: "SELECT application_id, alias FROM user_alias WHERE app_user_id = ?"), arguments: [user])
+                    where applicationIds?.contains(row[0]) ?? true {
+                        add(row[1])
+                    }
+                }
+            }
+            return all
         }
     }
 

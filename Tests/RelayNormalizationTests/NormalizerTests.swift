@@ -11,13 +11,13 @@ import Testing
 /// The normalizer's behaviour around the mapping tables: concurrency, failures, what it rejects.
 @Suite struct NormalizerTests {
     /// A Stripe subscription event, verified, for `subscription` at `created` (Unix seconds).
-    func stripeEvent(_ id: String, subscription: String = "sub_n", status: String = "active", cancelAtPeriodEnd: Bool = false, created: Int64)
-        -> VerifiedNotification
-    {
+    func stripeEvent(
+        _ id: String, subscription: String = "sub_n", status: String = "active", cancelAtPeriodEnd: Bool = false, created: Int64, user: String = "user-n"
+    ) -> VerifiedNotification {
         let object: JSON = [
             "id": .string(subscription), "object": "subscription", "customer": "cus_n", "status": .string(status),
             "start_date": .integer(created), "current_period_end": .integer(created + 2_592_000), "cancel_at_period_end": .bool(cancelAtPeriodEnd),
-            "metadata": ["app_user_id": "user-n"],
+            "metadata": ["app_user_id": .string(user)],
             "items": ["data": [["quantity": 1, "price": ["id": "price_pro_monthly", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
         ]
         let event: JSON = [
@@ -121,6 +121,31 @@ import Testing
         func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError) -> [SubscriptionState] {
             try await inner.otherActiveSubscriptions(appUserId: appUserId, excluding: store, originalTransactionId: originalTransactionId)
         }
+    }
+
+    /// A purchase made under an alias the app linked to a user counts the user's other subscriptions (made
+    /// under the user's own id) in its events' `subscriptionStatus`, as the entitlements route does.
+    @Test func aPurchaseUnderALinkedAliasCountsTheUsersOtherSubscriptions() async throws {
+        let harness = try await ScenarioHarness(transport: .inProcess)
+        let signed = Fixtures.signedDate
+        try await harness.store(
+            SubscriptionState(
+                store: .apple, originalTransactionId: "4000", applicationId: 1, originalAppUserId: "user-x", appUserIds: ["user-x"],
+                productId: "com.example.premium.monthly", status: .active, expiresAt: signed + 30 * 86_400_000, environment: "PRODUCTION",
+                sourceTimestamp: 1))
+        func status(_ events: [StandardEvent]) -> [String] {
+            (events.first?.payload.json["data"]?["subscriptionStatus"]?["entitlements"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue }.sorted()
+        }
+        // Not linked: the alias's purchase stands alone.
+        let alone = try await harness.normalizer.normalize(
+            stripeEvent("evt_alias_1", subscription: "sub_alias_1", created: signed / 1000, user: "$SuperwallAlias:Q1"), receivedAt: signed)
+        #expect(status(alone) == ["pro"])
+        // Linked: the user's premium subscription counts too.
+        try await harness.link(["$SuperwallAlias:Q2"], to: "user-x")
+        let linked = try await harness.normalizer.normalize(
+            stripeEvent("evt_alias_2", subscription: "sub_alias_2", created: signed / 1000, user: "$SuperwallAlias:Q2"), receivedAt: signed)
+        #expect(status(linked) == ["premium", "pro"])
+        await harness.stop()
     }
 
     /// Events are counted (`relay_events_total`) once, when they are the answer: a write that fails and

@@ -241,6 +241,16 @@ final class ScenarioHarness: Sendable {
         }
     }
 
+    /// Links ids to a user in application 1, as `POST .../users/{user}/aliases` does.
+    func link(_ aliases: [String], to user: String) async throws {
+        _ = try await database.link(aliases: aliases, to: user, applicationId: 1, policy: .transfer, now: now.value)
+    }
+
+    /// Stores a state as it is (a subscription the relay saw before).
+    func store(_ state: SubscriptionState) async throws {
+        _ = try await database.write(state, ifMatch: 0)
+    }
+
     /// The stored state of a subscription, as the backend holds it.
     func subscription(store: Store, originalTransactionId: String) async throws -> SubscriptionState? {
         switch transport {
