@@ -40,6 +40,17 @@ extension BackendClient {
         } while cursor != nil
     }
 
+    /// The app user `id` stands for in an application (`GET .../internal/v1/users/{id}`): the user an app
+    /// linked it to, else itself.
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String {
+        let answer = try await read(
+            "/subscriptions-api/internal/v1/users/\(PercentEncoding.pathSegment(id))", [("applicationId", String(applicationId))])
+        guard let user = answer["appUserId"]?.stringValue, !user.isEmpty else {
+            throw BackendError(kind: .invalidResponse, message: "the user route's answer has no appUserId")
+        }
+        return user
+    }
+
     /// Whether any event was recorded for this store notification id.
     public func hasEvents(notificationId: String) async throws(BackendError) -> Bool {
         let page = try await read("/subscriptions-api/internal/v1/events", [("notificationId", notificationId), ("environment", "ALL"), ("limit", "1")])

@@ -25,6 +25,10 @@ public struct BackendStateStore: SubscriptionStateStore {
         try await client.write(state, ifMatch: ifMatch)
     }
 
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String {
+        try await client.appUser(id, applicationId: applicationId)
+    }
+
     /// From the entitlements route's customer info: each `subscriptions` and `nonSubscriptions` entry that
     /// is active (a one-time purchase without `isActive`: not revoked), read as the subscription state the
     /// local backend writes beside the SDK's members (its `store` the SDK's `APP_STORE` or the state's

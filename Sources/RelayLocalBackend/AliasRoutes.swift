@@ -22,6 +22,20 @@ extension LocalBackend {
         route(router, .post, Self.aliasesPath) { request, context, principal in
             try await backend.linkAliases(request, context, principal)
         }
+        // `GET /subscriptions-api/internal/v1/users/{id}?applicationId=`: `{"appUserId", "aliases"}`, the user
+        // `id` stands for (itself when no app linked it) and that user's other ids. For the worker.
+        route(router, .get, Self.userPath) { request, context, principal in
+            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty else {
+                return errorResponse(.badRequest, "bad_request", "the id is required")
+            }
+            let app: RelayConfiguration.App
+            switch backend.userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
+            case .success(let found): app = found
+            case .failure(let problem): return problem.response
+            }
+            let (user, ids) = try await backend.database.userIds(of: id, applicationId: app.applicationId)
+            return json(.ok, ["appUserId": .string(user), "aliases": .array(ids.dropFirst().map(JSON.string))])
+        }
     }
 
     private func linkAliases(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {

@@ -80,6 +80,7 @@ extension LocalBackend {
     static let productsPath = "/subscriptions-api/public/v1/products"
     static let appTransactionPath = "/subscriptions-api/public/v1/users/:appUserId/app-transaction"
     static let aliasesPath = "/subscriptions-api/public/v1/users/:appUserId/aliases"
+    static let userPath = "/subscriptions-api/internal/v1/users/:appUserId"
     static let configPath = "/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion"
 
     /// Every route the backend serves and the keys it admits: the one place a route's scope is decided.
@@ -100,6 +101,8 @@ extension LocalBackend {
         BackendRoute(.get, productsPath): .public,
         BackendRoute(.post, appTransactionPath): .public,
         BackendRoute(.post, aliasesPath): .public,
+        // The worker: which user an id stands for, so its events name the user.
+        BackendRoute(.get, userPath): .secret,
     ]
 
     /// Registers `handler` for a route of `routeScopes`; it runs only for a key the route's scope admits

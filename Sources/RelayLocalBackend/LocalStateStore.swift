@@ -66,6 +66,14 @@ public struct LocalStateStore: SubscriptionStateStore {
         return all.filter { $0.isActive(at: now) }
     }
 
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String {
+        do {
+            return try await database.userIds(of: id, applicationId: applicationId).user
+        } catch {
+            throw Self.unavailable("reading the user of an id", error)
+        }
+    }
+
     /// A database failure (disk full, I/O error): retriable, as an unreachable backend is.
     private static func unavailable(_ what: String, _ error: any Error) -> BackendError {
         BackendError(kind: .unavailable, message: "the local backend's database failed \(what): \(error)")

@@ -16,7 +16,7 @@ struct EventBuilder: Sendable {
 
     func build(
         _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
-        othersAfter: [String]? = nil, sequence: Int64? = nil, mapping: ProductMapping
+        othersAfter: [String]? = nil, sequence: Int64? = nil, linkedUser: String? = nil, mapping: ProductMapping
     ) -> [StandardEvent] {
         let notification = input.notification
         let store = notification.store
@@ -56,7 +56,8 @@ struct EventBuilder: Sendable {
             data.sequence = sequence
             events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .store(data)))
         }
-        if before != status, let user = (after ?? prior)?.entitlementUserIds.first ?? appUserId {
+        // The user whose status changed: the one an app linked the store's id to (`aliases`), else that id.
+        if before != status, let user = linkedUser ?? (after ?? prior)?.entitlementUserIds.first ?? appUserId {
             let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue)"
             var data = StatusChangeData(
                 id: id, appUserId: user, originalAppUserId: appUserId, from: before, to: status, store: storeName,

@@ -316,6 +316,7 @@ final class TestBackend: Sendable {
             "/subscriptions-api/internal/v1/subscriptions",
             "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction",
             "/subscriptions-api/public/v1/users/{appUserId}/aliases",
+            "/subscriptions-api/internal/v1/users/{appUserId}",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -349,6 +350,9 @@ final class TestBackend: Sendable {
             ("post", "/subscriptions-api/public/v1/users/{appUserId}/aliases", "/subscriptions-api/public/v1/users/user-1/aliases?applicationId=7", [auth], Array(#"{"aliasIds": ["$SuperwallAlias:1"]}"#.utf8)),
             ("post", "/subscriptions-api/public/v1/users/{appUserId}/aliases", "/subscriptions-api/public/v1/users/user-1/aliases?applicationId=7", [auth], Array(#"{"aliasIds": []}"#.utf8)),
             ("post", "/subscriptions-api/public/v1/users/{appUserId}/aliases", "/subscriptions-api/public/v1/users/user-1/aliases?applicationId=99", [auth], Array(#"{"aliasIds": ["x"]}"#.utf8)),
+            ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/$SuperwallAlias:1?applicationId=7", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/user-1?applicationId=99", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/user-1", [], nil),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -358,7 +362,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401])
         await backend.stop()
     }
 }

@@ -245,6 +245,11 @@ let scopeTable: [ScopeCase] = [
             .rotatedSecret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
             .publicThis: .rows(200, ["pro", "com.example.pro.monthly"]), .publicOther: .rows(200, ["premium", "premium_sub"]),
         ]),
+    // Which user an id stands for: the worker's question, with the secret key.
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/users/:appUserId"), method: "GET",
+        path: "/subscriptions-api/internal/v1/users/shared-user?applicationId=1", rows: { strings([json($0)["appUserId"] ?? .null]) },
+        expected: [.secret: .rows(200, ["shared-user"]), .rotatedSecret: .rows(200, ["shared-user"])]),
     // Linking ids to a user answers with that user's customer info in the app the key acts for.
     ScopeCase(
         route: BackendRoute(.post, "/subscriptions-api/public/v1/users/:appUserId/aliases"), method: "POST",

@@ -131,8 +131,7 @@ import Testing
         try await harness.store(
             SubscriptionState(
                 store: .apple, originalTransactionId: "4000", applicationId: 1, originalAppUserId: "user-x", appUserIds: ["user-x"],
-                productId: "com.example.premium.monthly", status: .active, expiresAt: signed + 30 * 86_400_000, environment: "PRODUCTION",
-                sourceTimestamp: 1))
+                productId: "com.example.lifetime", status: .active, expiresAt: nil, environment: "PRODUCTION", sourceTimestamp: 1))
         func status(_ events: [StandardEvent]) -> [String] {
             (events.first?.payload.json["data"]?["subscriptionStatus"]?["entitlements"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue }.sorted()
         }
@@ -140,11 +139,20 @@ import Testing
         let alone = try await harness.normalizer.normalize(
             stripeEvent("evt_alias_1", subscription: "sub_alias_1", created: signed / 1000, user: "$SuperwallAlias:Q1"), receivedAt: signed)
         #expect(status(alone) == ["pro"])
-        // Linked: the user's premium subscription counts too.
+        // Linked: the user's lifetime purchase counts too.
         try await harness.link(["$SuperwallAlias:Q2"], to: "user-x")
         let linked = try await harness.normalizer.normalize(
             stripeEvent("evt_alias_2", subscription: "sub_alias_2", created: signed / 1000, user: "$SuperwallAlias:Q2"), receivedAt: signed)
-        #expect(status(linked) == ["premium", "pro"])
+        #expect(status(linked) == ["lifetime", "pro"])
+        // The status change names the user, not the alias the store carried; the store event keeps the store's id.
+        func changed(_ events: [StandardEvent]) -> JSON? { events.first { $0.type == .subscriptionStatusDidChange }?.payload.json["data"] }
+        #expect(changed(alone)?["appUserId"] == "$SuperwallAlias:Q1")
+        #expect(changed(linked)?["appUserId"] == "user-x")
+        #expect(linked.first?.payload.json["data"]?["originalAppUserId"] == "$SuperwallAlias:Q2")
+        // A redelivery yields the same events: the user is what was recorded when it was applied.
+        let again = try await harness.normalizer.normalize(
+            stripeEvent("evt_alias_2", subscription: "sub_alias_2", created: signed / 1000, user: "$SuperwallAlias:Q2"), receivedAt: signed)
+        #expect(again.map(\.body) == linked.map(\.body))
         await harness.stop()
     }
 

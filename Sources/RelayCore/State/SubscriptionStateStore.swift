@@ -44,5 +44,12 @@ public protocol SubscriptionStateStore: Sendable {
     /// The user's other subscriptions that give access now (their entitlements add to the user's status).
     func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
+    /// The app user `id` stands for in an application: the user an app linked it to (`aliases`), else itself.
+    func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String
+}
+
+extension SubscriptionStateStore {
+    /// A store that knows no linked ids: every id is its own user.
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String { id }
 }
 
