@@ -42,10 +42,10 @@ extension BackendClient {
 
     /// The app user `id` stands for in an application (`GET .../internal/v1/users/{id}`): the user an app
     /// linked it to, else itself.
-    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String {
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
         let answer = try await read(
             "/subscriptions-api/internal/v1/users/\(PercentEncoding.pathSegment(id))", [("applicationId", String(applicationId))])
-        guard let user = answer["appUserId"]?.stringValue, !user.isEmpty else {
+        guard let user = AppUser(json: answer) else {
             throw BackendError(kind: .invalidResponse, message: "the user route's answer has no appUserId")
         }
         return user

@@ -25,7 +25,7 @@ public struct BackendStateStore: SubscriptionStateStore {
         try await client.write(state, ifMatch: ifMatch)
     }
 
-    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String {
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
         try await client.appUser(id, applicationId: applicationId)
     }
 

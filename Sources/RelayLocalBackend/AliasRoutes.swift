@@ -33,8 +33,48 @@ extension LocalBackend {
             case .success(let found): app = found
             case .failure(let problem): return problem.response
             }
-            let (user, ids) = try await backend.database.userIds(of: id, applicationId: app.applicationId)
-            return json(.ok, ["appUserId": .string(user), "aliases": .array(ids.dropFirst().map(JSON.string))])
+            return json(.ok, try await backend.database.appUser(id, applicationId: app.applicationId).json)
+        }
+        route(router, .put, Self.attributesPath) { request, context, principal in
+            try await backend.setAttributes(request, context, principal)
+        }
+    }
+
+    /// `PUT /subscriptions-api/public/v1/users/{id}/attributes` with `{"attributes": {"name": value}}`: strings
+    /// (at most 500 characters), numbers and bools are stored for the user `id` stands for, `null` deletes;
+    /// at most 64 names in a request and 64 a user (400 `bad_request` naming the problem, nothing stored).
+    /// 200 `{"attributes": {...}}` with all of the user's. The user's later webhooks carry them.
+    private func setAttributes(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
+        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= Self.maximumIdBytes else {
+            return errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes")
+        }
+        let app: RelayConfiguration.App
+        switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
+        case .success(let found): app = found
+        case .failure(let problem): return problem.response
+        }
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        guard let document = try? JSON.parse(Array(body.readableBytesView)), let updates = document["attributes"]?.objectValue else {
+            return errorResponse(.badRequest, "bad_request", #"the body must be {"attributes": {"name": value}}"#)
+        }
+        guard updates.count <= SubscriptionDatabase.maximumAttributes else {
+            return errorResponse(.badRequest, "bad_request", "at most \(SubscriptionDatabase.maximumAttributes) attributes a request")
+        }
+        if let name = updates.keys.first(where: { name in
+            name.isEmpty || name.utf8.count > SubscriptionDatabase.maximumAttributeNameBytes
+                || name.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        }) {
+            return errorResponse(
+                .badRequest, "bad_request",
+                "attribute names are 1 to \(SubscriptionDatabase.maximumAttributeNameBytes) bytes without control characters (\(name.prefix(64).debugDescription))")
+        }
+        do {
+            switch try await database.setAttributes(updates, of: id, applicationId: app.applicationId, now: clock()) {
+            case .success(let all): return json(.ok, ["attributes": .object(all)])
+            case .failure(let problem): return errorResponse(.badRequest, "bad_request", problem.detail)
+            }
+        } catch is SubscriptionDatabase.AttributeLimit {
+            return errorResponse(.badRequest, "bad_request", "a user has at most \(SubscriptionDatabase.maximumAttributes) attributes; delete some with null")
         }
     }
 

@@ -81,6 +81,7 @@ extension LocalBackend {
     static let appTransactionPath = "/subscriptions-api/public/v1/users/:appUserId/app-transaction"
     static let aliasesPath = "/subscriptions-api/public/v1/users/:appUserId/aliases"
     static let userPath = "/subscriptions-api/internal/v1/users/:appUserId"
+    static let attributesPath = "/subscriptions-api/public/v1/users/:appUserId/attributes"
     static let configPath = "/config-api/read/v1-application-id/:applicationId/entitlements/:responseVersion"
 
     /// Every route the backend serves and the keys it admits: the one place a route's scope is decided.
@@ -101,6 +102,7 @@ extension LocalBackend {
         BackendRoute(.get, productsPath): .public,
         BackendRoute(.post, appTransactionPath): .public,
         BackendRoute(.post, aliasesPath): .public,
+        BackendRoute(.put, attributesPath): .public,
         // The worker: which user an id stands for, so its events name the user.
         BackendRoute(.get, userPath): .secret,
     ]

@@ -66,9 +66,9 @@ public struct LocalStateStore: SubscriptionStateStore {
         return all.filter { $0.isActive(at: now) }
     }
 
-    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String {
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
         do {
-            return try await database.userIds(of: id, applicationId: applicationId).user
+            return try await database.appUser(id, applicationId: applicationId)
         } catch {
             throw Self.unavailable("reading the user of an id", error)
         }

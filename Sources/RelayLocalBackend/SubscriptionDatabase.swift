@@ -76,6 +76,9 @@ public final class SubscriptionDatabase: Sendable {
         migrator.registerMigration("v4: user aliases") { db in
             try createAliasSchema(db)
         }
+        migrator.registerMigration("v5: user attributes") { db in
+            try createAttributeSchema(db)
+        }
         return migrator
     }
 

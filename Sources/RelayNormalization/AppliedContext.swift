@@ -12,8 +12,8 @@ struct AppliedContext {
     /// The subscription's sequence number its events carried (the version its write gave the state); nil
     /// in contexts recorded before events carried one.
     var sequence: Int64?
-    /// The user an app had linked the subscription's user id to (`aliases`), when one had.
-    var linkedUser: String?
+    /// The app user the subscription's user id stood for, with its ids and attributes, when it had one.
+    var appUser: AppUser?
 
     /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
     init(
@@ -48,7 +48,7 @@ struct AppliedContext {
         // Recorded only when it differs (contexts from before replacements were tracked have none).
         self.othersAfter = json["othersAfter"]?.arrayValue?.compactMap(\.stringValue) ?? others
         self.sequence = json["sequence"]?.int64Value
-        self.linkedUser = json["linkedUser"]?.stringValue
+        self.appUser = json["appUser"].flatMap { AppUser(json: $0) }
         // "play": what earlier versions recorded (Google's answers only).
         if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
     }
@@ -59,7 +59,7 @@ struct AppliedContext {
         var members: [String: JSON] = ["receivedAt": .integer(receivedAt), "prior": prior?.json ?? .null, "others": .array(others.map(JSON.string))]
         if othersAfter != others { members["othersAfter"] = .array(othersAfter.map(JSON.string)) }
         if let sequence { members["sequence"] = .integer(sequence) }
-        if let linkedUser { members["linkedUser"] = .string(linkedUser) }
+        if let appUser { members["appUser"] = appUser.json }
         if let api { members["api"] = api.json }
         return .object(members)
     }

@@ -16,7 +16,7 @@ struct EventBuilder: Sendable {
 
     func build(
         _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
-        othersAfter: [String]? = nil, sequence: Int64? = nil, linkedUser: String? = nil, mapping: ProductMapping
+        othersAfter: [String]? = nil, sequence: Int64? = nil, appUser: AppUser? = nil, mapping: ProductMapping
     ) -> [StandardEvent] {
         let notification = input.notification
         let store = notification.store
@@ -54,16 +54,20 @@ struct EventBuilder: Sendable {
                 entitlements: productEntitlements.map(EntitlementReference.init(id:)), subscriptionStatus: userStatus,
                 gracePeriodExpiresAt: draft.gracePeriodExpiresAt, source: source)
             data.sequence = sequence
+            data.userAttributes = appUser?.attributes
+            data.aliases = appUser?.aliases
             events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .store(data)))
         }
         // The user whose status changed: the one an app linked the store's id to (`aliases`), else that id.
-        if before != status, let user = linkedUser ?? (after ?? prior)?.entitlementUserIds.first ?? appUserId {
+        if before != status, let user = appUser?.appUserId ?? (after ?? prior)?.entitlementUserIds.first ?? appUserId {
             let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue)"
             var data = StatusChangeData(
                 id: id, appUserId: user, originalAppUserId: appUserId, from: before, to: status, store: storeName,
                 environment: result.environment, originalTransactionId: eventSubject, productId: (after ?? prior)?.productId,
                 ts: result.eventTime, sdkEvents: [SDKEvent.subscriptionStatusDidChange], source: source)
             data.sequence = sequence
+            data.userAttributes = appUser?.attributes
+            data.aliases = appUser?.aliases
             events.append(
                 event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .statusChange(data)))
         }

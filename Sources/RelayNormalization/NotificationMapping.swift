@@ -80,7 +80,7 @@ public struct NotificationMapping: Sendable {
         var applied = Applied(write: nil) {
             events.build(
                 again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
-                othersAfter: context.othersAfter, sequence: context.sequence, linkedUser: context.linkedUser, mapping: mapping)
+                othersAfter: context.othersAfter, sequence: context.sequence, appUser: context.appUser, mapping: mapping)
         }
         // A crash may have come between this state's write and the replaced one's: done again, once.
         if let replaced = again.replaces, let after, Self.beginsAccess(prior: context.prior, after: after) {
@@ -95,11 +95,11 @@ public struct NotificationMapping: Sendable {
     }
 
     /// The second half, given the entitlements of the user's other active subscriptions (`others`) and
-    /// of those the notification leaves (`othersAfter`: without the one it replaces), and the user an app
-    /// linked the subscription's user id to (`linkedUser`, nil when none).
+    /// of those the notification leaves (`othersAfter`: without the one it replaces), and the app user the
+    /// subscription's user id stands for (`appUser`: the one an app linked it to, with its ids and attributes).
     func finish(
         _ step: Step, input: MappingInput, subject: String, prior current: SubscriptionState?, others: [String], othersAfter: [String],
-        linkedUser: String? = nil, mapping: ProductMapping
+        appUser: AppUser? = nil, mapping: ProductMapping
     ) -> Applied {
         let result = step.result
         var next = step.next
@@ -124,7 +124,7 @@ public struct NotificationMapping: Sendable {
             return Applied(write: nil) {
                 events.build(
                     result, input: input, subject: subject, prior: current, after: current, others: others, othersAfter: othersAfter,
-                    linkedUser: linkedUser, mapping: mapping)
+                    appUser: appUser, mapping: mapping)
             }
         }
         // The version the write gives the state: the subscription's sequence number.
@@ -133,7 +133,7 @@ public struct NotificationMapping: Sendable {
             var context = AppliedContext(
                 receivedAt: input.receivedAt, prior: current, others: others, othersAfter: othersAfter, api: input.api,
                 transactionsRead: result.transactionsRead, sequence: sequence)
-            context.linkedUser = linkedUser
+            context.appUser = appUser
             state.recentNotifications.append(.init(id: id, context: context.json))
             state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
         }
@@ -141,7 +141,7 @@ public struct NotificationMapping: Sendable {
         var applied = Applied(write: state) {
             events.build(
                 result, input: input, subject: subject, prior: current, after: written, others: others, othersAfter: othersAfter,
-                sequence: sequence, linkedUser: linkedUser, mapping: mapping)
+                sequence: sequence, appUser: appUser, mapping: mapping)
         }
         if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) {
             applied.replaces = (replaced, result.replacedProductId, result.eventTime, state)

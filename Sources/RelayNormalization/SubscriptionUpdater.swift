@@ -125,11 +125,11 @@ public final class SubscriptionUpdater: Sendable {
             var others: [String] = []
             // The user's other subscriptions once this notification is applied: without the one it replaces.
             var othersAfter: [String] = []
-            var linkedUser: String?
+            var appUser: AppUser?
             if let user = step.user {
-                // The user an app linked the store's id to (an alias, a device id): the events name that user.
-                let owner = try await backend { () async throws(BackendError) in try await stateStore.appUser(user, applicationId: app.applicationId) }
-                if owner != user { linkedUser = owner }
+                // The user an app linked the store's id to (an alias, a device id), with its other ids and
+                // attributes: the events name that user and carry them.
+                appUser = try await backend { () async throws(BackendError) in try await stateStore.appUser(user, applicationId: app.applicationId) }
                 let active = try await backend { () async throws(BackendError) in
                     try await stateStore.otherActiveSubscriptions(appUserId: user, excluding: notification.store, originalTransactionId: subject)
                 }
@@ -138,7 +138,7 @@ public final class SubscriptionUpdater: Sendable {
                     .flatMap { products.entitlements(of: $0) }
             }
             let applied = mapping.finish(
-                step, input: input, subject: subject, prior: current, others: others, othersAfter: othersAfter, linkedUser: linkedUser,
+                step, input: input, subject: subject, prior: current, others: others, othersAfter: othersAfter, appUser: appUser,
                 mapping: products)
             guard let state = applied.write else { return applied.events() }
             let written = try await backend { () async throws(BackendError) in try await stateStore.write(state, ifMatch: current?.version ?? 0) }

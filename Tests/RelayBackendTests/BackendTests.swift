@@ -317,6 +317,7 @@ final class TestBackend: Sendable {
             "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction",
             "/subscriptions-api/public/v1/users/{appUserId}/aliases",
             "/subscriptions-api/internal/v1/users/{appUserId}",
+            "/subscriptions-api/public/v1/users/{appUserId}/attributes",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -353,6 +354,8 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/$SuperwallAlias:1?applicationId=7", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/user-1?applicationId=99", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/user-1", [], nil),
+            ("put", "/subscriptions-api/public/v1/users/{appUserId}/attributes", "/subscriptions-api/public/v1/users/user-1/attributes?applicationId=7", [auth], Array(#"{"attributes": {"plan": "team", "seats": 5}}"#.utf8)),
+            ("put", "/subscriptions-api/public/v1/users/{appUserId}/attributes", "/subscriptions-api/public/v1/users/user-1/attributes?applicationId=7", [auth], Array(#"{"attributes": {"nested": {"a": 1}}}"#.utf8)),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -362,7 +365,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401, 200, 400])
         await backend.stop()
     }
 }

@@ -250,6 +250,12 @@ let scopeTable: [ScopeCase] = [
         route: BackendRoute(.get, "/subscriptions-api/internal/v1/users/:appUserId"), method: "GET",
         path: "/subscriptions-api/internal/v1/users/shared-user?applicationId=1", rows: { strings([json($0)["appUserId"] ?? .null]) },
         expected: [.secret: .rows(200, ["shared-user"]), .rotatedSecret: .rows(200, ["shared-user"])]),
+    // A user's attributes, in the app the key acts for.
+    ScopeCase(
+        route: BackendRoute(.put, "/subscriptions-api/public/v1/users/:appUserId/attributes"), method: "PUT",
+        path: "/subscriptions-api/public/v1/users/shared-user/attributes?applicationId=1", body: #"{"attributes": {"plan": "team"}}"#,
+        rows: { body in (json(body)["attributes"]?.objectValue ?? [:]).keys.sorted() },
+        expected: [.secret: .rows(200, ["plan"]), .rotatedSecret: .rows(200, ["plan"]), .publicThis: .rows(200, ["plan"])]),
     // Linking ids to a user answers with that user's customer info in the app the key acts for.
     ScopeCase(
         route: BackendRoute(.post, "/subscriptions-api/public/v1/users/:appUserId/aliases"), method: "POST",

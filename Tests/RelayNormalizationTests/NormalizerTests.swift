@@ -141,6 +141,7 @@ import Testing
         #expect(status(alone) == ["pro"])
         // Linked: the user's lifetime purchase counts too.
         try await harness.link(["$SuperwallAlias:Q2"], to: "user-x")
+        try await harness.setAttributes(["plan": "team", "seats": 5], of: "user-x")
         let linked = try await harness.normalizer.normalize(
             stripeEvent("evt_alias_2", subscription: "sub_alias_2", created: signed / 1000, user: "$SuperwallAlias:Q2"), receivedAt: signed)
         #expect(status(linked) == ["lifetime", "pro"])
@@ -149,6 +150,12 @@ import Testing
         #expect(changed(alone)?["appUserId"] == "$SuperwallAlias:Q1")
         #expect(changed(linked)?["appUserId"] == "user-x")
         #expect(linked.first?.payload.json["data"]?["originalAppUserId"] == "$SuperwallAlias:Q2")
+        // Every event carries the user's attributes and ids; an unknown user's carry none (the shape receivers know).
+        for event in linked {
+            #expect(event.payload.json["data"]?["userAttributes"] == ["plan": "team", "seats": 5], "\(event.type)")
+            #expect(event.payload.json["data"]?["aliases"] == ["$SuperwallAlias:Q2"], "\(event.type)")
+        }
+        #expect(alone.allSatisfy { $0.payload.json["data"]?["userAttributes"] == nil && $0.payload.json["data"]?["aliases"] == nil })
         // A redelivery yields the same events: the user is what was recorded when it was applied.
         let again = try await harness.normalizer.normalize(
             stripeEvent("evt_alias_2", subscription: "sub_alias_2", created: signed / 1000, user: "$SuperwallAlias:Q2"), receivedAt: signed)

@@ -246,6 +246,11 @@ final class ScenarioHarness: Sendable {
         _ = try await database.link(aliases: aliases, to: user, applicationId: 1, policy: .transfer, now: now.value)
     }
 
+    /// Sets a user's attributes in application 1, as `PUT .../users/{id}/attributes` does.
+    func setAttributes(_ attributes: [String: JSON], of user: String) async throws {
+        _ = try await database.setAttributes(attributes, of: user, applicationId: 1, now: now.value)
+    }
+
     /// Stores a state as it is (a subscription the relay saw before).
     func store(_ state: SubscriptionState) async throws {
         _ = try await database.write(state, ifMatch: 0)

@@ -171,6 +171,10 @@ public struct StoreEventData: Sendable, Equatable, Codable {
     /// keeps the status of the highest. Null for an event that names no subscription the relay holds.
     /// An addition to Superwall's format.
     public var sequence: Int64?
+    /// The user's attributes (`PUT .../users/{id}/attributes`), when the user has any: Superwall's Webhooks V2 field.
+    public var userAttributes: [String: JSON]?
+    /// The user's other ids (linked with `aliases`), when it has any.
+    public var aliases: [String]?
 
     public init(
         id: String, name: EventType, cancelReason: Reason?, expirationReason: Reason?, exchangeRate: Double?,
@@ -220,7 +224,7 @@ public struct StoreEventData: Sendable, Equatable, Codable {
 
     /// The wire form: every member, `null` where absent; `encode(to:)` writes the same.
     public var json: JSON {
-        [
+        let members: JSON = [
             "id": .string(id),
             "name": .string(name.rawValue),
             "cancelReason": cancelReason.map { .string($0.rawValue) } ?? .null,
@@ -257,9 +261,21 @@ public struct StoreEventData: Sendable, Equatable, Codable {
             "source": source.json,
             "sequence": sequence.map(JSON.integer) ?? .null,
         ]
+        return members.adding(userAttributes: userAttributes, aliases: aliases)
     }
 
     public func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
+}
+
+extension JSON {
+    /// The event data with the user's attributes and other ids, when it has any (members only then, so
+    /// events of users without them keep the shape receivers know).
+    func adding(userAttributes: [String: JSON]?, aliases: [String]?) -> JSON {
+        guard case .object(var members) = self else { return self }
+        if let userAttributes, !userAttributes.isEmpty { members["userAttributes"] = .object(userAttributes) }
+        if let aliases, !aliases.isEmpty { members["aliases"] = .array(aliases.map(JSON.string)) }
+        return .object(members)
+    }
 }
 
 /// `data` of `subscription_status_did_change`: the user's access before and after.
@@ -281,6 +297,9 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
     public var source: EventSource
     /// As `StoreEventData.sequence`.
     public var sequence: Int64?
+    /// As `StoreEventData.userAttributes` and `aliases`.
+    public var userAttributes: [String: JSON]?
+    public var aliases: [String]?
 
     public init(
         id: String, appUserId: String, originalAppUserId: String?, from: SubscriptionStatus, to: SubscriptionStatus, store: String,
@@ -305,7 +324,7 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
 
     /// The wire form: every member, `null` where absent; `encode(to:)` writes the same.
     public var json: JSON {
-        [
+        let members: JSON = [
             "id": .string(id),
             "name": .string(name.rawValue),
             "appUserId": .string(appUserId),
@@ -323,6 +342,7 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
             "source": source.json,
             "sequence": sequence.map(JSON.integer) ?? .null,
         ]
+        return members.adding(userAttributes: userAttributes, aliases: aliases)
     }
 
     public func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }

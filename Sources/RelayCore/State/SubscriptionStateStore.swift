@@ -44,12 +44,38 @@ public protocol SubscriptionStateStore: Sendable {
     /// The user's other subscriptions that give access now (their entitlements add to the user's status).
     func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
-    /// The app user `id` stands for in an application: the user an app linked it to (`aliases`), else itself.
-    func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String
+    /// The app user `id` stands for in an application: the user an app linked it to (`aliases`), else
+    /// itself, with that user's other ids and attributes.
+    func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser
 }
 
 extension SubscriptionStateStore {
-    /// A store that knows no linked ids: every id is its own user.
-    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> String { id }
+    /// A store that knows no linked ids or attributes: every id is its own user.
+    public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser { AppUser(appUserId: id) }
+}
+
+/// An app user as the backend knows them: the id, the other ids an app linked to it, its attributes.
+public struct AppUser: Sendable, Equatable {
+    public var appUserId: String
+    public var aliases: [String]
+    /// `name` → a string, number or bool (`PUT .../users/{id}/attributes`).
+    public var attributes: [String: JSON]
+
+    public init(appUserId: String, aliases: [String] = [], attributes: [String: JSON] = [:]) {
+        self.appUserId = appUserId
+        self.aliases = aliases
+        self.attributes = attributes
+    }
+
+    /// `{"appUserId", "aliases", "attributes"}`: the users route's answer.
+    public var json: JSON {
+        ["appUserId": .string(appUserId), "aliases": .array(aliases.map(JSON.string)), "attributes": .object(attributes)]
+    }
+
+    public init?(json: JSON) {
+        guard let id = json["appUserId"]?.stringValue, !id.isEmpty else { return nil }
+        self.init(
+            appUserId: id, aliases: json["aliases"]?.arrayValue?.compactMap(\.stringValue) ?? [], attributes: json["attributes"]?.objectValue ?? [:])
+    }
 }
 
