@@ -45,16 +45,12 @@ extension LocalBackend {
     /// at most 64 names in a request and 64 a user (400 `bad_request` naming the problem, nothing stored).
     /// 200 `{"attributes": {...}}` with all of the user's. The user's later webhooks carry them.
     private func setAttributes(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
-        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= Self.maximumIdBytes else {
-            return errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes")
-        }
-        let app: RelayConfiguration.App
-        switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
-        case .success(let found): app = found
+        let (id, app, document): (String, RelayConfiguration.App, JSON?)
+        switch try await userRequest(request, context, principal) {
+        case .success(let found): (id, app, document) = found
         case .failure(let problem): return problem.response
         }
-        let body = try await request.body.collect(upTo: 64 * 1024)
-        guard let document = try? JSON.parse(Array(body.readableBytesView)), let updates = document["attributes"]?.objectValue else {
+        guard let updates = document?["attributes"]?.objectValue else {
             return errorResponse(.badRequest, "bad_request", #"the body must be {"attributes": {"name": value}}"#)
         }
         guard updates.count <= SubscriptionDatabase.maximumAttributes else {
@@ -79,16 +75,12 @@ extension LocalBackend {
     }
 
     private func linkAliases(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
-        guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty, user.utf8.count <= Self.maximumIdBytes else {
-            return errorResponse(.badRequest, "bad_request", "appUserId is required, at most \(Self.maximumIdBytes) bytes")
-        }
-        let app: RelayConfiguration.App
-        switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
-        case .success(let found): app = found
+        let (user, app, document): (String, RelayConfiguration.App, JSON?)
+        switch try await userRequest(request, context, principal) {
+        case .success(let found): (user, app, document) = found
         case .failure(let problem): return problem.response
         }
-        let body = try await request.body.collect(upTo: 64 * 1024)
-        guard let document = try? JSON.parse(Array(body.readableBytesView)), let list = document["aliasIds"]?.arrayValue else {
+        guard let list = document?["aliasIds"]?.arrayValue else {
             return errorResponse(.badRequest, "bad_request", #"the body must be {"aliasIds": ["<id>", ...]}"#)
         }
         let ids = list.compactMap(\.stringValue)
@@ -108,6 +100,23 @@ extension LocalBackend {
             var subscriptions = try await database.subscriptions(ofUsers: all)
             subscriptions.removeAll { $0.applicationId != app.applicationId }
             return json(.ok, entitlements(of: subscriptions).json)
+        }
+    }
+
+    /// What a user route with a JSON body starts from: the path's user id (1 to 256 bytes), the app it acts
+    /// in (`userApp`), and the body parsed (nil when it is not JSON).
+    private func userRequest(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws
+        -> Result<(String, RelayConfiguration.App, JSON?), RouteProblem>
+    {
+        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= Self.maximumIdBytes else {
+            return .failure(RouteProblem(response: errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes")))
+        }
+        switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
+        case .success(let app):
+            let body = try await request.body.collect(upTo: 64 * 1024)
+            return .success((id, app, try? JSON.parse(Array(body.readableBytesView))))
+        case .failure(let problem):
+            return .failure(problem)
         }
     }
 

@@ -179,6 +179,14 @@ struct ScopeCase: Sendable {
 private func json(_ bytes: [UInt8]) -> JSON { (try? JSON.parse(bytes)) ?? .null }
 private func strings(_ values: [JSON]?) -> [String] { (values ?? []).compactMap(\.stringValue).sorted() }
 
+/// The active entitlements, then the subscriptions' products, of an entitlements answer.
+private func customerInfoRows(_ body: [UInt8]) -> [String] {
+    let document = json(body)
+    let listed = strings(document["entitlements"]?.arrayValue?.map { $0["identifier"] ?? .null })
+    let subscriptions = strings(document["customerInfo"]?["subscriptions"]?.arrayValue?.map { $0["productId"] ?? .null })
+    return listed + subscriptions
+}
+
 /// Every route × every kind of key: the status, and which rows come back.
 let scopeTable: [ScopeCase] = [
     ScopeCase(
@@ -234,12 +242,7 @@ let scopeTable: [ScopeCase] = [
     ScopeCase(
         route: BackendRoute(.get, "/subscriptions-api/public/v1/users/:appUserId/entitlements"), method: "GET",
         path: "/subscriptions-api/public/v1/users/shared-user/entitlements",
-        rows: { body in
-            let document = json(body)
-            let listed = strings(document["entitlements"]?.arrayValue?.map { $0["identifier"] ?? .null })
-            let subscriptions = strings(document["customerInfo"]?["subscriptions"]?.arrayValue?.map { $0["productId"] ?? .null })
-            return listed + subscriptions
-        },
+        rows: customerInfoRows,
         expected: [
             .secret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
             .rotatedSecret: .rows(200, ["premium", "pro", "com.example.pro.monthly", "premium_sub"]),
@@ -260,12 +263,7 @@ let scopeTable: [ScopeCase] = [
     ScopeCase(
         route: BackendRoute(.post, "/subscriptions-api/public/v1/users/:appUserId/aliases"), method: "POST",
         path: "/subscriptions-api/public/v1/users/shared-user/aliases?applicationId=1", body: #"{"aliasIds": ["$SuperwallAlias:scope"]}"#,
-        rows: { body in
-            let document = json(body)
-            let listed = strings(document["entitlements"]?.arrayValue?.map { $0["identifier"] ?? .null })
-            let subscriptions = strings(document["customerInfo"]?["subscriptions"]?.arrayValue?.map { $0["productId"] ?? .null })
-            return listed + subscriptions
-        },
+        rows: customerInfoRows,
         expected: [
             .secret: .rows(200, ["pro", "com.example.pro.monthly"]), .rotatedSecret: .rows(200, ["pro", "com.example.pro.monthly"]),
             .publicThis: .rows(200, ["pro", "com.example.pro.monthly"]),
