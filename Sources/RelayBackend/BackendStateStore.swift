@@ -25,8 +25,14 @@ public struct BackendStateStore: SubscriptionStateStore {
         try await client.write(state, ifMatch: ifMatch)
     }
 
+    /// A backend that serves only the routes of the entitlements contract has no users route (404): every
+    /// id is then its own user, as before linking existed, and the worker goes on.
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
-        try await client.appUser(id, applicationId: applicationId)
+        do {
+            return try await client.appUser(id, applicationId: applicationId)
+        } catch where error.kind == .notFound {
+            return AppUser(appUserId: id)
+        }
     }
 
     /// From the entitlements route's customer info: each `subscriptions` and `nonSubscriptions` entry that

@@ -62,14 +62,14 @@ final class UnverifiedBytes: Sendable {
     /// Whether `client` may have more written; past half the bound, the worker's progress is read soon.
     func admits(_ client: String) -> Bool {
         guard limit > 0 else { return true }
-        let outstanding = state.withLock { $0.clients[client]?.bytes ?? 0 }
+        let (outstanding, failing) = state.withLock { ($0.clients[client]?.bytes ?? 0, $0.failing) }
+        // Failing open: until a read of the worker's progress succeeds again, no client is bounded.
+        guard !failing else {
+            refreshSoon()
+            return true
+        }
         if outstanding >= limit / 2 { refreshSoon() }
         return outstanding < limit
-    }
-
-    /// Bytes `client` has outstanding now (tests).
-    func outstanding(_ client: String) -> Int64 {
-        state.withLock { $0.clients[client]?.bytes ?? 0 }
     }
 
     /// Charges `bytes` written at `position` to `client`.

@@ -83,15 +83,7 @@ enum GoogleMapping {
         mapping.bundleId = input.notification.payload.text("packageName")
 
         var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
-        // After a plan change the new token names the old one in every answer: the old one stops giving
-        // access now, even while Play still shows it active (Android Developers, "Implementing
-        // linkedPurchaseToken correctly to prevent duplicate subscriptions").
-        // A DEFERRED change takes effect at the renewal: the old token keeps its access until Play ends it
-        // then (with a replacement cancellation, which sends nothing).
-        if let linked = purchase.text("linkedPurchaseToken"), linked != token, facts.replacementMode != "DEFERRED" {
-            mapping.replaces = linked
-            mapping.replacedProductId = facts.replacedProductId ?? input.api?.replacedProductId
-        }
+        markReplacement(&mapping, purchase: purchase, token: token, facts: facts, api: input.api)
 
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {
@@ -237,6 +229,19 @@ enum GoogleMapping {
         return mapping
     }
 
+    /// After a plan change the new token names the old one in every answer: the old one stops giving
+    /// access now, even while Play still shows it active (Android Developers, "Implementing
+    /// linkedPurchaseToken correctly to prevent duplicate subscriptions"). A DEFERRED change takes effect at
+    /// the renewal: the old token keeps its access until Play ends it then (with a replacement
+    /// cancellation, which sends nothing). One rule for every notification that reads the subscription.
+    private static func markReplacement(
+        _ mapping: inout StoreMapping, purchase: JSON, token: String, facts: SubscriptionFacts, api: StoreAPIData?
+    ) {
+        guard let linked = purchase.text("linkedPurchaseToken"), linked != token, facts.replacementMode != "DEFERRED" else { return }
+        mapping.replaces = linked
+        mapping.replacedProductId = facts.replacedProductId ?? api?.replacedProductId
+    }
+
     // MARK: Voided purchases (refunds, chargebacks)
 
     private static func voided(_ input: MappingInput, prior: SubscriptionState?, eventTime: Int64) -> StoreMapping {
@@ -271,10 +276,7 @@ enum GoogleMapping {
             // also records this notification: a redelivery then replays the events as first built.
             if let token {
                 var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
-        // After a plan change the new token names the old one in every answer: the old one stops giving
-        // access now, even while Play still shows it active (Android Developers, "Implementing
-        // linkedPurchaseToken correctly to prevent duplicate subscriptions").
-        if let linked = purchase.text("linkedPurchaseToken"), linked != token { mapping.replaces = linked }
+                markReplacement(&mapping, purchase: purchase, token: token, facts: facts, api: input.api)
                 if prior?.status == .revoked, !state.grantsAccess { state.status = .revoked }
                 mapping.state = state
             }

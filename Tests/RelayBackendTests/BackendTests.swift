@@ -260,6 +260,20 @@ final class TestBackend: Sendable {
         await server.stop()
     }
 
+    @Test func aBackendWithoutTheUsersRouteServesEveryIdAsItsOwnUserButAnOutageStaysAnError() async throws {
+        let down = LockedBox(false)
+        // A backend written before linking: the users route is unknown to it.
+        let server = try await TestHTTPServer { _ in
+            down.value ? TestHTTPResponse(status: 503, text: "down") : TestHTTPResponse(status: 404, text: #"{"error":"not_found"}"#)
+        }
+        let store = BackendStateStore(client: client(server, ttl: .zero))
+        #expect(try await store.appUser("user-1", applicationId: 1) == AppUser(appUserId: "user-1"))
+        #expect(server.requests.last?.path.hasPrefix("/subscriptions-api/internal/v1/users/user-1") == true)
+        down.withLock { $0 = true }
+        await #expect { _ = try await store.appUser("user-1", applicationId: 1) } throws: { ($0 as? BackendError)?.kind == .unavailable }
+        await server.stop()
+    }
+
     @Test func retries503ThenSucceeds() async throws {
         let calls = LockedBox(0)
         let server = try await TestHTTPServer { _ in

@@ -230,6 +230,47 @@ import Testing
         await harness.stop()
     }
 
+    /// A voided order of the new token reads the subscription as any notification does, with the same
+    /// replacement rule: a DEFERRED plan change leaves the old token its access (it ends at the renewal).
+    @Test func aVoidedOrderOfADeferredPlanChangeLeavesTheOldTokenItsAccess() async throws {
+        let harness = try await ScenarioHarness(transport: .inProcess)
+        func purchase(linked: String?, deferred: Bool) -> JSON {
+            var line: JSON = [
+                "productId": "pro_monthly", "offerDetails": ["basePlanId": "monthly"], "expiryTime": "2030-01-31T00:00:00.000Z",
+                "latestSuccessfulOrderId": "GPA.7700-1", "autoRenewingPlan": ["autoRenewEnabled": true],
+            ]
+            if deferred {
+                line = deepMerge(line, ["itemReplacement": ["productId": "pro_monthly", "basePlanId": "yearly", "replacementMode": "DEFERRED"]])
+            }
+            var document: JSON = [
+                "kind": "androidpublisher#subscriptionPurchaseV2", "regionCode": "US", "startTime": "2030-01-01T00:00:00.000Z",
+                "subscriptionState": "SUBSCRIPTION_STATE_ACTIVE", "externalAccountIdentifiers": ["obfuscatedExternalAccountId": "user-deferred"],
+                "lineItems": [line],
+            ]
+            if let linked { document = deepMerge(document, ["linkedPurchaseToken": .string(linked)]) }
+            return document
+        }
+        let purchased: JSON = [
+            "version": "1.0", "packageName": "com.example.app", "eventTimeMillis": "1893456000000",
+            "subscriptionNotification": ["version": "1.0", "notificationType": 4, "purchaseToken": "token-deferred-old", "subscriptionId": "pro_monthly"],
+        ]
+        harness.play.withLock { $0 = ["subscription": purchase(linked: nil, deferred: false)] }
+        _ = try await harness.normalizer.normalize(
+            VerifiedNotification(store: .google, app: "demo", payload: purchased, notificationId: "m-d1", type: "SUBSCRIPTION_PURCHASED"),
+            receivedAt: 1_893_456_001_000)
+        let voided: JSON = [
+            "version": "1.0", "packageName": "com.example.app", "eventTimeMillis": "1893456100000",
+            "voidedPurchaseNotification": ["purchaseToken": "token-deferred-new", "orderId": "GPA.7700-9", "productType": 1, "refundType": 1],
+        ]
+        harness.play.withLock { $0 = ["subscription": purchase(linked: "token-deferred-old", deferred: true)] }
+        _ = try await harness.normalizer.normalize(
+            VerifiedNotification(store: .google, app: "demo", payload: voided, notificationId: "m-d2", type: "VOIDED_PURCHASE"),
+            receivedAt: 1_893_456_101_000)
+        let old = try #require(try await harness.subscription(store: .google, originalTransactionId: "token-deferred-old"))
+        #expect(old.replacedBy == nil, "a DEFERRED change keeps the old token until its renewal")
+        await harness.stop()
+    }
+
     @Test func playAPIFailuresAreRetriedOrRejectedByKind() async throws {
         let harness = try await ScenarioHarness()
         harness.play.withLock { $0 = ["$status": 503] }
