@@ -291,7 +291,11 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     /// The partition a keyed record goes to (nil without a key: round-robin, decided by the writer).
     private func keyedPartition(_ record: OutgoingRecord) -> Int32? {
         guard let key = record.key, let topic = topics.withLock({ $0[record.topic] }) else { return nil }
-        return Int32(Int(Self.fnv1a(key)) % Int(topic.partitions))
+        return Self.partition(ofKey: key, partitions: topic.partitions)
+    }
+
+    private static func partition(ofKey key: [UInt8], partitions: Int32) -> Int32 {
+        Int32(Int(fnv1a(key)) % Int(partitions))
     }
 
     private func partition(for key: [UInt8]?, topic: LogDatabase.Topic) -> Int32 {
@@ -302,7 +306,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 return Int32(next % UInt32(topic.partitions))
             }
         }
-        return Int32(Int(Self.fnv1a(key)) % Int(topic.partitions))
+        return Self.partition(ofKey: key, partitions: topic.partitions)
     }
 
     /// FNV-1a, 32 bits: stable across processes and versions (a key must keep its partition).

@@ -81,8 +81,9 @@ final class LogBudget: Sendable {
 
     /// Whether an append to `partition` of `topic` may go ahead now (nil: any partition, so none may be
     /// full); false for a full partition of a budgeted topic.
-    func admits(_ topic: String, partition: Int32?) -> Bool {
+    func admits(_ topic: String, partition: @autoclosure () -> Int32?) -> Bool {
         guard let entry = counted[topic], entry.budgeted else { return true }
+        let partition = partition()
         return state.withLock { state in
             if let partition { return !state.full.contains(Slot(topic: entry.topic.id, partition: partition)) }
             return !state.full.contains { $0.topic == entry.topic.id }

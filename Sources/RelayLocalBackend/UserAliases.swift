@@ -29,7 +29,7 @@ extension SubscriptionDatabase {
                     linked_at INTEGER NOT NULL,
                     PRIMARY KEY (application_id, alias)
                 ) WITHOUT ROWID;
-                CREATE INDEX user_alias_by_user ON user_alias (application_id, app_user_id);
+                CREATE INDEX user_alias_by_user ON user_alias (app_user_id, application_id);
                 CREATE INDEX user_alias_by_alias ON user_alias (alias);
                 """)
     }

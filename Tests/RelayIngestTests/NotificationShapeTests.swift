@@ -81,8 +81,11 @@ import Testing
 
     @Test func stripeAndPaddleSignatureHeadersNeedTheirFields() throws {
         let stripe = try JSON.parse(Array(vector("stripe/derived_vectors.json").utf8))
-        for testCase in stripe["cases"]?.arrayValue ?? [] {
-            let name = testCase["name"]?.stringValue ?? ""
+        let stripeCases = try #require(stripe["cases"]?.arrayValue)
+        let stripeNames = Set(stripeCases.compactMap { $0["name"]?.stringValue })
+        #expect(stripeNames.isSuperset(of: ["malformed", "v0_only"]))
+        for testCase in stripeCases {
+            let name = try #require(testCase["name"]?.stringValue)
             let result = try mismatch(.stripe, #"{"id":"evt_1"}"#, ["stripe-signature": testCase["header"]?.stringValue ?? ""])
             // A wrong or old signature is plausibly real (the worker rejects it); a header without v1 or t is not.
             if name == "malformed" || name == "v0_only" {
@@ -92,7 +95,9 @@ import Testing
             }
         }
         let paddle = try JSON.parse(Array(vector("paddle/derived_vectors.json").utf8))
-        for testCase in paddle["cases"]?.arrayValue ?? [] {
+        let paddleCases = try #require(paddle["cases"]?.arrayValue)
+        #expect(!paddleCases.isEmpty)
+        for testCase in paddleCases {
             #expect(try mismatch(.paddle, #"{"event_id":"evt_1"}"#, ["paddle-signature": testCase["header"]?.stringValue ?? ""]) == nil)
         }
         for header in [nil, "", "t=1700000000", "v1=abc", "t=soon,v1=abc", "t=1700000000,v1=", "t=1700000000;v1=abc"] as [String?] {

@@ -48,8 +48,15 @@ import Testing
         // Linking to an alias links to its user.
         #expect(try await link(backend, Self.device, ["$SuperwallDevice:second"]).status == 200)
         #expect(try await entitlements(backend, "$SuperwallDevice:second") == ["pro"])
-        // Aliases belong to their app: the other app's key sees nothing of it.
+        // Aliases belong to their app: what the alias bought in the other app (android, application 2) stays
+        // the alias's there, and neither app's key sees the other app's purchase through the link.
+        let android = SubscriptionState(
+            store: .google, originalTransactionId: "token-alias", applicationId: 2, originalAppUserId: Self.alias, appUserIds: [Self.alias],
+            productId: "premium_sub", status: .active, expiresAt: 4_000_000_000_000, environment: "PRODUCTION", sourceTimestamp: 1)
+        guard case .written = try await backend.database.write(android, ifMatch: 0) else { throw ScopeTestFailure("not written") }
+        #expect(try await entitlements(backend, Self.alias, .publicOther) == ["premium"])
         #expect(try await entitlements(backend, "user-1", .publicOther) == [])
+        #expect(try await entitlements(backend, "user-1") == ["pro"])
         await backend.stop()
     }
 
