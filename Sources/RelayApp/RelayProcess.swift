@@ -104,6 +104,7 @@ public final class RelayProcess: Sendable {
             }
             let backend = try LocalBackend(
                 configuration: configuration, database: database, appTransactions: try Self.appTransactionGrants(configuration, log: log),
+                appPurchases: try Self.appPurchases(configuration, log: log, storeAPIs: try StoreAPIs.configured(configuration, logger: logger)),
                 metrics: metrics)
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
@@ -227,6 +228,25 @@ public final class RelayProcess: Sendable {
             verify: { app, text in
                 guard let verifier = byApp[app] else { return .failure(Rejection(.unknownApp, "app \"\(app)\" has no apple section")) }
                 return Result { () throws(Rejection) in try verifier.verify(appTransaction: text) }
+            },
+            append: { record in _ = try await producer.produce(record) })
+    }
+
+    /// The purchases route's verification (each app's Apple rules), the stores' APIs it reads, and its
+    /// append to `relay.notifications` through the log this process opened.
+    static func appPurchases(_ configuration: RelayConfiguration, log: any RecordLog, storeAPIs: StoreAPIs) throws -> AppPurchases {
+        var verifiers: [String: AppleVerifier] = [:]
+        for (index, app) in configuration.apps.enumerated() {
+            guard let apple = app.apple else { continue }
+            verifiers[app.key] = try AppleVerifier(app: app.key, configuration: apple, configurationKey: "apps[\(index)].apple")
+        }
+        let producer = try log.producer
+        let byApp = verifiers
+        return AppPurchases(
+            topic: configuration.topics.notifications, storeAPIs: storeAPIs,
+            verifyApple: { app, text in
+                guard let verifier = byApp[app] else { return .failure(Rejection(.unknownApp, "app \"\(app)\" has no apple section")) }
+                return Result { () throws(Rejection) in try verifier.verify(signedTransaction: text) }
             },
             append: { record in _ = try await producer.produce(record) })
     }

@@ -105,7 +105,7 @@ extension LocalBackend {
 
     /// What a user route with a JSON body starts from: the path's user id (1 to 256 bytes), the app it acts
     /// in (`userApp`), and the body parsed (nil when it is not JSON).
-    private func userRequest(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws
+    func userRequest(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws
         -> Result<(String, RelayConfiguration.App, JSON?), RouteProblem>
     {
         guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= Self.maximumIdBytes else {

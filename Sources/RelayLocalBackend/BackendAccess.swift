@@ -103,6 +103,7 @@ extension LocalBackend {
         BackendRoute(.post, appTransactionPath): .public,
         BackendRoute(.post, aliasesPath): .public,
         BackendRoute(.put, attributesPath): .public,
+        BackendRoute(.post, purchasesPath): .public,
         // The worker: which user an id stands for, so its events name the user.
         BackendRoute(.get, userPath): .secret,
     ]

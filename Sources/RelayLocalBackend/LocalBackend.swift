@@ -29,14 +29,17 @@ public struct LocalBackend: Sendable {
     private let mappings: [Int: ProductMapping]
     /// Verifies and appends grandfathering grants (the app-transaction route); nil: the route answers 404.
     let appTransactions: AppTransactionGrants?
+    /// Verifies, reads and appends purchases apps hand over (the purchases route); nil: the route answers 404.
+    let appPurchases: AppPurchases?
 
     /// - Parameters:
     ///   - clock: now in Unix milliseconds (which subscriptions are active).
     ///   - appTransactions: what the app-transaction route needs from outside this module (RelayApp wires it).
+    ///   - appPurchases: what the purchases route needs from outside this module (RelayApp wires it).
     ///   - rateLimitClock: monotonic nanoseconds for the public routes' rate limit (tests step it).
     public init(
         configuration: RelayConfiguration, database: SubscriptionDatabase,
-        clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil,
+        clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil, appPurchases: AppPurchases? = nil,
         metrics: any MetricsFactory = NOOPMetricsHandler.instance, rateLimitClock: (@Sendable () -> UInt64)? = nil
     ) throws(ConfigurationError) {
         guard !configuration.backend.secretKeys.isEmpty else {
@@ -52,6 +55,7 @@ public struct LocalBackend: Sendable {
         self.rateLimited = LabeledCounters(label: "relay_backend_rate_limited_total", factory: metrics)
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
+        self.appPurchases = appPurchases
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
             // Grandfathering rule i grants product `$grandfathered:i` (AppTransactionMapping writes it).
             let grandfathered = apps.flatMap { app in
@@ -86,6 +90,7 @@ public struct LocalBackend: Sendable {
         addSubscriptionListRoutes(to: router)
         addAppTransactionRoutes(to: router)
         addAliasRoutes(to: router)
+        addPurchaseRoutes(to: router)
         let backend = self
         route(router, .get, Self.configPath) { _, context, _ in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {

@@ -14,6 +14,8 @@ struct AppliedContext {
     var sequence: Int64?
     /// The app user the subscription's user id stood for, with its ids and attributes, when it had one.
     var appUser: AppUser?
+    /// A purchase an app handed over: what it did to who has the subscription.
+    var binding: PurchaseBinding?
 
     /// `transactionsRead`: the prior state's recorded payments the mapping looked up; only those are kept.
     init(
@@ -49,6 +51,7 @@ struct AppliedContext {
         self.othersAfter = json["othersAfter"]?.arrayValue?.compactMap(\.stringValue) ?? others
         self.sequence = json["sequence"]?.int64Value
         self.appUser = json["appUser"].flatMap { AppUser(json: $0) }
+        self.binding = json["binding"].flatMap { PurchaseBinding(json: $0) }
         // "play": what earlier versions recorded (Google's answers only).
         if let api = json.present("api") ?? json.present("play") { self.api = StoreAPIData(api) }
     }
@@ -60,6 +63,7 @@ struct AppliedContext {
         if othersAfter != others { members["othersAfter"] = .array(othersAfter.map(JSON.string)) }
         if let sequence { members["sequence"] = .integer(sequence) }
         if let appUser { members["appUser"] = appUser.json }
+        if let binding { members["binding"] = binding.json }
         if let api { members["api"] = api.json }
         return .object(members)
     }

@@ -16,13 +16,16 @@ struct EventBuilder: Sendable {
 
     func build(
         _ result: StoreMapping, input: MappingInput, subject: String?, prior: SubscriptionState?, after: SubscriptionState?, others: [String],
-        othersAfter: [String]? = nil, sequence: Int64? = nil, appUser: AppUser? = nil, mapping: ProductMapping
+        othersAfter: [String]? = nil, sequence: Int64? = nil, appUser: AppUser? = nil, binding: PurchaseBinding? = nil, mapping: ProductMapping
     ) -> [StandardEvent] {
         let notification = input.notification
         let store = notification.store
         let storeName = ProductMapping.storeName(store)
         let base = notification.notificationId.map { "\(store.rawValue):\($0)" } ?? "\(store.rawValue):\(subject ?? "-"):\(result.eventTime)"
-        let before = SubscriptionStatus(entitlements: others + (prior.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
+        let priorEntitlements = prior.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []
+        // A hand-over that gave the subscription to this user: before it, it fed someone else.
+        let before = SubscriptionStatus(entitlements: others + (binding?.priorCounted == false ? [] : priorEntitlements))
+        let transferredFrom = binding?.transferredFrom
         // `othersAfter`: without a subscription this notification replaced (a Google plan change).
         let status = SubscriptionStatus(entitlements: (othersAfter ?? others) + (after.map { $0.grantsAccess ? mapping.entitlements(of: $0) : [] } ?? []))
         let appUserId = after?.originalAppUserId ?? result.appUserId
@@ -56,6 +59,7 @@ struct EventBuilder: Sendable {
             data.sequence = sequence
             data.userAttributes = appUser?.attributes
             data.aliases = appUser?.aliases
+            data.transferredFrom = transferredFrom?.user.appUserId
             events.append(event(draft.type, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .store(data)))
         }
         // The user whose status changed: the one an app linked the store's id to (`aliases`), else that id.
@@ -68,8 +72,27 @@ struct EventBuilder: Sendable {
             data.sequence = sequence
             data.userAttributes = appUser?.attributes
             data.aliases = appUser?.aliases
+            data.transferredFrom = transferredFrom?.user.appUserId
             events.append(
                 event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .statusChange(data)))
+        }
+        // A transfer: the user who had the subscription loses what it gave.
+        if let from = transferredFrom {
+            let fromBefore = SubscriptionStatus(entitlements: from.others + priorEntitlements)
+            let fromAfter = SubscriptionStatus(entitlements: from.others)
+            if fromBefore != fromAfter {
+                let id = "\(base):\(EventType.subscriptionStatusDidChange.rawValue):transferred"
+                var data = StatusChangeData(
+                    id: id, appUserId: from.user.appUserId, originalAppUserId: appUserId, from: fromBefore, to: fromAfter, store: storeName,
+                    environment: result.environment, originalTransactionId: eventSubject, productId: (after ?? prior)?.productId,
+                    ts: result.eventTime, sdkEvents: [SDKEvent.subscriptionStatusDidChange], source: source)
+                data.sequence = sequence
+                data.userAttributes = from.user.attributes
+                data.aliases = from.user.aliases
+                data.transferredFrom = from.user.appUserId
+                events.append(
+                    event(.subscriptionStatusDidChange, id: id, subject: eventSubject, environment: result.environment, app: input.app, receivedAt: input.receivedAt, data: .statusChange(data)))
+            }
         }
         for event in events {
             counters.events.increment([("store", store.rawValue), ("type", event.type.rawValue)])

@@ -31,6 +31,8 @@ public struct NotificationMapping: Sendable {
         var result: StoreMapping
         var next: SubscriptionState?
         var prior: SubscriptionState?
+        /// A purchase an app handed over: what it did to who has the subscription (`bind`).
+        var binding: PurchaseBinding?
         /// The app user whose other subscriptions the events need: the new state's, else the stored one's
         /// (a refund changes no state but still says the user's status); nil when none, or anonymous.
         var user: String? {
@@ -57,6 +59,21 @@ public struct NotificationMapping: Sendable {
     }
 
     func map(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
+        var mapping = mapStore(input, prior: prior)
+        // A payment the subscription has already recorded, named again by another notification (the
+        // store's own after an app handed the purchase over, or the reverse; an import of what the live
+        // pipeline saw), is not revenue twice: its state still applies, its money event does not. Looked
+        // up through `recorded`, so that a repeat mapped against the state it saw drops it too.
+        let payments: Set<EventType> = [.initialPurchase, .renewal, .nonRenewingPurchase]
+        var repaid: Set<String> = []
+        for draft in mapping.events where payments.contains(draft.type) {
+            if let id = draft.transactionId, mapping.recorded(id, in: input.history) != nil { repaid.insert(id) }
+        }
+        if !repaid.isEmpty { mapping.events.removeAll { payments.contains($0.type) && $0.transactionId.map(repaid.contains) == true } }
+        return mapping
+    }
+
+    private func mapStore(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         switch input.notification.store {
         case .apple:
             // A grandfathering grant from the local backend, else an App Store notification.
@@ -75,12 +92,19 @@ public struct NotificationMapping: Sendable {
         replay.receivedAt = context.receivedAt
         replay.api = context.api
         let again = mapAgainst(replay, prior: context.prior)
-        let after = merge(context.prior, again) ?? context.prior
+        var after = merge(context.prior, again) ?? context.prior
+        if let purchaser = input.notification.purchaser, var state = after {
+            // The binding as it was decided: a transfer recorded one, anything else the same user.
+            _ = PurchaseBinding.decide(
+                purchaser: purchaser, prior: context.prior, next: &state, eventTime: again.eventTime,
+                sameUser: context.binding?.transferredFrom == nil)
+            after = state
+        }
         let events = self.events
         var applied = Applied(write: nil) {
             events.build(
                 again, input: replay, subject: subject, prior: context.prior, after: after, others: context.others,
-                othersAfter: context.othersAfter, sequence: context.sequence, appUser: context.appUser, mapping: mapping)
+                othersAfter: context.othersAfter, sequence: context.sequence, appUser: context.appUser, binding: context.binding, mapping: mapping)
         }
         // A crash may have come between this state's write and the replaced one's: done again, once.
         if let replaced = again.replaces, let after, Self.beginsAccess(prior: context.prior, after: after) {
@@ -124,7 +148,7 @@ public struct NotificationMapping: Sendable {
             return Applied(write: nil) {
                 events.build(
                     result, input: input, subject: subject, prior: current, after: current, others: others, othersAfter: othersAfter,
-                    appUser: appUser, mapping: mapping)
+                    appUser: appUser, binding: step.binding, mapping: mapping)
             }
         }
         // The version the write gives the state: the subscription's sequence number.
@@ -134,6 +158,7 @@ public struct NotificationMapping: Sendable {
                 receivedAt: input.receivedAt, prior: current, others: others, othersAfter: othersAfter, api: input.api,
                 transactionsRead: result.transactionsRead, sequence: sequence)
             context.appUser = appUser
+            context.binding = step.binding
             state.recentNotifications.append(.init(id: id, context: context.json))
             state.recentNotifications = Array(state.recentNotifications.suffix(Self.recentNotificationLimit))
         }
@@ -141,7 +166,7 @@ public struct NotificationMapping: Sendable {
         var applied = Applied(write: state) {
             events.build(
                 result, input: input, subject: subject, prior: current, after: written, others: others, othersAfter: othersAfter,
-                sequence: sequence, appUser: appUser, mapping: mapping)
+                sequence: sequence, appUser: appUser, binding: step.binding, mapping: mapping)
         }
         if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) {
             applied.replaces = (replaced, result.replacedProductId, result.eventTime, state)

@@ -120,8 +120,13 @@ public final class SubscriptionUpdater: Sendable {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
                 fetched = true
             }
-            let step = mapping.step(input, prior: current)
+            var step = mapping.step(input, prior: current)
             guard step.result.state != nil || !step.result.events.isEmpty else { return [] }
+            var transferFrom: String?
+            if let purchaser = notification.purchaser, var next = step.next {
+                (step.binding, transferFrom) = try await bind(purchaser, prior: current, next: &next, eventTime: step.result.eventTime, app: app)
+                step.next = next
+            }
             var others: [String] = []
             // The user's other subscriptions once this notification is applied: without the one it replaces.
             var othersAfter: [String] = []
@@ -136,6 +141,13 @@ public final class SubscriptionUpdater: Sendable {
                 others = active.flatMap { products.entitlements(of: $0) }
                 othersAfter = active.filter { $0.store != notification.store || $0.originalTransactionId != step.result.replaces }
                     .flatMap { products.entitlements(of: $0) }
+            }
+            if let from = transferFrom {
+                let user = try await backend { () async throws(BackendError) in try await stateStore.appUser(from, applicationId: app.applicationId) }
+                let active = try await backend { () async throws(BackendError) in
+                    try await stateStore.otherActiveSubscriptions(appUserId: from, excluding: notification.store, originalTransactionId: subject)
+                }
+                step.binding?.transferredFrom = .init(user: user, others: active.flatMap { products.entitlements(of: $0) })
             }
             let applied = mapping.finish(
                 step, input: input, subject: subject, prior: current, others: others, othersAfter: othersAfter, appUser: appUser,
@@ -152,6 +164,23 @@ public final class SubscriptionUpdater: Sendable {
             }
         }
         throw .unavailable("subscription \(notification.store.rawValue)/\(subject) kept changing under 10 attempts")
+    }
+
+    /// Binds the subscription a purchase handed over leads to (`PurchaseBinding`): whether the user who
+    /// holds it is the purchaser's user is decided by their ids (an alias of the same user is the user).
+    /// Returns the binding and, for a transfer, the id of the user who held it.
+    private func bind(
+        _ purchaser: AppPurchase.Purchaser, prior: SubscriptionState?, next: inout SubscriptionState, eventTime: Int64, app: RelayConfiguration.App
+    ) async throws(NormalizationError) -> (PurchaseBinding, String?) {
+        var sameUser = true
+        if let holder = AppPurchase.holder(of: next), holder != purchaser.appUserId {
+            let held = try await backend { () async throws(BackendError) in try await stateStore.appUser(holder, applicationId: app.applicationId) }
+            let buyer = try await backend { () async throws(BackendError) in
+                try await stateStore.appUser(purchaser.appUserId, applicationId: app.applicationId)
+            }
+            sameUser = held.appUserId == buyer.appUserId
+        }
+        return PurchaseBinding.decide(purchaser: purchaser, prior: prior, next: &next, eventTime: eventTime, sameUser: sameUser)
     }
 
     /// A backend call whose failure means "try the record again later".

@@ -150,6 +150,57 @@ public struct AppleVerifier: Sendable {
             environment: environment)
     }
 
+    /// Verifies a purchase an app handed over (`relay-source: app-purchase`, `AppPurchase`):
+    /// `{"signedTransaction": JWS, "appUserId", "transferPolicy", "purchaseId"}`. The transaction is verified
+    /// as a notification's own (chain at its `signedDate`, an environment of the app's, the app's bundle), and
+    /// the result is the notification Apple sends for such a transaction (`appleNotification(for:)`), dated
+    /// when Apple signed the transaction, with the purchaser attached.
+    public func verify(purchaseRecord body: [UInt8]) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(body), let purchaser = AppPurchase.Purchaser(body: document),
+            let text = document["signedTransaction"]?.stringValue
+        else {
+            throw Rejection(.malformed, #"an app-purchase record's body is not {"signedTransaction": "<JWS>", "appUserId", "purchaseId", "transferPolicy"}"#)
+        }
+        let transaction = try verify(signedTransaction: text)
+        guard let environment = transaction["environment"]?.stringValue else {
+            throw Rejection(.wrongEnvironment, "signedTransaction has no environment")  // verifySignedData requires one
+        }
+        let (type, subtype) = Self.appleNotification(for: transaction)
+        let id = AppPurchase.notificationId(purchaser.purchaseId)
+        var data: [String: JSON] = ["bundleId": .string(bundleId), "environment": .string(environment), "signedTransactionInfo": transaction]
+        if let appAppleId { data["appAppleId"] = .integer(appAppleId) }
+        var payload: [String: JSON] = ["notificationType": .string(type), "notificationUUID": .string(id), "version": "2.0", "data": .object(data)]
+        if let subtype { payload["subtype"] = .string(subtype) }
+        if let signedDate = transaction["signedDate"] { payload["signedDate"] = signedDate }
+        var verified = VerifiedNotification(
+            store: .apple, app: app, payload: .object(payload), notificationId: id, type: type, subtype: subtype, environment: environment)
+        verified.purchaser = purchaser
+        return verified
+    }
+
+    /// Verifies a StoreKit 2 signed transaction an app sends (`Transaction.jwsRepresentation`): the chain
+    /// and signature, an environment of the app's, this app's `bundleId`. Returns the decoded transaction.
+    public func verify(signedTransaction text: String) throws(Rejection) -> JSON {
+        let transaction = try verifySignedData(text, what: "signedTransaction", requireBundle: true)
+        guard transaction["originalTransactionId"]?.stringValue?.isEmpty == false, transaction["productId"]?.stringValue?.isEmpty == false else {
+            throw Rejection(.malformed, "signedTransaction names no originalTransactionId or productId")
+        }
+        return transaction
+    }
+
+    /// The App Store notification a transaction an app hands over stands for: a refund or revocation when
+    /// Apple revoked it; a subscription's first purchase (`SUBSCRIBED`, `INITIAL_BUY`) when it is the
+    /// subscription's original transaction, else a renewal (`DID_RENEW`); any other product a
+    /// `ONE_TIME_CHARGE`.
+    static func appleNotification(for transaction: JSON) -> (type: String, subtype: String?) {
+        if transaction["revocationDate"]?.int64Value != nil {
+            return (transaction["inAppOwnershipType"]?.stringValue == "FAMILY_SHARED" ? "REVOKE" : "REFUND", nil)
+        }
+        guard transaction["type"]?.stringValue == "Auto-Renewable Subscription" else { return ("ONE_TIME_CHARGE", nil) }
+        let first = transaction["transactionId"]?.stringValue == transaction["originalTransactionId"]?.stringValue
+        return first ? ("SUBSCRIBED", "INITIAL_BUY") : ("DID_RENEW", nil)
+    }
+
     /// Verifies a signed AppTransaction (StoreKit's `AppTransaction.shared`, `jwsRepresentation`) with
     /// the rules of a notification: the x5c chain to a configured root at its `signedDate`, Apple's OIDs,
     /// ES256, `bundleId` the app's, and for Production `appAppleId` the configured one. Returns the decoded

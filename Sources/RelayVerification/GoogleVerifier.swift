@@ -44,6 +44,39 @@ public struct GoogleVerifier: Sendable {
         }
     }
 
+    /// Verifies a purchase an app handed over (`relay-source: app-purchase`, `AppPurchase`):
+    /// `{"productId", "purchaseToken", "kind": "subscription" | "product", "appUserId", "transferPolicy",
+    /// "purchaseId"}`. There is no push token: what makes it authentic is the Play Developer API, which the
+    /// normalizer reads for the token under this app's package (a token of another package is unknown there).
+    /// The result is the DeveloperNotification Play sends for such a purchase (SUBSCRIPTION_PURCHASED, or
+    /// ONE_TIME_PRODUCT_PURCHASED), dated when the relay received it, with the purchaser attached.
+    public func verify(purchaseRecord body: [UInt8], receivedAt: Int64) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(body), let purchaser = AppPurchase.Purchaser(body: document),
+            let productId = document["productId"]?.stringValue, !productId.isEmpty,
+            let token = document["purchaseToken"]?.stringValue, !token.isEmpty
+        else {
+            throw Rejection(.malformed, #"an app-purchase record's body is not {"productId", "purchaseToken", "kind", "appUserId", "purchaseId", "transferPolicy"}"#)
+        }
+        let id = AppPurchase.notificationId(purchaser.purchaseId)
+        var notification: [String: JSON] = [
+            "version": "1.0", "packageName": .string(configuration.packageName), "eventTimeMillis": .string(String(receivedAt)),
+        ]
+        if document["kind"]?.stringValue == "product" {
+            notification["oneTimeProductNotification"] = [
+                "version": "1.0", "notificationType": 1, "purchaseToken": .string(token), "sku": .string(productId),
+            ]
+        } else {
+            notification["subscriptionNotification"] = [
+                "version": "1.0", "notificationType": 4, "purchaseToken": .string(token), "subscriptionId": .string(productId),
+            ]
+        }
+        let payload = JSON.object(notification)
+        var verified = VerifiedNotification(
+            store: .google, app: app, payload: payload, notificationId: id, type: DeveloperNotificationKind(payload).name, subtype: nil, environment: nil)
+        verified.purchaser = purchaser
+        return verified
+    }
+
     private static func parseToken(_ authorization: String?) throws(Rejection) -> (CompactJWS, String) {
         guard let authorization, !authorization.isEmpty else {
             throw Rejection(.missingSignature, "no Authorization header; enable authentication on the Pub/Sub push subscription")

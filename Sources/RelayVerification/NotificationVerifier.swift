@@ -85,11 +85,13 @@ public final class NotificationVerifier: Sendable {
         // A record the relay itself synthesized (never one the ingest wrote): the App Store Server API's
         // transactions and the local backend's grandfathering grants, for Apple apps.
         if let source = notification.source {
-            guard source == RawNotification.appleAPISource || source == AppTransactionGrant.source, notification.store == .apple else {
+            let known = notification.store == .apple
+                ? [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source] : [AppPurchase.source]
+            guard known.contains(source) else {
                 return .rejected(
                     Rejection(
                         .malformed,
-                        "relay-source \"\(source)\" is not known for \(notification.store.rawValue) records; only apple-api and app-transaction (Apple) are"))
+                        "relay-source \"\(source)\" is not known for \(notification.store.rawValue) records; only \(known.joined(separator: ", ")) are"))
             }
         }
         do {
@@ -97,10 +99,12 @@ public final class NotificationVerifier: Sendable {
             case .apple:
                 guard let apple = app.apple else { return .rejected(unconfigured) }
                 if notification.source == AppTransactionGrant.source { return .accepted(try apple.verify(appTransactionRecord: notification.body)) }
+                if notification.source == AppPurchase.source { return .accepted(try apple.verify(purchaseRecord: notification.body)) }
                 if notification.source != nil { return .accepted(try apple.verify(apiRecord: notification.body)) }
                 return .accepted(try apple.verify(body: notification.body))
             case .google:
                 guard let google = app.google else { return .rejected(unconfigured) }
+                if notification.source == AppPurchase.source { return .accepted(try google.verify(purchaseRecord: notification.body, receivedAt: notification.receivedAtMilliseconds)) }
                 return try await google.verify(
                     body: notification.body, authorization: notification.requestHeaders["authorization"], receivedAtSeconds: receivedAt)
             case .stripe:

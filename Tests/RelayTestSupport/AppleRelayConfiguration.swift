@@ -6,15 +6,17 @@ public import RelayConfig
 public enum AppleRelayConfiguration {
     /// The YAML. `apple` are more members of the app's `apple` section (`key: value`, one a line);
     /// `sections` more top-level sections, written as they are.
-    public static func text(environments: String = "[Sandbox]", apple: [String] = [], sections: String = "") -> String {
+    /// `app` are more members of the app itself (`transferPolicy: keep`), one a line.
+    public static func text(environments: String = "[Sandbox]", apple: [String] = [], app: [String] = [], sections: String = "") -> String {
         let more = apple.map { "\n      \($0)" }.joined()
+        let appMembers = app.map { "\n    \($0)" }.joined()
         return """
             ingest: { listen: "127.0.0.1:0", ackTimeout: 10s }
             backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
             apps:
               - key: demo
                 projectId: 1
-                applicationId: 1
+                applicationId: 1\(appMembers)
                 apple:
                   bundleId: com.example.app
                   appAppleId: 1234

@@ -175,6 +175,9 @@ public struct StoreEventData: Sendable, Equatable, Codable {
     public var userAttributes: [String: JSON]?
     /// The user's other ids (linked with `aliases`), when it has any.
     public var aliases: [String]?
+    /// The app user who had the subscription before a purchase handed over by this event's user moved it
+    /// (`apps[].transferPolicy: transfer`); only on a transfer's events. An addition to Superwall's format.
+    public var transferredFrom: String?
 
     public init(
         id: String, name: EventType, cancelReason: Reason?, expirationReason: Reason?, exchangeRate: Double?,
@@ -261,17 +264,19 @@ public struct StoreEventData: Sendable, Equatable, Codable {
             "source": source.json,
             "sequence": sequence.map(JSON.integer) ?? .null,
         ]
-        return members.adding(userAttributes: userAttributes, aliases: aliases)
+        return members.adding(userAttributes: userAttributes, aliases: aliases, transferredFrom: transferredFrom)
     }
 
     public func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
 }
 
 extension JSON {
-    /// The event data with the user's attributes and other ids, when it has any (members only then, so
+    /// The event data with the user's attributes and other ids, when it has any, and the user a transfer
+    /// took the subscription from (members only then, so
     /// events of users without them keep the shape receivers know).
-    func adding(userAttributes: [String: JSON]?, aliases: [String]?) -> JSON {
+    func adding(userAttributes: [String: JSON]?, aliases: [String]?, transferredFrom: String?) -> JSON {
         guard case .object(var members) = self else { return self }
+        if let transferredFrom { members["transferredFrom"] = .string(transferredFrom) }
         if let userAttributes, !userAttributes.isEmpty { members["userAttributes"] = .object(userAttributes) }
         if let aliases, !aliases.isEmpty { members["aliases"] = .array(aliases.map(JSON.string)) }
         return .object(members)
@@ -297,9 +302,10 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
     public var source: EventSource
     /// As `StoreEventData.sequence`.
     public var sequence: Int64?
-    /// As `StoreEventData.userAttributes` and `aliases`.
+    /// As `StoreEventData.userAttributes`, `aliases` and `transferredFrom`.
     public var userAttributes: [String: JSON]?
     public var aliases: [String]?
+    public var transferredFrom: String?
 
     public init(
         id: String, appUserId: String, originalAppUserId: String?, from: SubscriptionStatus, to: SubscriptionStatus, store: String,
@@ -342,7 +348,7 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
             "source": source.json,
             "sequence": sequence.map(JSON.integer) ?? .null,
         ]
-        return members.adding(userAttributes: userAttributes, aliases: aliases)
+        return members.adding(userAttributes: userAttributes, aliases: aliases, transferredFrom: transferredFrom)
     }
 
     public func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }

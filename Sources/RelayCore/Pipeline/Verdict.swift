@@ -77,6 +77,9 @@ public struct VerifiedNotification: Sendable {
     public var subtype: String?
     /// Apple's `environment` (`Sandbox`, `Production`, ...); Stripe `livemode` as PRODUCTION/SANDBOX; else nil.
     public var environment: String?
+    /// A purchase an app handed over (`relay-source: app-purchase`): who did, by which policy. Nil for a
+    /// store's own notification.
+    public var purchaser: AppPurchase.Purchaser?
 
     public init(
         store: Store, app: String, payload: JSON, notificationId: String?, type: String?, subtype: String? = nil,

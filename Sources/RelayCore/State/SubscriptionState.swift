@@ -25,8 +25,13 @@ public struct SubscriptionState: Sendable, Equatable {
     public var applicationId: Int
     /// The store's app user id (Apple `appAccountToken`, ...); nil when the store gave none.
     public var originalAppUserId: String?
-    /// Every app user id that owns this subscription (aliases, transfers).
+    /// Further app users this subscription feeds (a grandfathering grant's user).
     public var appUserIds: [String]
+    /// The app user who has this subscription now, when an app decided it rather than the store: set when
+    /// an app handed the purchase over (`POST .../users/{id}/purchases`) and the store named another user
+    /// or a transfer moved it (`apps[].transferPolicy: transfer`). When set, the subscription feeds this user
+    /// alone; `originalAppUserId` stays what the store carried.
+    public var ownerAppUserId: String?
     /// The store's product id: Apple's product, Google's `productId:basePlanId` (or `productId` for
     /// one-time products), Stripe's price (`price_…`), Paddle's price (`pri_…`).
     public var productId: String
@@ -119,7 +124,7 @@ public struct SubscriptionState: Sendable, Equatable {
         productId: String, productGroupId: String? = nil, status: Status, periodType: PeriodType = .normal, autoRenew: Bool = true, expiresAt: Int64? = nil,
         gracePeriodExpiresAt: Int64? = nil, environment: String = "PRODUCTION", lastTransactionId: String? = nil, sourceTimestamp: Int64,
         version: Int64 = 0, recentNotifications: [RecentNotification] = [], transactions: [Transaction] = [], expirationSent: Bool = false,
-        replacedBy: String? = nil
+        replacedBy: String? = nil, ownerAppUserId: String? = nil
     ) {
         self.store = store
         self.originalTransactionId = originalTransactionId
@@ -141,6 +146,7 @@ public struct SubscriptionState: Sendable, Equatable {
         self.transactions = transactions
         self.expirationSent = expirationSent
         self.replacedBy = replacedBy
+        self.ownerAppUserId = ownerAppUserId
     }
 
     /// Whether the subscription gives access at `now` (Unix milliseconds): active or in its grace
@@ -158,9 +164,10 @@ public struct SubscriptionState: Sendable, Equatable {
         }
     }
 
-    /// The users whose entitlements this subscription feeds: its app user ids, or
+    /// The users whose entitlements this subscription feeds: its owner when an app set one, else its app user ids, or
     /// `$RelayAnonymous:<store>:<originalTransactionId>` when the store named none (docs/normalization.md).
     public var entitlementUserIds: [String] {
+        if let ownerAppUserId { return [ownerAppUserId] }
         var ids = appUserIds
         if let originalAppUserId, !ids.contains(originalAppUserId) { ids.insert(originalAppUserId, at: 0) }
         return ids.isEmpty ? ["$RelayAnonymous:\(store.rawValue):\(originalTransactionId)"] : ids
@@ -195,6 +202,7 @@ public struct SubscriptionState: Sendable, Equatable {
         object["transactions"] = .array(transactions.map(\.json))
         object["expirationSent"] = .bool(expirationSent)
         object["replacedBy"] = replacedBy.map(JSON.string) ?? .null
+        object["ownerAppUserId"] = ownerAppUserId.map(JSON.string) ?? .null
         return .object(object)
     }
 
@@ -289,7 +297,7 @@ public struct SubscriptionState: Sendable, Equatable {
             gracePeriodExpiresAt: try optionalInteger("gracePeriodExpiresAt"), environment: try optionalString("environment") ?? "PRODUCTION",
             lastTransactionId: try optionalString("lastTransactionId"), sourceTimestamp: sourceTimestamp,
             version: try optionalInteger("version") ?? 0, recentNotifications: recent, transactions: transactions,
-            expirationSent: expirationSent, replacedBy: try optionalString("replacedBy"))
+            expirationSent: expirationSent, replacedBy: try optionalString("replacedBy"), ownerAppUserId: try optionalString("ownerAppUserId"))
     }
 }
 

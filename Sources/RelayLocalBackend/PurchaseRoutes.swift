@@ -1,0 +1,245 @@
+import Foundation
+import Hummingbird
+import Logging
+public import RelayConfig
+public import RelayCore
+
+/// What the purchases route needs from outside this module, wired by RelayApp: Apple's signature checks
+/// (RelayVerification, which the backend does not import), the stores' APIs, and the record log.
+public struct AppPurchases: Sendable {
+    /// Verifies a StoreKit 2 signed transaction for an app key with the app's Apple rules; the decoded
+    /// transaction or why it is refused.
+    public typealias VerifyApple = @Sendable (_ app: String, _ signedTransaction: String) -> Result<JSON, Rejection>
+    /// Appends a record to the log and returns once it is acknowledged.
+    public typealias Append = @Sendable (_ record: OutgoingRecord) async throws -> Void
+
+    let verifyApple: VerifyApple
+    let storeAPIs: StoreAPIs
+    let append: Append
+    /// `relay.notifications` (the configured name).
+    let topic: String
+    /// How long the route waits for the worker to apply the purchase before it answers 202.
+    let wait: Duration
+
+    public init(topic: String, storeAPIs: StoreAPIs, wait: Duration = .seconds(5), verifyApple: @escaping VerifyApple, append: @escaping Append) {
+        self.topic = topic
+        self.storeAPIs = storeAPIs
+        self.wait = wait
+        self.verifyApple = verifyApple
+        self.append = append
+    }
+}
+
+/// A purchase the route has read from its store: the subscription it is, the user the store carried for
+/// it, and the record body's store fields.
+struct PurchaseClaim {
+    var store: Store
+    /// The subscription's key (Apple's originalTransactionId, Google's purchase token, ...).
+    var subject: String
+    /// The app user id the store carried (Apple's appAccountToken, ...), when it did.
+    var storeUser: String?
+    /// The record body's store fields (`AppPurchase`).
+    var fields: [String: JSON]
+}
+
+/// Why a purchase cannot be taken: an answer, not an error of the route.
+struct PurchaseRefusal: Error {
+    var response: Response
+
+    /// 400 `invalid_purchase` with a reason code (the verifier's, or the route's own) and a detail.
+    static func invalid(_ reason: String, _ detail: String) -> PurchaseRefusal {
+        PurchaseRefusal(
+            response: json(.badRequest, ["error": "invalid_purchase", "reason": .string(reason), "detail": .string(Rejection(.malformed, detail).detail)]))
+    }
+}
+
+extension LocalBackend {
+    static let purchasesPath = "/subscriptions-api/public/v1/users/:appUserId/purchases"
+
+    /// `POST /subscriptions-api/public/v1/users/{id}/purchases`: the app hands over a purchase it just made
+    /// or restored (docs/identity.md).
+    ///
+    /// - `{"store": "APP_STORE", "signedTransaction": "<JWS>"}`: StoreKit 2's `jwsRepresentation`, verified
+    ///   with the app's Apple rules;
+    /// - `{"store": "PLAY_STORE", "productId", "purchaseToken"}`: read from the Play Developer API under the
+    ///   app's package (a subscription, else a one-time product).
+    ///
+    /// The purchase goes through the pipeline as the store's own notification would: a record
+    /// (`relay-source: app-purchase`) on `relay.notifications`, which the worker verifies again, applies by
+    /// the same state rules (a payment already recorded sends no second event) and binds to the user by the
+    /// app's `transferPolicy`. The route waits for that, up to a bound:
+    /// - 200 with the entitlements route's body for the user, once applied;
+    /// - 202 with what is known when the worker did not apply it within the wait (it will);
+    /// - 400 `invalid_purchase` with `reason` and `detail`; 409 `owned_by_another_user` under `keep` when
+    ///   another user has the purchase (the answer names no user); 503 when the log or a store's API could
+    ///   not be reached (try again).
+    func addPurchaseRoutes(to router: Router<BackendRequestContext>) {
+        let backend = self
+        route(router, .post, Self.purchasesPath) { request, context, principal in
+            try await backend.takePurchase(request, context, principal)
+        }
+    }
+
+    private func takePurchase(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
+        guard let purchases = appPurchases else {
+            return errorResponse(.notFound, "not_found", "this backend process does not take purchases (it has no record log)")
+        }
+        let (user, app, document): (String, RelayConfiguration.App, JSON?)
+        switch try await userRequest(request, context, principal) {
+        case .success(let found): (user, app, document) = found
+        case .failure(let problem): return problem.response
+        }
+        guard let document, case .object = document, let store = document["store"]?.stringValue else {
+            return errorResponse(
+                .badRequest, "bad_request", #"the body must be {"store": "APP_STORE" | "PLAY_STORE" | "STRIPE" | "PADDLE", ...the store's fields}"#)
+        }
+        let claim: PurchaseClaim
+        do {
+            claim = try await read(store: store, document, app: app, purchases: purchases, logger: context.logger)
+        } catch {
+            return error.response
+        }
+        // Who has it now: the stored subscription's user, else the one the store carried.
+        let stored = try await database.subscription(store: claim.store, originalTransactionId: claim.subject)
+        let holder = stored.map { AppPurchase.holder(of: $0) } ?? claim.storeUser.flatMap { $0.hasPrefix("$RelayAnonymous:") ? nil : $0 }
+        if app.transferPolicy == .keep, let holder, try await !sameUser(holder, user, applicationId: app.applicationId) {
+            return ownedByAnotherUser
+        }
+        let purchaser = AppPurchase.Purchaser(appUserId: user, transferPolicy: app.transferPolicy.rawValue, purchaseId: UUID().uuidString.lowercased())
+        let notification = RawNotification(
+            store: claim.store, app: app.key, receivedAtMilliseconds: clock(), body: JSON.object(claim.fields.merging(purchaser.members) { $1 }).serialized(),
+            requestHeaders: [:], source: AppPurchase.source)
+        do {
+            try await purchases.append(notification.record(topic: purchases.topic, subject: claim.subject))
+        } catch {
+            // The log's error names broker internals: logged, not answered.
+            context.logger.error(
+                "appending a purchase an app handed over failed",
+                metadata: [LogKey.notificationStore: "\(claim.store.rawValue)", LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
+            return errorResponse(.serviceUnavailable, "not_stored", "the purchase could not be stored; try again")
+        }
+        let applied = try await waitForPurchase(AppPurchase.notificationId(purchaser.purchaseId), claim, within: purchases.wait)
+        if let applied, let holder = AppPurchase.holder(of: applied), try await !sameUser(holder, user, applicationId: app.applicationId) {
+            // Another user's under `keep` (a hand-over of the other user came first): applied, not bound.
+            return ownedByAnotherUser
+        }
+        let (_, ids) = try await database.userIds(of: user, applicationId: app.applicationId)
+        var subscriptions = try await database.subscriptions(ofUsers: ids)
+        subscriptions.removeAll { $0.applicationId != app.applicationId }
+        return json(applied == nil ? .accepted : .ok, entitlements(of: subscriptions).json)
+    }
+
+    private var ownedByAnotherUser: Response {
+        errorResponse(
+            .conflict, "owned_by_another_user",
+            "this purchase belongs to another user of this app, and the app's transferPolicy is keep; it was not given to this user")
+    }
+
+    /// Whether two ids stand for the same user of an application (one is the other, or both are linked to one user).
+    private func sameUser(_ first: String, _ second: String, applicationId: Int) async throws -> Bool {
+        if first == second { return true }
+        let (one, _) = try await database.userIds(of: first, applicationId: applicationId)
+        let (other, _) = try await database.userIds(of: second, applicationId: applicationId)
+        return one == other
+    }
+
+    /// The subscription once the worker applied the notification `id` to it; nil when `wait` passed first.
+    private func waitForPurchase(_ id: String, _ claim: PurchaseClaim, within wait: Duration) async throws -> SubscriptionState? {
+        let deadline = ContinuousClock.now + wait
+        while true {
+            if let state = try await database.subscription(store: claim.store, originalTransactionId: claim.subject),
+                state.recentNotifications.contains(where: { $0.id == id })
+            {
+                return state
+            }
+            guard ContinuousClock.now < deadline else { return nil }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    // MARK: Reading a purchase from its store
+
+    private func read(store: String, _ document: JSON, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger) async throws(PurchaseRefusal)
+        -> PurchaseClaim
+    {
+        switch store {
+        case "APP_STORE": return try readApple(document, app: app, purchases: purchases)
+        case "PLAY_STORE": return try await readGoogle(document, app: app, purchases: purchases, logger: logger)
+        default:
+            throw PurchaseRefusal(
+                response: errorResponse(.badRequest, "bad_request", "store \(store.prefix(32).debugDescription) is not one of APP_STORE, PLAY_STORE, STRIPE, PADDLE"))
+        }
+    }
+
+    private func readApple(_ document: JSON, app: RelayConfiguration.App, purchases: AppPurchases) throws(PurchaseRefusal) -> PurchaseClaim {
+        guard app.apple != nil else { throw .invalid(RejectReason.unknownApp.rawValue, "app \(app.key) takes no App Store purchases (no apple section)") }
+        guard let signed = document["signedTransaction"]?.stringValue, !signed.isEmpty else {
+            throw PurchaseRefusal(
+                response: errorResponse(.badRequest, "bad_request", #"an APP_STORE purchase is {"store": "APP_STORE", "signedTransaction": "<StoreKit 2 jwsRepresentation>"}"#))
+        }
+        switch purchases.verifyApple(app.key, signed) {
+        case .failure(let rejection):
+            throw .invalid(rejection.reason.rawValue, rejection.detail)
+        case .success(let transaction):
+            guard let subject = transaction["originalTransactionId"]?.stringValue else {
+                throw .invalid(RejectReason.malformed.rawValue, "signedTransaction names no originalTransactionId")
+            }
+            return PurchaseClaim(
+                store: .apple, subject: subject, storeUser: transaction["appAccountToken"]?.stringValue, fields: ["signedTransaction": .string(signed)])
+        }
+    }
+
+    private func readGoogle(_ document: JSON, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger) async throws(PurchaseRefusal)
+        -> PurchaseClaim
+    {
+        guard let google = app.google else {
+            throw .invalid(RejectReason.unknownApp.rawValue, "app \(app.key) takes no Google Play purchases (no google section)")
+        }
+        guard let client = purchases.storeAPIs.play[app.key] else {
+            throw .invalid(RejectReason.storeAPIRejected.rawValue, "app \(app.key) has no google.playApi configured; its purchases cannot be read")
+        }
+        guard let productId = document["productId"]?.stringValue, !productId.isEmpty, productId.utf8.count <= 256,
+            let token = document["purchaseToken"]?.stringValue, !token.isEmpty, token.utf8.count <= 4096
+        else {
+            throw PurchaseRefusal(
+                response: errorResponse(.badRequest, "bad_request", #"a PLAY_STORE purchase is {"store": "PLAY_STORE", "productId", "purchaseToken"}"#))
+        }
+        func unavailable(_ error: StoreAPIError) -> PurchaseRefusal {
+            logger.warning(
+                "reading a purchase from the Play Developer API failed",
+                metadata: [LogKey.notificationStore: "google", LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
+            return PurchaseRefusal(response: errorResponse(.serviceUnavailable, "store_unavailable", "the Play Developer API could not be read; try again"))
+        }
+        // A subscription, else a one-time product (`purchases.products.get` needs the product id).
+        do {
+            let purchase = try await client.subscription(packageName: google.packageName, purchaseToken: token)
+            let products = purchase["lineItems"]?.arrayValue?.compactMap { $0["productId"]?.stringValue } ?? []
+            guard products.contains(productId) else {
+                throw PurchaseRefusal.invalid(
+                    "wrong_product", "the purchase token is for \(products.isEmpty ? "no product" : products.joined(separator: ", ")), not \(productId)")
+            }
+            return PurchaseClaim(
+                store: .google, subject: token, storeUser: purchase["externalAccountIdentifiers"]?["obfuscatedExternalAccountId"]?.stringValue,
+                fields: ["productId": .string(productId), "purchaseToken": .string(token), "kind": "subscription"])
+        } catch let refusal as PurchaseRefusal {
+            throw refusal
+        } catch let error as StoreAPIError where error.kind == .notFound {
+            // Not a subscription: a one-time product, or unknown.
+        } catch let error as StoreAPIError {
+            throw unavailable(error)
+        } catch {
+            throw PurchaseRefusal(response: errorResponse(.serviceUnavailable, "store_unavailable", "the Play Developer API could not be read; try again"))
+        }
+        do {
+            let purchase = try await client.product(packageName: google.packageName, productId: productId, purchaseToken: token)
+            return PurchaseClaim(
+                store: .google, subject: token, storeUser: purchase["obfuscatedExternalAccountId"]?.stringValue,
+                fields: ["productId": .string(productId), "purchaseToken": .string(token), "kind": "product"])
+        } catch {
+            guard error.kind == .notFound else { throw unavailable(error) }
+            throw .invalid(
+                RejectReason.purchaseNotFound.rawValue,
+                "Google Play does not know this purchase token for product \(productId) in \(google.packageName): it is wrong or belongs to another app")
+        }
+    }
+}

@@ -1,0 +1,267 @@
+import Foundation
+import RelayApp
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+import RelayTestSupport
+import Testing
+
+/// Purchases an app hands over (`POST .../users/{id}/purchases`) on a whole relay (embedded log), with
+/// StoreKit 2 transactions signed by the test Apple chain: access, aliases, the store's own notification
+/// of the same purchase, and transfers under both policies.
+@Suite(.serialized) struct AppPurchaseTests {
+    let signer = AppleSigner()
+    static let publicKey = "pk_demo_ios_0123456789"
+
+    static func configuration(policy: String = "transfer") throws -> RelayConfiguration {
+        try AppleRelayConfiguration.parse(
+            AppleRelayConfiguration.text(app: [#"publicApiKeys: ["\#(publicKey)"]"#, "transferPolicy: \(policy)"]), name: "app-purchases")
+    }
+
+    /// A first purchase of a subscription (its transaction is its original one).
+    static func transaction(id: String = "2000000500000001", original: String? = nil, token: String? = nil, bundleId: String = "com.example.app")
+        -> JSON
+    {
+        var transaction = AppleSigner.transaction(bundleId: bundleId)
+        guard case .object(var members) = transaction else { return transaction }
+        members["transactionId"] = .string(id)
+        members["originalTransactionId"] = .string(original ?? id)
+        if let token { members["appAccountToken"] = .string(token) }
+        transaction = .object(members)
+        return transaction
+    }
+
+    struct Harness {
+        let relay: TestRelay
+        let backendURL: String
+
+        func hand(_ user: String, _ body: JSON, key: String = AppPurchaseTests.publicKey) async throws -> (Int, JSON) {
+            let response = try await relay.http.send(
+                "POST", backendURL + "/subscriptions-api/public/v1/users/\(Self.escaped(user))/purchases",
+                headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")], body: body.serialized())
+            return (response.status, (try? JSON.parse(response.body)) ?? .null)
+        }
+
+        func handApple(_ user: String, _ signed: String) async throws -> (Int, JSON) {
+            try await hand(user, ["store": "APP_STORE", "signedTransaction": .string(signed)])
+        }
+
+        func link(_ user: String, _ aliases: [String]) async throws -> Int {
+            try await relay.http.send(
+                "POST", backendURL + "/subscriptions-api/public/v1/users/\(Self.escaped(user))/aliases",
+                headers: [("Authorization", "Bearer \(AppPurchaseTests.publicKey)"), ("Content-Type", "application/json")],
+                body: JSON.object(["aliasIds": .array(aliases.map(JSON.string))]).serialized()
+            ).status
+        }
+
+        func entitlements(_ user: String) async throws -> [String] {
+            let response = try await relay.http.send(
+                "GET", backendURL + "/subscriptions-api/public/v1/users/\(Self.escaped(user))/entitlements",
+                headers: [("Authorization", "Bearer \(AppPurchaseTests.publicKey)")])
+            return try JSON.parse(response.body)["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } ?? []
+        }
+
+        func events() async throws -> [JSON] {
+            try await relay.records(topic: relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }
+        }
+
+        func events(_ type: String) async throws -> [JSON] {
+            try await events().filter { $0["type"]?.stringValue == type }
+        }
+
+        func statusChanges(for user: String) async throws -> [JSON] {
+            try await events("subscription_status_did_change").filter { $0["data"]?["appUserId"] == .string(user) }
+        }
+
+        func notificationCount() async throws -> Int {
+            try await relay.records(topic: relay.configuration.topics.notifications).count
+        }
+
+        /// The store's own SUBSCRIBED (INITIAL_BUY) notification of `transaction`, through the ingest.
+        func storeNotification(_ transaction: JSON, signer: AppleSigner, uuid: String = "5b6d8e2c-1f0a-4c1e-9a57-3f2f0b6a9c11") async throws {
+            guard case .object(var payload) = signer.notificationPayload(transaction: transaction) else { return }
+            payload["notificationUUID"] = .string(uuid)
+            let response = try await relay.http.send(
+                "POST", relay.baseURL + "/v1/notifications/apple/demo", headers: [("Content-Type", "application/json")],
+                body: signer.body(.object(payload)))
+            #expect(response.status == 200)
+        }
+
+        /// The stored state of an Apple subscription, through the backend's secret route; nil when none.
+        func state(_ id: String) async throws -> SubscriptionState? {
+            let response = try await relay.http.send(
+                "GET", backendURL + "/subscriptions-api/internal/v1/subscriptions/apple/\(id)", headers: [("Authorization", "Bearer test-backend-key")])
+            guard response.status == 200 else { return nil }
+            return try SubscriptionState(json: try JSON.parse(response.body))
+        }
+
+        static func escaped(_ id: String) -> String {
+            id.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? id
+        }
+
+        func stop() async throws { try await relay.stop() }
+    }
+
+    static func start(policy: String = "transfer") async throws -> Harness {
+        let relay = try await TestRelay(configuration: try configuration(policy: policy), log: .embedded)
+        return Harness(relay: relay, backendURL: await relay.environment.process.backendAddress.value())
+    }
+
+    @Test func anAnonymousPurchaseHandedOverCountsForTheUserAfterLogin() async throws {
+        let harness = try await Self.start()
+        let alias = "$SuperwallAlias:7C1A0E59-1A2B-4C3D-8E9F-001122334455"
+        let (status, answer) = try await harness.handApple(alias, signer.sign(Self.transaction()))
+        #expect(status == 200, "\(answer)")
+        #expect(answer["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["pro"], "\(answer)")
+        #expect(answer["customerInfo"]?["subscriptions"]?.arrayValue?.first?["transactionId"] == "2000000500000001", "\(answer)")
+        // Login: the alias is the user's from now on, with what it bought.
+        #expect(try await harness.entitlements("user-1").isEmpty)
+        #expect(try await harness.link("user-1", [alias]) == 200)
+        #expect(try await harness.entitlements("user-1") == ["pro"])
+        // The purchase's events name the id that handed it over.
+        let purchases = try await harness.events("initial_purchase")
+        #expect(purchases.count == 1)
+        #expect(purchases.first?["data"]?["originalAppUserId"] == .string(alias), "\(purchases)")
+        #expect(purchases.first?["data"]?["source"]?["store"] == "apple")
+        #expect(try await harness.statusChanges(for: alias).count == 1)
+        try await harness.stop()
+    }
+
+    @Test func aPurchaseHandedOverThenTheStoresNotificationSendsOneInitialPurchase() async throws {
+        let harness = try await Self.start()
+        let transaction = Self.transaction(id: "2000000500000002")
+        let (status, _) = try await harness.handApple("user-2", signer.sign(transaction))
+        #expect(status == 200)
+        try await harness.storeNotification(transaction, signer: signer)
+        // The store's notification applied (the worker wrote it): then count.
+        try await waitUntil("both applied") { try await harness.state("2000000500000002")?.recentNotifications.count == 2 }
+        #expect(try await harness.events("initial_purchase").count == 1)
+        #expect(try await harness.statusChanges(for: "user-2").count == 1)
+        #expect(try await harness.entitlements("user-2") == ["pro"])
+        try await harness.stop()
+    }
+
+    @Test func theStoresNotificationThenTheHandOverSendsOneInitialPurchaseAndGivesTheUserAccess() async throws {
+        let harness = try await Self.start()
+        let transaction = Self.transaction(id: "2000000500000003")
+        try await harness.storeNotification(transaction, signer: signer)
+        try await waitUntil("the store's notification applied") { try await harness.state("2000000500000003") != nil }
+        // Bought without an appAccountToken: nobody's yet.
+        #expect(try await harness.entitlements("user-3").isEmpty)
+        let (status, answer) = try await harness.handApple("user-3", signer.sign(transaction))
+        #expect(status == 200, "\(answer)")
+        #expect(answer["entitlements"]?.arrayValue?.count == 1)
+        #expect(try await harness.events("initial_purchase").count == 1)
+        // The user gained access by the hand-over: a status change names the user.
+        let changes = try await harness.statusChanges(for: "user-3")
+        #expect(changes.count == 1, "\(changes)")
+        #expect(changes.first?["data"]?["from"]?["status"] == "INACTIVE")
+        #expect(changes.first?["data"]?["to"]?["status"] == "ACTIVE")
+        try await harness.stop()
+    }
+
+    @Test func refusedTransactionsAnswer400WithTheReasonAndAppendNothing() async throws {
+        let harness = try await Self.start()
+        // Forged: a genuine JWS whose payload was swapped.
+        let genuine = signer.sign(Self.transaction()).split(separator: ".").map(String.init)
+        let forged = [genuine[0], Base64.encodeURL(Self.transaction(id: "999").serialized()), genuine[2]].joined(separator: ".")
+        var (status, answer) = try await harness.handApple("user-4", forged)
+        #expect(status == 400)
+        #expect(answer["error"] == "invalid_purchase")
+        #expect(answer["reason"] == "bad_signature", "\(answer)")
+        // Another app's transaction, genuinely signed.
+        (status, answer) = try await harness.handApple("user-4", signer.sign(Self.transaction(bundleId: "com.other.app")))
+        #expect(status == 400)
+        #expect(answer["reason"] == "wrong_bundle_id", "\(answer)")
+        // Signed by a chain that does not lead to the configured root.
+        let stranger = AppleSigner(chain: [Fixtures.appleChain[0], Fixtures.appleChain[1]])
+        (status, answer) = try await harness.handApple("user-4", stranger.sign(Self.transaction()))
+        #expect(status == 400)
+        #expect(answer["reason"]?.stringValue.map { ["untrusted_chain", "malformed"].contains($0) } == true, "\(answer)")
+        // Not a purchase at all.
+        (status, answer) = try await harness.hand("user-4", ["store": "APP_STORE"])
+        #expect(status == 400)
+        (status, answer) = try await harness.hand("user-4", ["store": "AMAZON"])
+        #expect(status == 400)
+        #expect(try await harness.notificationCount() == 0)
+        try await harness.stop()
+    }
+
+    @Test func aRestoreByASecondUserTransfersAccessUnderTransfer() async throws {
+        let harness = try await Self.start()
+        let signed = signer.sign(Self.transaction(id: "2000000500000005"))
+        #expect(try await harness.handApple("user-a", signed).0 == 200)
+        #expect(try await harness.entitlements("user-a") == ["pro"])
+        let (status, answer) = try await harness.handApple("user-b", signed)
+        #expect(status == 200, "\(answer)")
+        #expect(answer["entitlements"]?.arrayValue?.count == 1)
+        #expect(try await harness.entitlements("user-b") == ["pro"])
+        #expect(try await harness.entitlements("user-a").isEmpty)
+        // Both users hear of it; the transfer's events name where it came from.
+        let gained = try await harness.statusChanges(for: "user-b")
+        #expect(gained.count == 1, "\(gained)")
+        #expect(gained.first?["data"]?["to"]?["status"] == "ACTIVE")
+        #expect(gained.first?["data"]?["transferredFrom"] == "user-a")
+        let changesOfA = try await harness.statusChanges(for: "user-a")
+        let lost = changesOfA.filter { $0["data"]?["to"]?["status"] == "INACTIVE" }
+        #expect(lost.count == 1, "\(changesOfA)")
+        #expect(lost.first?["data"]?["transferredFrom"] == "user-a")
+        // No second purchase: the payment was recorded with the first hand-over.
+        #expect(try await harness.events("initial_purchase").count == 1)
+        // And back again: the first user restores.
+        #expect(try await harness.handApple("user-a", signed).0 == 200)
+        #expect(try await harness.entitlements("user-a") == ["pro"])
+        #expect(try await harness.entitlements("user-b").isEmpty)
+        try await harness.stop()
+    }
+
+    @Test func aRestoreByASecondUserIsRefusedUnderKeepWithoutNamingTheOwner() async throws {
+        let harness = try await Self.start(policy: "keep")
+        let signed = signer.sign(Self.transaction(id: "2000000500000006"))
+        #expect(try await harness.handApple("user-a", signed).0 == 200)
+        let before = try await harness.notificationCount()
+        let response = try await harness.relay.http.send(
+            "POST", harness.backendURL + "/subscriptions-api/public/v1/users/user-b/purchases",
+            headers: [("Authorization", "Bearer \(Self.publicKey)"), ("Content-Type", "application/json")],
+            body: JSON.object(["store": "APP_STORE", "signedTransaction": .string(signed)]).serialized())
+        #expect(response.status == 409)
+        let text = String(decoding: response.body, as: UTF8.self)
+        #expect(try JSON.parse(response.body)["error"] == "owned_by_another_user")
+        #expect(!text.contains("user-a"), "\(text)")
+        #expect(try await harness.notificationCount() == before)
+        #expect(try await harness.entitlements("user-a") == ["pro"])
+        #expect(try await harness.entitlements("user-b").isEmpty)
+        // The owner's alias is the owner: no conflict.
+        #expect(try await harness.link("user-a", ["$SuperwallDevice:D1"]) == 200)
+        #expect(try await harness.handApple("$SuperwallDevice:D1", signed).0 == 200)
+        try await harness.stop()
+    }
+
+    @Test func anAppAccountTokenOfAnotherUserIsThatUsersPurchaseUnderKeep() async throws {
+        let harness = try await Self.start(policy: "keep")
+        let token = "8c1a4e9b-1f2d-4a3b-9c8d-7e6f5a4b3c2d"
+        let signed = signer.sign(Self.transaction(id: "2000000500000007", token: token))
+        #expect(try await harness.handApple("user-c", signed).0 == 409)
+        #expect(try await harness.handApple(token, signed).0 == 200)
+        #expect(try await harness.entitlements(token) == ["pro"])
+        try await harness.stop()
+    }
+
+    @Test func anotherAppsPublicKeyAndNoKeyAreRefused() async throws {
+        let harness = try await Self.start()
+        let signed = signer.sign(Self.transaction(id: "2000000500000008"))
+        #expect(try await harness.hand("user-d", ["store": "APP_STORE", "signedTransaction": .string(signed)], key: "pk_unknown").0 == 401)
+        let (status, _) = try await harness.relay.http.send(
+            "POST", harness.backendURL + "/subscriptions-api/public/v1/users/user-d/purchases?applicationId=2",
+            headers: [("Authorization", "Bearer \(Self.publicKey)"), ("Content-Type", "application/json")],
+            body: JSON.object(["store": "APP_STORE", "signedTransaction": .string(signed)]).serialized()
+        ).statusAndBody
+        #expect(status == 403)
+        #expect(try await harness.notificationCount() == 0)
+        try await harness.stop()
+    }
+}
+
+extension HTTPClientResponse {
+    var statusAndBody: (Int, [UInt8]) { (status, body) }
+}
