@@ -134,11 +134,12 @@ extension ConfigParser {
             return try node.path(mustExist: true)
         }
         let playApi = try map.optional("playApi") { (node) throws(ConfigurationError) -> RelayConfiguration.PlayAPI in
-            let map = try node.mapping(known: ["baseUrl", "tokenUrl", "serviceAccountKey"])
+            let map = try node.mapping(known: ["baseUrl", "tokenUrl", "serviceAccountKey", "acknowledgePurchases"])
             var api = RelayConfiguration.PlayAPI()
             if let value = try map.optional("baseUrl", httpURL) { api.baseUrl = value }
             if let value = try map.optional("tokenUrl", httpURL) { api.tokenUrl = value }
             api.serviceAccountKey = try map.optional("serviceAccountKey") { (node) throws(ConfigurationError) in try node.path(mustExist: true) }
+            if let value = try map.optional("acknowledgePurchases", { (node) throws(ConfigurationError) in try node.bool() }) { api.acknowledgePurchases = value }
             return api
         }
         return RelayConfiguration.Google(

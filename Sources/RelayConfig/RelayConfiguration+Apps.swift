@@ -134,6 +134,10 @@ extension RelayConfiguration {
         public var baseUrl: String = "https://androidpublisher.googleapis.com"
         public var tokenUrl: String = "https://oauth2.googleapis.com/token"
         public var serviceAccountKey: String?
+        /// The worker acknowledges a new purchase Play still holds unacknowledged (a subscription's or a
+        /// one-time product's, from Play's notification or an app's hand-over), so Play does not refund it
+        /// after three days when the app died before acknowledging. Default false: the app acknowledges.
+        public var acknowledgePurchases = false
 
         public init(baseUrl: String = "https://androidpublisher.googleapis.com", tokenUrl: String = "https://oauth2.googleapis.com/token", serviceAccountKey: String? = nil) {
             self.baseUrl = baseUrl

@@ -71,6 +71,28 @@ public final class GooglePlayClient: Sendable {
             what: "the purchase of product \(productId)", packageName: packageName, purchaseToken: purchaseToken)
     }
 
+    /// Acknowledges a purchase: `purchases.subscriptions.acknowledge` or `purchases.products.acknowledge`.
+    ///
+    /// `POST {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/subscriptions/{productId}/tokens/{purchaseToken}:acknowledge`
+    /// (`products/{productId}` for a one-time product), body `{}`. Play refuses a purchase already
+    /// acknowledged, so callers acknowledge only what it reports pending.
+    public func acknowledge(packageName: String, productId: String, purchaseToken: String, subscription: Bool) async throws(StoreAPIError) {
+        guard !packageName.isEmpty, !productId.isEmpty, !purchaseToken.isEmpty else {
+            throw StoreAPIError(.play, kind: .rejected, message: "the package name, product id and purchase token are required to acknowledge")
+        }
+        let segments = ["applications", packageName, "purchases", subscription ? "subscriptions" : "products", productId, "tokens"]
+        let url = baseURL + "/androidpublisher/v3/" + segments.map(PercentEncoding.pathSegment).joined(separator: "/") + "/"
+            + PercentEncoding.pathSegment(purchaseToken) + ":acknowledge"
+        let what = "acknowledging the purchase of \(productId)"
+        _ = try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug(
+                "Play Developer API call failed; retrying",
+                metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await authorized(url, method: "POST", body: Array("{}".utf8), what: what, packageName: packageName, expectsDocument: false)
+        }
+    }
+
     // MARK: Transport
 
     /// One API GET, with the retries of `.unavailable` failures.
@@ -83,27 +105,34 @@ public final class GooglePlayClient: Sendable {
                 "Play Developer API call failed; retrying",
                 metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
-            try await authorizedGet(url, what: what, packageName: packageName)
+            try await authorized(url, what: what, packageName: packageName)
         }
     }
 
     /// One attempt: a token, the request, and on 401 a fresh token and the request once more.
-    private func authorizedGet(_ url: String, what: String, packageName: String) async throws(StoreAPIError) -> JSON {
+    private func authorized(
+        _ url: String, method: String = "GET", body: [UInt8]? = nil, what: String, packageName: String, expectsDocument: Bool = true
+    ) async throws(StoreAPIError) -> JSON {
         let token = try await tokens.token()
-        var response = try await send(url, token: token)
+        var response = try await send(url, method: method, body: body, token: token)
         if response.status == 401 {
             tokens.invalidate(token)
             logger.info(
                 "Play Developer API refused the access token; fetching a new one",
                 metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.serviceAccount: "\(serviceAccount)"])
-            response = try await send(url, token: try await tokens.token())
+            response = try await send(url, method: method, body: body, token: try await tokens.token())
         }
+        if !expectsDocument, (200..<300).contains(response.status) { return .object([:]) }
         return try document(response, what: what, packageName: packageName)
     }
 
-    private func send(_ url: String, token: AccessTokenSource.AccessToken) async throws(StoreAPIError) -> HTTPClientResponse {
+    private func send(_ url: String, method: String, body: [UInt8]?, token: AccessTokenSource.AccessToken) async throws(StoreAPIError)
+        -> HTTPClientResponse
+    {
+        var headers = [("Authorization", "Bearer \(token.value)"), ("Accept", "application/json")]
+        if body != nil { headers.append(("Content-Type", "application/json")) }
         do {
-            return try await http.send("GET", url, headers: [("Authorization", "Bearer \(token.value)"), ("Accept", "application/json")])
+            return try await http.send(method, url, headers: headers, body: body)
         } catch {
             throw StoreAPIError.transport(error, api: .play, endpoint: "the Play Developer API at \(baseURL)", setting: "playApi.baseUrl")
         }

@@ -67,7 +67,11 @@ public struct NotificationMapping: Sendable {
         let payments: Set<EventType> = [.initialPurchase, .renewal, .nonRenewingPurchase]
         var repaid: Set<String> = []
         for draft in mapping.events where payments.contains(draft.type) {
-            if let id = draft.transactionId, mapping.recorded(id, in: input.history) != nil { repaid.insert(id) }
+            // The same payment: its id, and its time when both say one (Play answers a late purchase with
+            // the subscription's latest order, a renewal's, which is not the purchase's payment).
+            guard let id = draft.transactionId, let paid = mapping.recorded(id, in: input.history) else { continue }
+            if let time = draft.purchasedAt, let recorded = paid.purchasedAt, time != recorded { continue }
+            repaid.insert(id)
         }
         if !repaid.isEmpty { mapping.events.removeAll { payments.contains($0.type) && $0.transactionId.map(repaid.contains) == true } }
         return mapping

@@ -68,6 +68,14 @@ public final class SubscriptionUpdater: Sendable {
 
     /// The standardized events of one verified notification; `receivedAt` is its `relay-received-at`.
     public func normalize(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
+        let events = try await apply(notification, receivedAt: receivedAt)
+        if let app = apps[notification.app], app.google?.playApi?.acknowledgePurchases == true, notification.store == .google {
+            try await acknowledge(notification, app: app)
+        }
+        return events
+    }
+
+    private func apply(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = apps[notification.app] else { return [] }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
 
@@ -218,6 +226,51 @@ public final class SubscriptionUpdater: Sendable {
         }
     }
 
+    /// Acknowledges a new purchase Play still holds unacknowledged (`playApi.acknowledgePurchases`), once
+    /// its state is stored: a subscription's purchase (SUBSCRIPTION_PURCHASED, also an app's hand-over) or a
+    /// one-time product's. Read fresh first, because Play refuses a second acknowledgement and a repeat
+    /// of the record must not fail on it; a refusal is read again, and only a purchase still pending after
+    /// it is an error (the record is tried again).
+    private func acknowledge(_ notification: VerifiedNotification, app: RelayConfiguration.App) async throws(NormalizationError) {
+        guard let client = play[app.key], let packageName = app.google?.packageName else { return }
+        let subscription: Bool
+        let token: String
+        var productId: String?
+        switch GoogleMapping.fetch(for: notification.payload) {
+        case .subscription(let purchaseToken) where GoogleMapping.isPurchase(notification.payload):
+            (subscription, token) = (true, purchaseToken)
+        case .product(let product, let purchaseToken):
+            (subscription, token, productId) = (false, purchaseToken, product)
+        default:
+            return
+        }
+        func pending() async throws(NormalizationError) -> String? {
+            let purchase: JSON
+            do {
+                purchase = subscription
+                    ? try await client.subscription(packageName: packageName, purchaseToken: token)
+                    : try await client.product(packageName: packageName, productId: productId ?? "", purchaseToken: token)
+            } catch {
+                if let failure = storeAPIFailure(error, app: app) { throw failure }
+                return nil  // Play no longer knows it: nothing to acknowledge
+            }
+            if subscription {
+                guard purchase.text("acknowledgementState") == "ACKNOWLEDGEMENT_STATE_PENDING" else { return nil }
+                // `purchases.subscriptions.acknowledge` names the subscription's product, not its base plan.
+                return purchase["lineItems"]?.arrayValue?.first?.text("productId")
+            }
+            return purchase.integer("acknowledgementState") == 0 && purchase.integer("purchaseState") == 0 ? productId : nil
+        }
+        guard let product = try await pending() else { return }
+        do {
+            try await client.acknowledge(packageName: packageName, productId: product, purchaseToken: token, subscription: subscription)
+            counters.acknowledged.increment()
+        } catch {
+            // Acknowledged meanwhile (by the app, or an earlier try whose answer was lost) is done.
+            guard try await pending() == nil else { throw storeAPIFailure(error, app: app) ?? .unavailable(error.message) }
+        }
+    }
+
     /// The product of the purchase a plan change replaced: its stored state's, else the Play Developer
     /// API's; nil when Google no longer knows it (the new purchase still counts).
     private func replacedProduct(_ token: String, client: any PlayPurchases, packageName: String, app: RelayConfiguration.App)
@@ -296,6 +349,8 @@ struct NormalizerCounters: Sendable {
     let exchangeRateMissing: LabeledCounters
     let playAPIErrors: LabeledCounters
     let stripeAPIErrors: LabeledCounters
+    /// `relay_play_purchases_acknowledged_total`: purchases the relay acknowledged (`playApi.acknowledgePurchases`).
+    let acknowledged: LabeledCounters
 
     init(_ factory: any MetricsFactory) {
         unmapped = LabeledCounters(label: "relay_notifications_unmapped_total", factory: factory)
@@ -304,6 +359,7 @@ struct NormalizerCounters: Sendable {
         exchangeRateMissing = LabeledCounters(label: "relay_exchange_rate_missing_total", factory: factory)
         playAPIErrors = LabeledCounters(label: "relay_play_api_errors_total", factory: factory)
         stripeAPIErrors = LabeledCounters(label: "relay_stripe_api_errors_total", factory: factory)
+        acknowledged = LabeledCounters(label: "relay_play_purchases_acknowledged_total", factory: factory)
     }
 
     /// Counts a store API failure under its API's metric.

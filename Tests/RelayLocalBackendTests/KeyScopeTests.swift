@@ -104,8 +104,16 @@ final class ScopedBackend: Sendable {
                 return .failure(Rejection(.malformed, "test: AppTransactions of \(app) are not checked here"))
             },
             append: { _ in throw ScopeTestFailure("nothing may be appended") })
+        let purchases = AppPurchases(
+            topic: "relay.notifications", storeAPIs: StoreAPIs(),
+            verifyApple: { app, _ in
+                verified.withLock { $0.append(app) }
+                return .failure(Rejection(.malformed, "test: transactions of \(app) are not checked here"))
+            },
+            append: { _ in throw ScopeTestFailure("nothing may be appended") })
         backend = try LocalBackend(
-            configuration: configuration, database: database, clock: { 1_800_000_000_000 }, appTransactions: grants, metrics: metrics,
+            configuration: configuration, database: database, clock: { 1_800_000_000_000 }, appTransactions: grants, appPurchases: purchases,
+            metrics: metrics,
             rateLimitClock: { limiterClock.value })
         let ports = AsyncStream.makeStream(of: Int.self)
         let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
@@ -291,6 +299,14 @@ let scopeTable: [ScopeCase] = [
             .secret: .rows(400, ["invalid_app_transaction"]), .rotatedSecret: .rows(400, ["invalid_app_transaction"]),
             .publicThis: .rows(400, ["invalid_app_transaction"]),
         ]),
+    // A purchase handed over reaches the verifier (which refuses the test's JWS) only for keys that act for this app.
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/users/:appUserId/purchases"), method: "POST",
+        path: "/subscriptions-api/public/v1/users/shared-user/purchases?applicationId=1", body: #"{"store": "APP_STORE", "signedTransaction": "e30.e30.sig"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [
+            .secret: .rows(400, ["invalid_purchase"]), .rotatedSecret: .rows(400, ["invalid_purchase"]), .publicThis: .rows(400, ["invalid_purchase"]),
+        ]),
     // The attack of issue 25: a made-up purchase for mallory until 2100. Each kind writes its own id, so
     // the test can tell afterwards which writes happened; last, so the reads above see none of them.
     ScopeCase(
@@ -350,8 +366,9 @@ private func malloryState(_ id: String) -> String {
         for kind in KeyKind.allCases where kind != .secret && kind != .rotatedSecret {
             #expect(try await backend.database.subscription(store: .apple, originalTransactionId: "999-\(kind.rawValue)") == nil, "\(kind) wrote")
         }
-        // The app-transaction route reached the verifier for this app only, never with another app's rules.
-        #expect(backend.verified.value == ["ios", "ios", "ios"])
+        // The app-transaction and purchases routes reached the verifier for this app only (three keys each),
+        // never with another app's rules.
+        #expect(backend.verified.value == Array(repeating: "ios", count: 6))
         await backend.stop()
     }
 

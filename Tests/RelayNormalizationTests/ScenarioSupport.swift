@@ -390,6 +390,11 @@ struct MemoryPlay: PlayPurchases {
         return document
     }
 
+    /// Scenarios do not acknowledge (their apps leave `acknowledgePurchases` off).
+    func acknowledge(packageName: String, productId: String, purchaseToken: String, subscription: Bool) async throws(StoreAPIError) {
+        throw StoreAPIError(.play, kind: .rejected, message: "scenarios do not acknowledge purchases", status: 400)
+    }
+
     private static func fail(_ answers: JSON) throws(StoreAPIError) {
         guard let status = answers["$status"]?.int64Value.map(Int.init) else { return }
         let kind: StoreAPIError.Kind =

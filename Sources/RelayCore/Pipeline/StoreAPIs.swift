@@ -5,6 +5,9 @@ public protocol PlayPurchases: Sendable {
     func subscription(packageName: String, purchaseToken: String) async throws(StoreAPIError) -> JSON
     /// `purchases.products.get`: the ProductPurchase of a one-time product's purchase token.
     func product(packageName: String, productId: String, purchaseToken: String) async throws(StoreAPIError) -> JSON
+    /// `purchases.subscriptions.acknowledge` (`subscription`, `productId` the subscription's product id) or
+    /// `purchases.products.acknowledge`.
+    func acknowledge(packageName: String, productId: String, purchaseToken: String, subscription: Bool) async throws(StoreAPIError)
 }
 
 /// Stripe's API, as normalization reads it: a refunded charge with its invoice.
