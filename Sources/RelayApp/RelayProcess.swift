@@ -115,6 +115,8 @@ public final class RelayProcess: Sendable {
                 backend.application(logger: logger) { port in
                     backendAddress.set("http://\(ListenAddress(host: reachableHost, port: port))")
                 })
+            // Promotional grants end on time, whatever else happens.
+            services.append(GrantExpiry(backend: backend, logger: logger))
         }
         // The log's one producer serves the ingest, the worker and the deliverer; the log starts before them
         // and so closes after them.

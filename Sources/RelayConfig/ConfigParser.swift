@@ -135,7 +135,7 @@ enum ConfigParser {
     static func allowedSources(_ node: ConfigNode) throws(ConfigurationError) -> [Store: [AddressRange]] {
         let map = try node.mapping(known: ["apple", "google", "stripe", "paddle"])
         var sources: [Store: [AddressRange]] = [:]
-        for store in Store.allCases {
+        for store in Store.notificationStores {
             guard let ranges = try map.optional(store.rawValue, addressRanges) else { continue }
             guard !ranges.isEmpty else {
                 throw ConfigurationError(key: "\(node.path).\(store.rawValue)", message: "name at least one range, or leave \(store.rawValue) out to take any source")

@@ -23,6 +23,7 @@ extension RelayConfiguration {
             case .google: google != nil
             case .stripe: stripe != nil
             case .paddle: paddle != nil
+            case .promotional: false
             }
         }
     }

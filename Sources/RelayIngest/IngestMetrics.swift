@@ -22,7 +22,7 @@ struct IngestMetrics: Sendable {
         requests = LabeledCounters(label: "relay_ingest_requests_total", factory: factory)
         refusals = LabeledCounters(label: "relay_ingest_refused_total", factory: factory)
         ackDurations = Dictionary(
-            uniqueKeysWithValues: Store.allCases.map { ($0, Timer(label: "relay_ingest_ack_duration", dimensions: [("store", $0.rawValue)], factory: factory)) })
+            uniqueKeysWithValues: Store.notificationStores.map { ($0, Timer(label: "relay_ingest_ack_duration", dimensions: [("store", $0.rawValue)], factory: factory)) })
     }
 
     func request(store: Store, status: Int) {

@@ -55,7 +55,7 @@ struct NotificationIngest: Sendable {
     }
 
     func addRoutes(to router: Router<RelayRequestContext>) {
-        for store in Store.allCases {
+        for store in Store.notificationStores {
             router.post("/v1/notifications/\(store.rawValue)/:app") { request, context in
                 try await receive(store: store, request: request, context: context)
             }

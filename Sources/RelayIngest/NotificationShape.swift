@@ -25,6 +25,7 @@ public enum NotificationShape {
         case .google: return google(document, authorization: header("authorization"))
         case .stripe: return signatureHeader(header("stripe-signature"), name: "Stripe-Signature", separator: ",", time: "t", signature: "v1")
         case .paddle: return signatureHeader(header("paddle-signature"), name: "Paddle-Signature", separator: ";", time: "ts", signature: "h1")
+        case .promotional: return Mismatch("grants are made through the backend, never received")
         }
     }
 

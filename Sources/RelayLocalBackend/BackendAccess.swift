@@ -104,6 +104,9 @@ extension LocalBackend {
         BackendRoute(.post, aliasesPath): .public,
         BackendRoute(.put, attributesPath): .public,
         BackendRoute(.post, purchasesPath): .public,
+        // Promotional grants: the developer's, with the secret key.
+        BackendRoute(.post, grantsPath): .secret,
+        BackendRoute(.delete, grantPath): .secret,
         // The worker: which user an id stands for, so its events name the user.
         BackendRoute(.get, userPath): .secret,
     ]

@@ -91,6 +91,7 @@ public struct LocalBackend: Sendable {
         addAppTransactionRoutes(to: router)
         addAliasRoutes(to: router)
         addPurchaseRoutes(to: router)
+        addGrantRoutes(to: router)
         let backend = self
         route(router, .get, Self.configPath) { _, context, _ in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {

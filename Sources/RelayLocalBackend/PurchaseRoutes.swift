@@ -118,7 +118,8 @@ extension LocalBackend {
                 metadata: [LogKey.notificationStore: "\(claim.store.rawValue)", LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
             return errorResponse(.serviceUnavailable, "not_stored", "the purchase could not be stored; try again")
         }
-        let applied = try await waitForPurchase(AppPurchase.notificationId(purchaser.purchaseId), claim, within: purchases.wait)
+        let applied = try await waitForApplied(
+            AppPurchase.notificationId(purchaser.purchaseId), store: claim.store, subject: claim.subject, within: purchases.wait)
         if let applied, let holder = AppPurchase.holder(of: applied), try await !sameUser(holder, user, applicationId: app.applicationId) {
             // Another user's under `keep` (a hand-over of the other user came first): applied, not bound.
             return ownedByAnotherUser
@@ -136,25 +137,11 @@ extension LocalBackend {
     }
 
     /// Whether two ids stand for the same user of an application (one is the other, or both are linked to one user).
-    private func sameUser(_ first: String, _ second: String, applicationId: Int) async throws -> Bool {
+    func sameUser(_ first: String, _ second: String, applicationId: Int) async throws -> Bool {
         if first == second { return true }
         let (one, _) = try await database.userIds(of: first, applicationId: applicationId)
         let (other, _) = try await database.userIds(of: second, applicationId: applicationId)
         return one == other
-    }
-
-    /// The subscription once the worker applied the notification `id` to it; nil when `wait` passed first.
-    private func waitForPurchase(_ id: String, _ claim: PurchaseClaim, within wait: Duration) async throws -> SubscriptionState? {
-        let deadline = ContinuousClock.now + wait
-        while true {
-            if let state = try await database.subscription(store: claim.store, originalTransactionId: claim.subject),
-                state.recentNotifications.contains(where: { $0.id == id })
-            {
-                return state
-            }
-            guard ContinuousClock.now < deadline else { return nil }
-            try await Task.sleep(for: .milliseconds(20))
-        }
     }
 
     // MARK: Reading a purchase from its store

@@ -79,6 +79,9 @@ public final class SubscriptionDatabase: Sendable {
         migrator.registerMigration("v5: user attributes") { db in
             try createAttributeSchema(db)
         }
+        migrator.registerMigration("v6: promotional grants by their end") { db in
+            try createGrantExpiryIndex(db)
+        }
         return migrator
     }
 
@@ -245,7 +248,7 @@ public final class SubscriptionDatabase: Sendable {
         return try decode(row["state"])
     }
 
-    private static func decode(_ text: String) throws -> SubscriptionState {
+    static func decode(_ text: String) throws -> SubscriptionState {
         try SubscriptionState(json: try JSON.parse(text))
     }
 }

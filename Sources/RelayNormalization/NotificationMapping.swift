@@ -86,6 +86,7 @@ public struct NotificationMapping: Sendable {
         case .google: GoogleMapping.map(input, prior: prior)
         case .stripe: StripeMapping.map(input, prior: prior)
         case .paddle: PaddleMapping.map(input, prior: prior, environment: input.app.paddle?.environment ?? "PRODUCTION")
+        case .promotional: PromotionalMapping.map(input, prior: prior)
         }
     }
 

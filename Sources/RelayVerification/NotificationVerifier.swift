@@ -85,8 +85,12 @@ public final class NotificationVerifier: Sendable {
         // A record the relay itself synthesized (never one the ingest wrote): the App Store Server API's
         // transactions and the local backend's grandfathering grants, for Apple apps.
         if let source = notification.source {
-            let known = notification.store == .apple
-                ? [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source] : [AppPurchase.source]
+            let known =
+                switch notification.store {
+                case .apple: [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source]
+                case .promotional: [PromotionalGrant.source]
+                default: [AppPurchase.source]
+                }
             guard known.contains(source) else {
                 return .rejected(
                     Rejection(
@@ -111,6 +115,17 @@ public final class NotificationVerifier: Sendable {
                 guard let stripe = app.stripe else { return .rejected(unconfigured) }
                 return .accepted(
                     try stripe.verify(body: notification.body, signatureHeader: notification.requestHeaders["stripe-signature"], receivedAtSeconds: receivedAt))
+            case .promotional:
+                // Made by the backend with the secret key: nothing to verify but its shape (and its source, above).
+                guard notification.source == PromotionalGrant.source, let document = try? JSON.parse(notification.body),
+                    let record = PromotionalGrant.Record(json: document)
+                else {
+                    return .rejected(Rejection(.malformed, #"a promotional record is relay-source: grant with {"action", "grantId", "appUserId", "entitlement", "at"}"#))
+                }
+                return .accepted(
+                    VerifiedNotification(
+                        store: .promotional, app: notification.app, payload: document, notificationId: record.notificationId,
+                        type: record.action.rawValue.uppercased(), environment: "PRODUCTION"))
             case .paddle:
                 guard let paddle = app.paddle else { return .rejected(unconfigured) }
                 return .accepted(

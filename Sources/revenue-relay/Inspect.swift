@@ -41,7 +41,7 @@ struct Inspect: AsyncParsableCommand {
     var file: String
 
     func validate() throws {
-        guard Store(rawValue: store) != nil else { throw ValidationError("--store must be apple, google, stripe or paddle") }
+        guard let known = Store(rawValue: store), Store.notificationStores.contains(known) else { throw ValidationError("--store must be apple, google, stripe or paddle") }
         if let now, !(0...4_102_444_800).contains(now) {
             throw ValidationError("--now must be Unix seconds between 1970 and 2100")
         }

@@ -13,7 +13,7 @@ struct RevenueRelay: AsyncParsableCommand {
         version: RelayVersion.current,
         subcommands: [
             Dev.self, Run.self, Replay.self, Tail.self, Topics.self, Copy.self, Inspect.self, Events.self, Revenue.self, Import.self, Recover.self,
-            Reconcile.self,
+            Reconcile.self, Grant.self, Revoke.self,
         ]
     )
 }

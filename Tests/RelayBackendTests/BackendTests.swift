@@ -332,6 +332,9 @@ final class TestBackend: Sendable {
             "/subscriptions-api/public/v1/users/{appUserId}/aliases",
             "/subscriptions-api/internal/v1/users/{appUserId}",
             "/subscriptions-api/public/v1/users/{appUserId}/attributes",
+            "/subscriptions-api/public/v1/users/{appUserId}/purchases",
+            "/subscriptions-api/internal/v1/users/{appUserId}/grants",
+            "/subscriptions-api/internal/v1/users/{appUserId}/grants/{grantId}",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -370,6 +373,12 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/users/{appUserId}", "/subscriptions-api/internal/v1/users/user-1", [], nil),
             ("put", "/subscriptions-api/public/v1/users/{appUserId}/attributes", "/subscriptions-api/public/v1/users/user-1/attributes?applicationId=7", [auth], Array(#"{"attributes": {"plan": "team", "seats": 5}}"#.utf8)),
             ("put", "/subscriptions-api/public/v1/users/{appUserId}/attributes", "/subscriptions-api/public/v1/users/user-1/attributes?applicationId=7", [auth], Array(#"{"attributes": {"nested": {"a": 1}}}"#.utf8)),
+            // Without a record log (this backend has none) purchases and grants are not taken.
+            ("post", "/subscriptions-api/public/v1/users/{appUserId}/purchases", "/subscriptions-api/public/v1/users/user-1/purchases?applicationId=7", [auth], Array(#"{"store": "APP_STORE", "signedTransaction": "a.b.c"}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/users/{appUserId}/purchases", "/subscriptions-api/public/v1/users/user-1/purchases", [], Array(#"{}"#.utf8)),
+            ("post", "/subscriptions-api/internal/v1/users/{appUserId}/grants", "/subscriptions-api/internal/v1/users/user-1/grants", [auth], Array(#"{"app": "x", "entitlement": "pro", "lifetime": true}"#.utf8)),
+            ("post", "/subscriptions-api/internal/v1/users/{appUserId}/grants", "/subscriptions-api/internal/v1/users/user-1/grants", [], Array(#"{}"#.utf8)),
+            ("delete", "/subscriptions-api/internal/v1/users/{appUserId}/grants/{grantId}", "/subscriptions-api/internal/v1/users/user-1/grants/grant_0", [auth], nil),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -379,7 +388,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401, 200, 400])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401, 200, 400, 404, 401, 404, 401, 404])
         await backend.stop()
     }
 }

@@ -24,7 +24,8 @@ import Testing
         #expect(text.contains("\"originalAppUserId\":null"))
         #expect(text.contains("\"gracePeriodExpiresAt\":null"))
         let members = try #require(try JSON.parse(bytes).objectValue)
-        #expect(members.count == 20)
+        #expect(members.count == 21)
+        #expect(text.contains("\"ownerAppUserId\":null"))
         // Sorted members: equal states are equal bytes.
         #expect(text.hasPrefix("{\"appUserIds\":[],\"applicationId\":7,\"autoRenew\":false,"))
     }

@@ -307,6 +307,17 @@ let scopeTable: [ScopeCase] = [
         expected: [
             .secret: .rows(400, ["invalid_purchase"]), .rotatedSecret: .rows(400, ["invalid_purchase"]), .publicThis: .rows(400, ["invalid_purchase"]),
         ]),
+    // Promotional grants are the developer's: the secret key alone gets past the scope (to a refusal of the
+    // body, and to a grant this user does not have); an app's public key never grants.
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/internal/v1/users/:appUserId/grants"), method: "POST",
+        path: "/subscriptions-api/internal/v1/users/shared-user/grants", body: #"{"app": "ios", "entitlement": "pro"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(400, ["bad_request"]), .rotatedSecret: .rows(400, ["bad_request"])]),
+    ScopeCase(
+        route: BackendRoute(.delete, "/subscriptions-api/internal/v1/users/:appUserId/grants/:grantId"), method: "DELETE",
+        path: "/subscriptions-api/internal/v1/users/shared-user/grants/grant_0", rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"])]),
     // The attack of issue 25: a made-up purchase for mallory until 2100. Each kind writes its own id, so
     // the test can tell afterwards which writes happened; last, so the reads above see none of them.
     ScopeCase(

@@ -57,6 +57,8 @@ import Testing
                     type = notification["type"]?.stringValue
                 case .paddle:
                     type = notification["event_type"]?.stringValue
+                case .promotional:
+                    type = notification["action"]?.stringValue
                 }
                 guard let type else { continue }
                 keys[store, default: []].insert(type)

@@ -344,8 +344,12 @@ final class ScenarioHarness: Sendable {
         case .paddle:
             body = notification.serialized()
             headers["paddle-signature"] = WebhookSigning.paddleHeader(body: body, secret: "pdl_ntfset_scenario_secret", timestamp: receivedAt / 1000)
+        case .promotional:
+            body = notification.serialized()
         }
-        return RawNotification(store: store, app: "demo", receivedAtMilliseconds: receivedAt, body: body, requestHeaders: headers)
+        return RawNotification(
+            store: store, app: "demo", receivedAtMilliseconds: receivedAt, body: body, requestHeaders: headers,
+            source: store == .promotional ? PromotionalGrant.source : nil)
     }
 
     /// The notification's own time (Unix ms), for the default receive time.
@@ -355,6 +359,7 @@ final class ScenarioHarness: Sendable {
         case .google: notification["eventTimeMillis"]?.stringValue.flatMap { Int64($0) } ?? notification["eventTimeMillis"]?.int64Value
         case .stripe: notification["created"]?.int64Value.map { $0 * 1000 }
         case .paddle: Timestamp.milliseconds(notification["occurred_at"]?.stringValue)
+        case .promotional: notification["at"]?.int64Value
         }
     }
 }

@@ -68,6 +68,8 @@ public enum ProductStore: String, Sendable, CaseIterable {
     case playStore = "PLAY_STORE"
     case stripe = "STRIPE"
     case paddle = "PADDLE"
+    /// A grant made through the backend (`POST .../users/{id}/grants`), not bought in a store.
+    case promotional = "PROMOTIONAL"
     case superwall = "SUPERWALL"
     case custom = "CUSTOM"
     case other = "OTHER"
@@ -79,6 +81,7 @@ public enum ProductStore: String, Sendable, CaseIterable {
             case .google: .playStore
             case .stripe: .stripe
             case .paddle: .paddle
+            case .promotional: .promotional
             }
     }
 
@@ -89,6 +92,7 @@ public enum ProductStore: String, Sendable, CaseIterable {
         case .playStore: .google
         case .stripe: .stripe
         case .paddle: .paddle
+        case .promotional: .promotional
         case .superwall, .custom, .other: nil
         }
     }

@@ -36,7 +36,7 @@ public struct CatalogProduct: Sendable, Equatable {
         case .stripe: "stripe"
         case .paddle: "paddle"
         case .superwall: "superwall"
-        case .custom, .other: "custom"
+        case .promotional, .custom, .other: "custom"
         }
     }
 

@@ -19,6 +19,7 @@ public enum NotificationSubject {
             case .google: google(document)
             case .stripe: stripe(document)
             case .paddle: paddle(document)
+            case .promotional: document["grantId"]?.stringValue
             }
         guard let subject, !subject.isEmpty else { return unknown }
         return subject

@@ -341,6 +341,7 @@ public struct ProductMapping: Sendable, Equatable {
         case .google: "PLAY_STORE"
         case .stripe: "STRIPE"
         case .paddle: "PADDLE"
+        case .promotional: "PROMOTIONAL"
         }
     }
 
@@ -357,6 +358,8 @@ public struct ProductMapping: Sendable, Equatable {
     /// The entitlements a subscription's product unlocks: an entry for its `productId` (Google's
     /// `productId:basePlanId`, a Stripe or Paddle price) wins over one for its `productGroupId`.
     public func entitlements(of state: SubscriptionState) -> [String] {
+        // A promotional grant is of its entitlement alone, configured as a product or not.
+        if state.store == .promotional { return PromotionalGrant.entitlement(ofProductId: state.productId).map { [$0] } ?? [] }
         let name = Self.storeName(state.store)
         if let exact = products.first(where: { $0.store == name && $0.productId == state.productId }) { return exact.entitlements }
         if let group = state.productGroupId, let general = products.first(where: { $0.store == name && $0.productId == group }) {
