@@ -174,6 +174,15 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The Paddle API reads behind a purchase an app hands over (a transaction, its subscription).
+        .target(
+            name: "RelayPaddle",
+            dependencies: [
+                "RelayCore", "RelayConfig", "RelayHTTPClient",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // Store notifications → standardized events (docs/contracts.md, the standardized event) and subscription state.
         .target(
             name: "RelayNormalization",
@@ -222,7 +231,7 @@ let package = Package(
             name: "RelayApp",
             dependencies: [
                 "RelayCore", "RelayConfig", "RelayKafka", "RelayIngest", "RelayWorker", "RelayVerification", "RelayHTTPClient",
-                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayStripe", "RelayDelivery", "RelayEmbeddedLog",
+                "RelayBackend", "RelayLocalBackend", "RelayNormalization", "RelayGooglePlay", "RelayStripe", "RelayPaddle", "RelayDelivery", "RelayEmbeddedLog",
                 "RelayAppStoreAPI",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -4,6 +4,7 @@ public import RelayCore
 public import RelayKafka
 import RelayGooglePlay
 import RelayStripe
+import RelayPaddle
 
 /// Why a process could not be set up: the configuration (exit 78), Kafka, or the record log.
 /// Why a process could not be set up: the configuration (exit 78), Kafka or the record log (exit 69),
@@ -28,6 +29,7 @@ extension StoreAPIs {
     /// The real store API clients of the apps that configure them (`google.playApi`, `stripe.api`).
     public static func configured(_ configuration: RelayConfiguration, logger: Logger) throws(ConfigurationError) -> StoreAPIs {
         StoreAPIs(
-            play: try GooglePlayClient.clients(for: configuration, logger: logger), stripe: StripeClient.clients(for: configuration, logger: logger))
+            play: try GooglePlayClient.clients(for: configuration, logger: logger), stripe: StripeClient.clients(for: configuration, logger: logger),
+            paddle: PaddleClient.clients(for: configuration, logger: logger))
     }
 }

@@ -170,7 +170,7 @@ extension ConfigParser {
     }
 
     static func paddle(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Paddle {
-        let map = try node.mapping(known: ["secretKeys", "tolerance", "environment"])
+        let map = try node.mapping(known: ["secretKeys", "tolerance", "environment", "api"])
         var paddle = RelayConfiguration.Paddle(
             secretKeys: try map.required("secretKeys", secrets),
             tolerance: try map.optional("tolerance", positive) ?? .seconds(300))
@@ -179,6 +179,15 @@ extension ConfigParser {
                 throw ConfigurationError(key: "\(node.path).environment", message: "expected PRODUCTION or SANDBOX")
             }
             paddle.environment = environment
+        }
+        let sandbox = paddle.environment == "SANDBOX"
+        paddle.api = try map.optional("api") { (node) throws(ConfigurationError) -> RelayConfiguration.PaddleAPI in
+            let map = try node.mapping(known: ["apiKey", "baseUrl"])
+            var api = RelayConfiguration.PaddleAPI(
+                apiKey: try map.required("apiKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
+                baseUrl: sandbox ? RelayConfiguration.PaddleAPI.sandboxURL : RelayConfiguration.PaddleAPI.productionURL)
+            if let value = try map.optional("baseUrl", httpURL) { api.baseUrl = value }
+            return api
         }
         return paddle
     }

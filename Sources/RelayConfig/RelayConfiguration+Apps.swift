@@ -182,6 +182,22 @@ extension RelayConfiguration {
         public var tolerance: Duration = .seconds(300)
         /// Paddle's events do not say whether they come from its sandbox: `PRODUCTION` (default) or `SANDBOX`.
         public var environment = "PRODUCTION"
+        /// Paddle's API: what the purchases route reads a transaction an app hands over from.
+        public var api: PaddleAPI?
+    }
+
+    /// `apps[].paddle.api`: an API key that may read transactions and subscriptions.
+    public struct PaddleAPI: Sendable {
+        public static let productionURL = "https://api.paddle.com"
+        public static let sandboxURL = "https://sandbox-api.paddle.com"
+        public var apiKey: String
+        /// Default: Paddle's production API, or its sandbox's with `environment: SANDBOX`.
+        public var baseUrl: String
+
+        public init(apiKey: String, baseUrl: String = PaddleAPI.productionURL) {
+            self.apiKey = apiKey
+            self.baseUrl = baseUrl
+        }
     }
 
     public struct Product: Sendable {

@@ -4,8 +4,8 @@ import Logging
 public import RelayConfig
 public import RelayCore
 
-/// What the purchases route needs from outside this module, wired by RelayApp: Apple's signature checks
-/// (RelayVerification, which the backend does not import), the stores' APIs, and the record log.
+/// What the purchases and grants routes need from outside this module, wired by RelayApp: Apple's signature
+/// checks (RelayVerification, which the backend does not import), the stores' APIs, and the record log.
 public struct AppPurchases: Sendable {
     /// Verifies a StoreKit 2 signed transaction for an app key with the app's Apple rules; the decoded
     /// transaction or why it is refused.
@@ -62,7 +62,9 @@ extension LocalBackend {
     /// - `{"store": "APP_STORE", "signedTransaction": "<JWS>"}`: StoreKit 2's `jwsRepresentation`, verified
     ///   with the app's Apple rules;
     /// - `{"store": "PLAY_STORE", "productId", "purchaseToken"}`: read from the Play Developer API under the
-    ///   app's package (a subscription, else a one-time product).
+    ///   app's package (a subscription, else a one-time product);
+    /// - `{"store": "STRIPE", "checkoutSessionId" | "subscriptionId"}`: read from Stripe's API (`stripe.api`);
+    /// - `{"store": "PADDLE", "transactionId"}`: read from Paddle's API (`paddle.api`).
     ///
     /// The purchase goes through the pipeline as the store's own notification would: a record
     /// (`relay-source: app-purchase`) on `relay.notifications`, which the worker verifies again, applies by
@@ -152,6 +154,8 @@ extension LocalBackend {
         switch store {
         case "APP_STORE": return try readApple(document, app: app, purchases: purchases)
         case "PLAY_STORE": return try await readGoogle(document, app: app, purchases: purchases, logger: logger)
+        case "STRIPE": return try await readStripe(document, app: app, purchases: purchases, logger: logger)
+        case "PADDLE": return try await readPaddle(document, app: app, purchases: purchases, logger: logger)
         default:
             throw PurchaseRefusal(
                 response: errorResponse(.badRequest, "bad_request", "store \(store.prefix(32).debugDescription) is not one of APP_STORE, PLAY_STORE, STRIPE, PADDLE"))
@@ -227,6 +231,98 @@ extension LocalBackend {
             throw .invalid(
                 RejectReason.purchaseNotFound.rawValue,
                 "Google Play does not know this purchase token for product \(productId) in \(google.packageName): it is wrong or belongs to another app")
+        }
+    }
+
+    /// A Stripe purchase: `{"subscriptionId"}` or `{"checkoutSessionId"}` (a completed session; a
+    /// subscription-mode session's subscription). Keyed as Stripe's own notifications key it: the
+    /// subscription, or a payment's PaymentIntent.
+    private func readStripe(_ document: JSON, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger) async throws(PurchaseRefusal)
+        -> PurchaseClaim
+    {
+        guard app.stripe != nil else { throw .invalid(RejectReason.unknownApp.rawValue, "app \(app.key) takes no Stripe purchases (no stripe section)") }
+        guard let client = purchases.storeAPIs.stripe[app.key] else {
+            throw .invalid(RejectReason.storeAPIRejected.rawValue, "app \(app.key) has no stripe.api configured; its purchases cannot be read")
+        }
+        let subscriptionId = Self.storeId(document["subscriptionId"])
+        let sessionId = Self.storeId(document["checkoutSessionId"])
+        guard (subscriptionId == nil) != (sessionId == nil) else {
+            throw PurchaseRefusal(
+                response: errorResponse(.badRequest, "bad_request", #"a STRIPE purchase is {"store": "STRIPE", "checkoutSessionId"} or {"store": "STRIPE", "subscriptionId"}"#))
+        }
+        let read = { (body: () async throws(StoreAPIError) -> JSON) async throws(PurchaseRefusal) -> JSON in
+            try await Self.storeRead(body, store: "Stripe", logger: logger, app: app)
+        }
+        if let subscriptionId {
+            let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) }
+            return PurchaseClaim(
+                store: .stripe, subject: subscriptionId, storeUser: subscription["metadata"]?["app_user_id"]?.stringValue,
+                fields: ["subscriptionId": .string(subscriptionId)])
+        }
+        let session = try await read { () async throws(StoreAPIError) in try await client.checkoutSession(sessionId!) }
+        guard session["status"]?.stringValue == "complete" else {
+            throw .invalid("not_completed", "the Checkout Session is \(session["status"]?.stringValue ?? "of no status"), not complete: nothing was bought yet")
+        }
+        let sessionUser = session["metadata"]?["app_user_id"]?.stringValue ?? session["client_reference_id"]?.stringValue
+        let fields: [String: JSON] = ["checkoutSessionId": .string(sessionId!)]
+        if session["mode"]?.stringValue == "subscription" {
+            guard let subscriptionId = session["subscription"]?.stringValue ?? session["subscription"]?["id"]?.stringValue else {
+                throw .invalid(RejectReason.purchaseNotFound.rawValue, "the subscription Checkout Session names no subscription")
+            }
+            let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) }
+            return PurchaseClaim(
+                store: .stripe, subject: subscriptionId, storeUser: subscription["metadata"]?["app_user_id"]?.stringValue, fields: fields)
+        }
+        guard session["mode"]?.stringValue == "payment", session["payment_status"]?.stringValue == "paid" else {
+            throw .invalid("not_completed", "the Checkout Session is not a paid payment or a subscription")
+        }
+        let subject = session["payment_intent"]?.stringValue ?? session["payment_intent"]?["id"]?.stringValue ?? sessionId!
+        return PurchaseClaim(store: .stripe, subject: subject, storeUser: sessionUser, fields: fields)
+    }
+
+    /// A Paddle purchase: `{"transactionId"}` of a completed (or paid) transaction; its subscription's when
+    /// it has one. Keyed as Paddle's own notifications key it: the subscription, else the transaction.
+    private func readPaddle(_ document: JSON, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger) async throws(PurchaseRefusal)
+        -> PurchaseClaim
+    {
+        guard app.paddle != nil else { throw .invalid(RejectReason.unknownApp.rawValue, "app \(app.key) takes no Paddle purchases (no paddle section)") }
+        guard let client = purchases.storeAPIs.paddle[app.key] else {
+            throw .invalid(RejectReason.storeAPIRejected.rawValue, "app \(app.key) has no paddle.api configured; its purchases cannot be read")
+        }
+        guard let transactionId = Self.storeId(document["transactionId"]) else {
+            throw PurchaseRefusal(response: errorResponse(.badRequest, "bad_request", #"a PADDLE purchase is {"store": "PADDLE", "transactionId"}"#))
+        }
+        let transaction = try await Self.storeRead({ () async throws(StoreAPIError) in try await client.transaction(transactionId) }, store: "Paddle", logger: logger, app: app)
+        guard ["completed", "paid"].contains(transaction["status"]?.stringValue ?? "") else {
+            throw .invalid("not_completed", "the transaction is \(transaction["status"]?.stringValue ?? "of no status"), not completed: nothing was bought yet")
+        }
+        let subject = transaction["subscription_id"]?.stringValue ?? transactionId
+        return PurchaseClaim(
+            store: .paddle, subject: subject, storeUser: transaction["custom_data"]?["app_user_id"]?.stringValue,
+            fields: ["transactionId": .string(transactionId)])
+    }
+
+    /// A store id from the body: a string of 1 to 256 bytes without control characters.
+    private static func storeId(_ value: JSON?) -> String? {
+        guard let text = value?.stringValue, isValidId(text) else { return nil }
+        return text
+    }
+
+    /// One read of a web store's API: what the store does not know is 400 `purchase_not_found`; anything
+    /// else (unreachable, our key refused) is logged and 503.
+    private static func storeRead(_ body: () async throws(StoreAPIError) -> JSON, store: String, logger: Logger, app: RelayConfiguration.App)
+        async throws(PurchaseRefusal) -> JSON
+    {
+        do {
+            return try await body()
+        } catch {
+            if error.kind == .notFound {
+                throw .invalid(RejectReason.purchaseNotFound.rawValue, "\(store) does not know this purchase for app \(app.key): it is wrong or of another account")
+            }
+            logger.warning(
+                "reading a purchase from the \(store) API failed",
+                metadata: [LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
+            throw PurchaseRefusal(response: errorResponse(.serviceUnavailable, "store_unavailable", "the \(store) API could not be read; try again"))
         }
     }
 }

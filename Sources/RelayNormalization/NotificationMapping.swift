@@ -67,10 +67,11 @@ public struct NotificationMapping: Sendable {
         let payments: Set<EventType> = [.initialPurchase, .renewal, .nonRenewingPurchase]
         var repaid: Set<String> = []
         for draft in mapping.events where payments.contains(draft.type) {
-            // The same payment: its id, and its time when both say one (Play answers a late purchase with
-            // the subscription's latest order, a renewal's, which is not the purchase's payment).
+            // The same payment: its id, and the same kind of event (else the same time). Play answers a late
+            // purchase with the subscription's latest order, a renewal's, which is not the purchase's payment.
             guard let id = draft.transactionId, let paid = mapping.recorded(id, in: input.history) else { continue }
-            if let time = draft.purchasedAt, let recorded = paid.purchasedAt, time != recorded { continue }
+            let sameTime = draft.purchasedAt != nil && draft.purchasedAt == paid.purchasedAt
+            guard paid.kind == draft.type.rawValue || sameTime else { continue }
             repaid.insert(id)
         }
         if !repaid.isEmpty { mapping.events.removeAll { payments.contains($0.type) && $0.transactionId.map(repaid.contains) == true } }
@@ -78,7 +79,12 @@ public struct NotificationMapping: Sendable {
     }
 
     private func mapStore(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
-        switch input.notification.store {
+        var input = input
+        if HandedOverPurchase.readsStoreAPI(input.notification) {
+            input.notification.payload = HandedOverPurchase.event(
+                store: input.notification.store, purchase: input.api?.purchase, notificationId: input.notification.notificationId)
+        }
+        return switch input.notification.store {
         case .apple:
             // A grandfathering grant from the local backend, else an App Store notification.
             input.notification.type == AppTransactionGrant.notificationType
@@ -197,11 +203,21 @@ public struct NotificationMapping: Sendable {
             mapping = map(input, prior: nil)
             if prior.grantsAccess || prior.expirationSent { mapping.events.removeAll { $0.type == .expiration } }
             Self.dropReplacedNews(prior, &mapping)
+            Self.dropKnownStart(input, prior, &mapping)
             return mapping
         }
         if prior?.expirationSent == true { mapping.events.removeAll { $0.type == .expiration } }
         Self.dropReplacedNews(prior, &mapping)
+        Self.dropKnownStart(input, prior, &mapping)
         return mapping
+    }
+
+    /// A purchase an app hands over for a subscription the relay already holds is no new purchase: its
+    /// start was the store's to report (or the first hand-over's), and the store's API answers the
+    /// subscription as it is now (Stripe's latest invoice, Paddle's current state), not its start.
+    static func dropKnownStart(_ input: MappingInput, _ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
+        guard input.notification.purchaser != nil, prior != nil else { return }
+        mapping.events.removeAll { $0.type == .initialPurchase || $0.type == .nonRenewingPurchase }
     }
 
     /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a
@@ -233,7 +249,7 @@ public struct NotificationMapping: Sendable {
             state.transactions.append(
                 SubscriptionState.Transaction(
                     id: id, productId: productId, purchasedAt: draft.purchasedAt, periodType: draft.periodType,
-                    amount: draft.amount.map { "\($0.value)" }, currency: draft.amount?.currency))
+                    amount: draft.amount.map { "\($0.value)" }, currency: draft.amount?.currency, kind: draft.type.rawValue))
         }
         if state.transactions.count > transactionLimit { state.transactions = Array(state.transactions.suffix(transactionLimit)) }
     }

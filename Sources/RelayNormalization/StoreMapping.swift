@@ -95,8 +95,12 @@ struct StoreAPIData {
     var replacedProductId: String?
     /// Stripe: the refunded charge, its `invoice` expanded.
     var charge: JSON?
+    /// A Stripe or Paddle purchase an app handed over, as the store's API answered
+    /// (`HandedOverPurchase`): `subscription`, `checkoutSession`, `transaction`.
+    var purchase: JSON?
 
-    init(subscription: JSON? = nil, product: JSON? = nil, replacedProductId: String? = nil, charge: JSON? = nil) {
+    init(subscription: JSON? = nil, product: JSON? = nil, replacedProductId: String? = nil, charge: JSON? = nil, purchase: JSON? = nil) {
+        self.purchase = purchase
         self.subscription = subscription
         self.product = product
         self.replacedProductId = replacedProductId
@@ -109,12 +113,13 @@ extension StoreAPIData {
         self.init(
             subscription: json.present("subscription"), product: json.present("product"), replacedProductId: json.text("replacedProductId"),
             charge: json.present("charge"))
+        purchase = json.present("purchase")
     }
 
     var json: JSON {
         [
             "subscription": subscription ?? .null, "product": product ?? .null, "replacedProductId": replacedProductId.map(JSON.string) ?? .null,
-            "charge": charge ?? .null,
+            "charge": charge ?? .null, "purchase": purchase ?? .null,
         ]
     }
 }

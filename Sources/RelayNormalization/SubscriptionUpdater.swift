@@ -38,6 +38,7 @@ public final class SubscriptionUpdater: Sendable {
     let mapping: NotificationMapping
     private let play: [String: any PlayPurchases]
     private let stripe: [String: any StripeCharges]
+    private let paddle: [String: any PaddleReads]
     let logger: Logger
     let counters: NormalizerCounters
 
@@ -62,6 +63,7 @@ public final class SubscriptionUpdater: Sendable {
             events: EventBuilder(money: money, rates: try ExchangeRates.load(path: money.exchangeRates), counters: counters, logger: logger))
         self.play = storeAPIs.play
         self.stripe = storeAPIs.stripe
+        self.paddle = storeAPIs.paddle
         self.logger = logger
         self.counters = counters
     }
@@ -78,6 +80,10 @@ public final class SubscriptionUpdater: Sendable {
     private func apply(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = apps[notification.app] else { return [] }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
+        // A Stripe or Paddle purchase an app handed over: read from the store's API, as the route did.
+        if HandedOverPurchase.readsStoreAPI(notification) {
+            input.api = StoreAPIData(purchase: try await fetchPurchase(notification, app: app))
+        }
 
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only
         // after the dedup check below, so a repeat replays what was recorded without calling Google.
@@ -315,6 +321,45 @@ public final class SubscriptionUpdater: Sendable {
         }
     }
 
+    // MARK: Purchases apps hand over (Stripe, Paddle)
+
+    /// What the store's API answers for a Stripe or Paddle purchase an app handed over (its ids in the
+    /// record): `{"subscription"}`, `{"checkoutSession"}` or `{"transaction", "subscription"?}`. A purchase the
+    /// store does not know is rejected (`purchase_not_found`); an app without the API is rejected too.
+    private func fetchPurchase(_ notification: VerifiedNotification, app: RelayConfiguration.App) async throws(NormalizationError) -> JSON {
+        let record = notification.payload
+        func call(_ body: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+            do {
+                return try await body()
+            } catch {
+                throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
+            }
+        }
+        if notification.store == .stripe {
+            guard let client = stripe[app.key] else {
+                throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no stripe.api configured; the purchase cannot be read"))
+            }
+            if let id = record.text("subscriptionId") {
+                return ["subscription": try await call { () async throws(StoreAPIError) in try await client.subscription(id) }]
+            }
+            guard let id = record.text("checkoutSessionId") else { throw .rejected(Rejection(.malformed, "the purchase names no Stripe object")) }
+            let session = try await call { () async throws(StoreAPIError) in try await client.checkoutSession(id) }
+            if session.text("mode") == "subscription", let subscriptionId = session.text("subscription") ?? session["subscription"]?.text("id") {
+                return ["subscription": try await call { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) }]
+            }
+            return ["checkoutSession": HandedOverPurchase.trimmedSession(session)]
+        }
+        guard let client = paddle[app.key] else {
+            throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no paddle.api configured; the purchase cannot be read"))
+        }
+        guard let id = record.text("transactionId") else { throw .rejected(Rejection(.malformed, "the purchase names no Paddle transaction")) }
+        let transaction = try await call { () async throws(StoreAPIError) in try await client.transaction(id) }
+        guard let subscriptionId = transaction.text("subscription_id") else { return ["transaction": transaction] }
+        return [
+            "transaction": transaction, "subscription": try await call { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) },
+        ]
+    }
+
     // MARK: Stripe API
 
     /// The refunded charge with its invoice; nil when Stripe does not know it (the refund then stands alone).
@@ -349,6 +394,7 @@ struct NormalizerCounters: Sendable {
     let exchangeRateMissing: LabeledCounters
     let playAPIErrors: LabeledCounters
     let stripeAPIErrors: LabeledCounters
+    let paddleAPIErrors: LabeledCounters
     /// `relay_play_purchases_acknowledged_total`: purchases the relay acknowledged (`playApi.acknowledgePurchases`).
     let acknowledged: LabeledCounters
 
@@ -359,6 +405,7 @@ struct NormalizerCounters: Sendable {
         exchangeRateMissing = LabeledCounters(label: "relay_exchange_rate_missing_total", factory: factory)
         playAPIErrors = LabeledCounters(label: "relay_play_api_errors_total", factory: factory)
         stripeAPIErrors = LabeledCounters(label: "relay_stripe_api_errors_total", factory: factory)
+        paddleAPIErrors = LabeledCounters(label: "relay_paddle_api_errors_total", factory: factory)
         acknowledged = LabeledCounters(label: "relay_play_purchases_acknowledged_total", factory: factory)
     }
 
@@ -367,6 +414,7 @@ struct NormalizerCounters: Sendable {
         switch error.api {
         case .play: playAPIErrors.increment([("kind", error.kind.rawValue)])
         case .stripe: stripeAPIErrors.increment([("kind", error.kind.rawValue)])
+        case .paddle: paddleAPIErrors.increment([("kind", error.kind.rawValue)])
         case .appStore: break
         }
     }

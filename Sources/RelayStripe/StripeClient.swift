@@ -44,6 +44,26 @@ public final class StripeClient: Sendable {
         }
     }
 
+    /// `GET /v1/subscriptions/{id}`: the Subscription (a purchase an app hands over).
+    public func subscription(_ id: String) async throws(StoreAPIError) -> JSON {
+        try await read("/v1/subscriptions/", id, what: "subscription")
+    }
+
+    /// `GET /v1/checkout/sessions/{id}`: the Checkout Session (a purchase an app hands over).
+    public func checkoutSession(_ id: String) async throws(StoreAPIError) -> JSON {
+        try await read("/v1/checkout/sessions/", id, what: "checkout session")
+    }
+
+    private func read(_ prefix: String, _ id: String, what: String) async throws(StoreAPIError) -> JSON {
+        guard !id.isEmpty else { throw StoreAPIError(.stripe, kind: .rejected, message: "the \(what) id is empty") }
+        let url = baseURL + prefix + PercentEncoding.pathSegment(id)
+        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await get(url, what: "\(what) \(id)")
+        }
+    }
+
     private func get(_ url: String, what: String) async throws(StoreAPIError) -> JSON {
         let response: HTTPClientResponse
         do {
@@ -65,7 +85,7 @@ public final class StripeClient: Sendable {
         case 429, 500...:
             throw StoreAPIError(.stripe, kind: .unavailable, message: "the Stripe API answered HTTP \(status) for \(what)")
         default:
-            let hint = status == 401 || status == 403 ? "; check stripe.api.secretKey (it needs read access to charges and invoices)" : ""
+            let hint = status == 401 || status == 403 ? "; check stripe.api.secretKey (it needs read access to charges, invoices, subscriptions and Checkout Sessions)" : ""
             throw StoreAPIError(.stripe, kind: .rejected, message: "the Stripe API refused the request for \(what) (HTTP \(status))\(hint)")
         }
     }

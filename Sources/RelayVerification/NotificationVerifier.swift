@@ -113,6 +113,7 @@ public final class NotificationVerifier: Sendable {
                     body: notification.body, authorization: notification.requestHeaders["authorization"], receivedAtSeconds: receivedAt)
             case .stripe:
                 guard let stripe = app.stripe else { return .rejected(unconfigured) }
+                if notification.source == AppPurchase.source { return .accepted(try Self.webPurchase(notification)) }
                 return .accepted(
                     try stripe.verify(body: notification.body, signatureHeader: notification.requestHeaders["stripe-signature"], receivedAtSeconds: receivedAt))
             case .promotional:
@@ -128,6 +129,7 @@ public final class NotificationVerifier: Sendable {
                         type: record.action.rawValue.uppercased(), environment: "PRODUCTION"))
             case .paddle:
                 guard let paddle = app.paddle else { return .rejected(unconfigured) }
+                if notification.source == AppPurchase.source { return .accepted(try Self.webPurchase(notification)) }
                 return .accepted(
                     try paddle.verify(body: notification.body, signatureHeader: notification.requestHeaders["paddle-signature"], receivedAtSeconds: receivedAt))
             }
@@ -138,5 +140,23 @@ public final class NotificationVerifier: Sendable {
         } catch {
             throw VerificationUnavailable("\(error)")
         }
+    }
+
+    /// A Stripe or Paddle purchase an app handed over: `{"subscriptionId" | "checkoutSessionId"}` (Stripe) or
+    /// `{"transactionId"}` (Paddle) with the purchaser. No signature to check: what makes it authentic is the
+    /// store's API, which the normalizer reads with this app's key (`HandedOverPurchase`); an id the store
+    /// does not know for that key is rejected there.
+    static func webPurchase(_ notification: RawNotification) throws(Rejection) -> VerifiedNotification {
+        let ids = notification.store == .stripe ? ["subscriptionId", "checkoutSessionId"] : ["transactionId"]
+        guard let document = try? JSON.parse(notification.body), let purchaser = AppPurchase.Purchaser(body: document),
+            ids.contains(where: { document[$0]?.stringValue?.isEmpty == false })
+        else {
+            throw Rejection(.malformed, "an app-purchase record's body names no \(ids.joined(separator: " or ")) or no purchaser")
+        }
+        var verified = VerifiedNotification(
+            store: notification.store, app: notification.app, payload: document, notificationId: AppPurchase.notificationId(purchaser.purchaseId),
+            type: "purchase")
+        verified.purchaser = purchaser
+        return verified
     }
 }

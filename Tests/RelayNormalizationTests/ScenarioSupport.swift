@@ -423,4 +423,18 @@ struct MemoryStripe: StripeCharges {
         }
         return charge
     }
+
+    func subscription(_ id: String) async throws(StoreAPIError) -> JSON {
+        guard let object = answers.value["subscription"], !object.isNull, object["id"]?.stringValue == id else {
+            throw StoreAPIError(.stripe, kind: .notFound, message: "No such subscription", status: 404)
+        }
+        return object
+    }
+
+    func checkoutSession(_ id: String) async throws(StoreAPIError) -> JSON {
+        guard let object = answers.value["checkoutSession"], !object.isNull, object["id"]?.stringValue == id else {
+            throw StoreAPIError(.stripe, kind: .notFound, message: "No such checkout session", status: 404)
+        }
+        return object
+    }
 }

@@ -6,6 +6,7 @@ public struct StoreAPIError: Error, Sendable, CustomStringConvertible {
     public enum API: String, Sendable {
         case play = "Play Developer API"
         case stripe = "Stripe API"
+        case paddle = "Paddle API"
         case appStore = "App Store Server API"
     }
 

@@ -10,21 +10,36 @@ public protocol PlayPurchases: Sendable {
     func acknowledge(packageName: String, productId: String, purchaseToken: String, subscription: Bool) async throws(StoreAPIError)
 }
 
-/// Stripe's API, as normalization reads it: a refunded charge with its invoice.
-/// `RelayStripe.StripeClient` is the real one.
+/// Stripe's API, as the relay reads it: a refunded charge with its invoice (normalization), a subscription
+/// and a Checkout Session (purchases apps hand over). `RelayStripe.StripeClient` is the real one.
 public protocol StripeCharges: Sendable {
     func charge(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/subscriptions/{id}`.
+    func subscription(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/checkout/sessions/{id}`.
+    func checkoutSession(_ id: String) async throws(StoreAPIError) -> JSON
+}
+
+/// Paddle's API, as the relay reads it: a transaction and a subscription (purchases apps hand over).
+/// `RelayPaddle.PaddleClient` is the real one.
+public protocol PaddleReads: Sendable {
+    /// `GET /transactions/{id}`: the Transaction (`data`).
+    func transaction(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /subscriptions/{id}`: the Subscription (`data`).
+    func subscription(_ id: String) async throws(StoreAPIError) -> JSON
 }
 
 /// The store APIs of each app, by app key: what the composition root built from the configuration
-/// (`playApi`, `stripe.api`) and hands to normalization, which depends on none of the clients.
+/// (`playApi`, `stripe.api`, `paddle.api`) and hands to normalization, which depends on none of the clients.
 public struct StoreAPIs: Sendable {
     public var play: [String: any PlayPurchases]
     public var stripe: [String: any StripeCharges]
+    public var paddle: [String: any PaddleReads]
 
-    public init(play: [String: any PlayPurchases] = [:], stripe: [String: any StripeCharges] = [:]) {
+    public init(play: [String: any PlayPurchases] = [:], stripe: [String: any StripeCharges] = [:], paddle: [String: any PaddleReads] = [:]) {
         self.play = play
         self.stripe = stripe
+        self.paddle = paddle
     }
 }
 

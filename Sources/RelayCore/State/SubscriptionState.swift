@@ -77,21 +77,29 @@ public struct SubscriptionState: Sendable, Equatable {
         /// What the customer paid, tax included, as decimal text in `currency` ("9.99"); nil when unknown.
         public var amount: String?
         public var currency: String?
+        /// The event that recorded it (`initial_purchase`, `renewal`, `non_renewing_purchase`); nil in states
+        /// written before it was kept.
+        public var kind: String?
 
-        public init(id: String, productId: String, purchasedAt: Int64?, periodType: PeriodType, amount: String? = nil, currency: String? = nil) {
+        public init(
+            id: String, productId: String, purchasedAt: Int64?, periodType: PeriodType, amount: String? = nil, currency: String? = nil, kind: String? = nil
+        ) {
             self.id = id
             self.productId = productId
             self.purchasedAt = purchasedAt
             self.periodType = periodType
             self.amount = amount
             self.currency = currency
+            self.kind = kind
         }
 
         var json: JSON {
-            [
+            var members: [String: JSON] = [
                 "id": .string(id), "productId": .string(productId), "purchasedAt": purchasedAt.map(JSON.integer) ?? .null,
                 "periodType": .string(periodType.rawValue), "amount": amount.map(JSON.string) ?? .null, "currency": currency.map(JSON.string) ?? .null,
             ]
+            if let kind { members["kind"] = .string(kind) }
+            return .object(members)
         }
 
         init?(json: JSON) {
@@ -99,7 +107,7 @@ public struct SubscriptionState: Sendable, Equatable {
             self.init(
                 id: id, productId: productId, purchasedAt: json["purchasedAt"]?.int64Value,
                 periodType: json["periodType"]?.stringValue.flatMap(PeriodType.init(rawValue:)) ?? .normal,
-                amount: json["amount"]?.stringValue, currency: json["currency"]?.stringValue)
+                amount: json["amount"]?.stringValue, currency: json["currency"]?.stringValue, kind: json["kind"]?.stringValue)
         }
     }
 
