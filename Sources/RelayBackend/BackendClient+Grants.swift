@@ -5,10 +5,12 @@ import RelayHTTPClient
 extension BackendClient {
     /// `POST /subscriptions-api/internal/v1/users/{appUserId}/grants` with `body`; the grant as answered
     /// (201 once applied, 202 while the worker has not applied it yet). A 400 is `badRequest` with the
-    /// backend's detail.
+    /// backend's detail. Sent once: each request that arrives makes a grant, so a lost answer is not
+    /// followed by a second grant (the caller checks the user's customer info before granting again).
     public func grant(appUserId: String, _ body: JSON) async throws(BackendError) -> JSON {
         let path = "/subscriptions-api/internal/v1/users/\(Self.pathSegment(appUserId))/grants"
-        return try Self.answer(try await send("POST", path, headers: [("Content-Type", "application/json")], body: body.serialized()), path: path)
+        let response = try await send("POST", path, headers: [("Content-Type", "application/json")], body: body.serialized(), retrying: false)
+        return try Self.answer(response, path: path)
     }
 
     /// `DELETE /subscriptions-api/internal/v1/users/{appUserId}/grants/{grantId}`; the grant as answered. A

@@ -194,14 +194,15 @@ public final class BackendClient: Sendable {
 
     // MARK: Transport
 
-    /// One request with the API key, retried with backoff while the failure is retriable.
-    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil) async throws(BackendError)
-        -> HTTPClientResponse
+    /// One request with the API key, retried with backoff while the failure is retriable, unless it may not
+    /// be sent twice (`retrying` false: a request that creates something each time it arrives).
+    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil, retrying: Bool = true)
+        async throws(BackendError) -> HTTPClientResponse
     {
         let url = await address.value() + path
         var allHeaders = headers + [("Accept", "application/json")]
         if let apiKey { allHeaders.append(("Authorization", "Bearer \(apiKey)")) }
-        let delays = Backoff(initial: retry.initialDelay, maximum: retry.maximumDelay).delays(retry.retries)
+        let delays = retrying ? Backoff(initial: retry.initialDelay, maximum: retry.maximumDelay).delays(retry.retries) : []
         return try await withRetries(
             delays: delays, isRetriable: \.isRetriable,
             onRetry: { failure, attempt in

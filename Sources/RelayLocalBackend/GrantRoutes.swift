@@ -18,7 +18,7 @@ extension SubscriptionDatabase {
     }
 
     /// The active promotional grants whose end is at or before `now` (Unix ms), soonest first, at most `limit`.
-    public func dueGrants(now: Int64, limit: Int = 100) async throws -> [SubscriptionState] {
+    public func dueGrants(now: Int64, limit: Int = 1_000) async throws -> [SubscriptionState] {
         try await pool.read { db in
             let rows = try Row.fetchAll(
                 db.cachedStatement(
@@ -117,8 +117,10 @@ extension LocalBackend {
         }
         let record = PromotionalGrant.Record(
             action: .revoke, grantId: grantId, appUserId: owner, entitlement: entitlement, expiresAt: state.expiresAt, reason: nil, at: clock())
-        // Ended already (revoked, or its time ran out): nothing to do.
-        guard state.status == .active else { return json(.ok, Self.grantJSON(record, app: app.key, state: state)) }
+        // Ended already (revoked, or its time ran out: the schedule ends it, as UNKNOWN): nothing to do.
+        guard state.status == .active, state.expiresAt.map({ $0 > record.at }) ?? true else {
+            return json(.ok, Self.grantJSON(record, app: app.key, state: state))
+        }
         guard try await append(record, app: app, intake: intake, context: context) else {
             return errorResponse(.serviceUnavailable, "not_stored", "the revocation could not be stored; try again")
         }

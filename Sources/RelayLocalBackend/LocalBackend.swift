@@ -24,6 +24,8 @@ public struct LocalBackend: Sendable {
     /// `relay_backend_access_refused_total{status}` (401, 403) and `relay_backend_rate_limited_total{key}`.
     let accessRefusals: LabeledCounters
     private let rateLimited: LabeledCounters
+    /// `relay_backend_purchases_total{store, outcome}`: purchases apps handed over, by what the route answered.
+    let purchaseOutcomes: LabeledCounters
     let clock: @Sendable () -> Int64
     /// Each application's products, built once from the configuration (read for every notification).
     private let mappings: [Int: ProductMapping]
@@ -53,6 +55,7 @@ public struct LocalBackend: Sendable {
         self.limiter = ClientRateLimiter(ratePerSecond: limit.requestsPerSecond, burst: limit.burst, now: rateLimitClock)
         self.accessRefusals = LabeledCounters(label: "relay_backend_access_refused_total", factory: metrics)
         self.rateLimited = LabeledCounters(label: "relay_backend_rate_limited_total", factory: metrics)
+        self.purchaseOutcomes = LabeledCounters(label: "relay_backend_purchases_total", factory: metrics)
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
         self.appPurchases = appPurchases

@@ -40,6 +40,8 @@ struct PurchaseClaim {
     var storeUser: String?
     /// The record body's store fields (`AppPurchase`).
     var fields: [String: JSON]
+    /// Apple: the transaction handed over (a state that records it needs nothing more).
+    var transactionId: String?
 }
 
 /// Why a purchase cannot be taken: an answer, not an error of the route.
@@ -78,11 +80,23 @@ extension LocalBackend {
     func addPurchaseRoutes(to router: Router<BackendRequestContext>) {
         let backend = self
         route(router, .post, Self.purchasesPath) { request, context, principal in
-            try await backend.takePurchase(request, context, principal)
+            var store = "unknown"
+            let response = try await backend.takePurchase(request, context, principal, store: &store)
+            let outcome = switch response.status.code {
+            case 200: "applied"
+            case 202: "pending"
+            case 409: "owned_by_another_user"
+            case 503: "unavailable"
+            default: "refused"
+            }
+            backend.purchaseOutcomes.increment([("store", store), ("outcome", outcome)])
+            return response
         }
     }
 
-    private func takePurchase(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws -> Response {
+    private func takePurchase(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal, store label: inout String)
+        async throws -> Response
+    {
         guard let purchases = appPurchases else {
             return errorResponse(.notFound, "not_found", "this backend process does not take purchases (it has no record log)")
         }
@@ -95,6 +109,7 @@ extension LocalBackend {
             return errorResponse(
                 .badRequest, "bad_request", #"the body must be {"store": "APP_STORE" | "PLAY_STORE" | "STRIPE" | "PADDLE", ...the store's fields}"#)
         }
+        if ["APP_STORE", "PLAY_STORE", "STRIPE", "PADDLE"].contains(store) { label = store }
         let claim: PurchaseClaim
         do {
             claim = try await read(store: store, document, app: app, purchases: purchases, logger: context.logger)
@@ -103,9 +118,22 @@ extension LocalBackend {
         }
         // Who has it now: the stored subscription's user, else the one the store carried.
         let stored = try await database.subscription(store: claim.store, originalTransactionId: claim.subject)
+        if let stored, stored.applicationId != app.applicationId {
+            // Two apps sharing a Stripe or Paddle account: one app's key never reaches the other's purchases.
+            return PurchaseRefusal.invalid(RejectReason.unknownApp.rawValue, "this purchase is another app's").response
+        }
         let holder = stored.map { AppPurchase.holder(of: $0) } ?? claim.storeUser.flatMap { $0.hasPrefix("$RelayAnonymous:") ? nil : $0 }
-        if app.transferPolicy == .keep, let holder, try await !sameUser(holder, user, applicationId: app.applicationId) {
-            return ownedByAnotherUser
+        if let holder, try await !sameUser(holder, user, applicationId: app.applicationId) {
+            // A web purchase's id is no secret (a Checkout Session's is in the success URL): the user the
+            // store names for it keeps it, whatever the policy. App Store and Play purchases move by it.
+            let webStoreNamed = [.stripe, .paddle].contains(claim.store) && claim.storeUser.map { AppPurchase.sameId($0, holder) } == true
+            if app.transferPolicy == .keep || webStoreNamed { return ownedByAnotherUser }
+        } else if let stored, let holder, holder == user || !AppPurchase.sameId(holder, user),
+            claim.transactionId.map({ stored.lastTransactionId == $0 || stored.transaction($0) != nil }) ?? true
+        {
+            // The user has it already, and the state knows the purchase: nothing to apply (an app handing
+            // over on every launch appends nothing).
+            return try await userEntitlements(user, app: app, status: .ok)
         }
         let purchaser = AppPurchase.Purchaser(appUserId: user, transferPolicy: app.transferPolicy.rawValue, purchaseId: UUID().uuidString.lowercased())
         let notification = RawNotification(
@@ -126,10 +154,15 @@ extension LocalBackend {
             // Another user's under `keep` (a hand-over of the other user came first): applied, not bound.
             return ownedByAnotherUser
         }
-        let (_, ids) = try await database.userIds(of: user, applicationId: app.applicationId)
+        return try await userEntitlements(user, app: app, status: applied == nil ? .accepted : .ok)
+    }
+
+    /// The entitlements route's body for every id of the user `id` stands for, in the app.
+    private func userEntitlements(_ id: String, app: RelayConfiguration.App, status: HTTPResponse.Status) async throws -> Response {
+        let (_, ids) = try await database.userIds(of: id, applicationId: app.applicationId)
         var subscriptions = try await database.subscriptions(ofUsers: ids)
         subscriptions.removeAll { $0.applicationId != app.applicationId }
-        return json(applied == nil ? .accepted : .ok, entitlements(of: subscriptions).json)
+        return json(status, entitlements(of: subscriptions).json)
     }
 
     private var ownedByAnotherUser: Response {
@@ -140,7 +173,7 @@ extension LocalBackend {
 
     /// Whether two ids stand for the same user of an application (one is the other, or both are linked to one user).
     func sameUser(_ first: String, _ second: String, applicationId: Int) async throws -> Bool {
-        if first == second { return true }
+        if AppPurchase.sameId(first, second) { return true }
         let (one, _) = try await database.userIds(of: first, applicationId: applicationId)
         let (other, _) = try await database.userIds(of: second, applicationId: applicationId)
         return one == other
@@ -176,7 +209,8 @@ extension LocalBackend {
                 throw .invalid(RejectReason.malformed.rawValue, "signedTransaction names no originalTransactionId")
             }
             return PurchaseClaim(
-                store: .apple, subject: subject, storeUser: transaction["appAccountToken"]?.stringValue, fields: ["signedTransaction": .string(signed)])
+                store: .apple, subject: subject, storeUser: transaction["appAccountToken"]?.stringValue, fields: ["signedTransaction": .string(signed)],
+                transactionId: transaction["transactionId"]?.stringValue)
         }
     }
 
@@ -257,26 +291,28 @@ extension LocalBackend {
             let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) }
             return PurchaseClaim(
                 store: .stripe, subject: subscriptionId, storeUser: subscription["metadata"]?["app_user_id"]?.stringValue,
-                fields: ["subscriptionId": .string(subscriptionId)])
+                fields: ["subscriptionId": .string(subscriptionId), "subject": .string(subscriptionId)])
         }
         let session = try await read { () async throws(StoreAPIError) in try await client.checkoutSession(sessionId!) }
         guard session["status"]?.stringValue == "complete" else {
             throw .invalid("not_completed", "the Checkout Session is \(session["status"]?.stringValue ?? "of no status"), not complete: nothing was bought yet")
         }
         let sessionUser = session["metadata"]?["app_user_id"]?.stringValue ?? session["client_reference_id"]?.stringValue
-        let fields: [String: JSON] = ["checkoutSessionId": .string(sessionId!)]
+        var fields: [String: JSON] = ["checkoutSessionId": .string(sessionId!)]
         if session["mode"]?.stringValue == "subscription" {
             guard let subscriptionId = session["subscription"]?.stringValue ?? session["subscription"]?["id"]?.stringValue else {
                 throw .invalid(RejectReason.purchaseNotFound.rawValue, "the subscription Checkout Session names no subscription")
             }
             let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) }
+            fields["subject"] = .string(subscriptionId)
             return PurchaseClaim(
-                store: .stripe, subject: subscriptionId, storeUser: subscription["metadata"]?["app_user_id"]?.stringValue, fields: fields)
+                store: .stripe, subject: subscriptionId, storeUser: subscription["metadata"]?["app_user_id"]?.stringValue ?? sessionUser, fields: fields)
         }
         guard session["mode"]?.stringValue == "payment", session["payment_status"]?.stringValue == "paid" else {
             throw .invalid("not_completed", "the Checkout Session is not a paid payment or a subscription")
         }
         let subject = session["payment_intent"]?.stringValue ?? session["payment_intent"]?["id"]?.stringValue ?? sessionId!
+        fields["subject"] = .string(subject)
         return PurchaseClaim(store: .stripe, subject: subject, storeUser: sessionUser, fields: fields)
     }
 
@@ -299,7 +335,7 @@ extension LocalBackend {
         let subject = transaction["subscription_id"]?.stringValue ?? transactionId
         return PurchaseClaim(
             store: .paddle, subject: subject, storeUser: transaction["custom_data"]?["app_user_id"]?.stringValue,
-            fields: ["transactionId": .string(transactionId)])
+            fields: ["transactionId": .string(transactionId), "subject": .string(subject)])
     }
 
     /// A store id from the body: a string of 1 to 256 bytes without control characters.

@@ -58,6 +58,24 @@ enum HandedOverPurchase {
         return .object(kept)
     }
 
+    /// What the Paddle mappings read of a transaction, and nothing else: its billing details, address,
+    /// business and payments (card details, the cardholder's name) must not be recorded.
+    static func trimmedTransaction(_ transaction: JSON) -> JSON {
+        var kept: [String: JSON] = [:]
+        for key in ["id", "status", "origin", "subscription_id", "customer_id", "currency_code", "custom_data", "billed_at", "created_at",
+            "discount_id", "billing_period", "collection_mode"]
+        {
+            if let value = transaction[key] { kept[key] = value }
+        }
+        if let items = transaction["items"]?.arrayValue {
+            kept["items"] = .array(items.map { item in ["price": item["price"] ?? .null, "price_id": item["price_id"] ?? .null, "quantity": item["quantity"] ?? .null] })
+        }
+        if let details = transaction["details"] {
+            kept["details"] = ["totals": details["totals"] ?? .null, "line_items": details["line_items"] ?? .null]
+        }
+        return .object(kept)
+    }
+
     /// Whether the store's own table maps this hand-over (Stripe's and Paddle's read the store's API).
     static func readsStoreAPI(_ notification: VerifiedNotification) -> Bool {
         notification.purchaser != nil && (notification.store == .stripe || notification.store == .paddle)

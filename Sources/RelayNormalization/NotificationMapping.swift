@@ -107,8 +107,7 @@ public struct NotificationMapping: Sendable {
         if let purchaser = input.notification.purchaser, var state = after {
             // The binding as it was decided: a transfer recorded one, anything else the same user.
             _ = PurchaseBinding.decide(
-                purchaser: purchaser, prior: context.prior, next: &state, eventTime: again.eventTime,
-                sameUser: context.binding?.transferredFrom == nil)
+                purchaser: purchaser, prior: context.prior, next: &state, now: context.receivedAt, sameUser: context.binding?.transferredFrom == nil)
             after = state
         }
         let events = self.events
@@ -203,21 +202,29 @@ public struct NotificationMapping: Sendable {
             mapping = map(input, prior: nil)
             if prior.grantsAccess || prior.expirationSent { mapping.events.removeAll { $0.type == .expiration } }
             Self.dropReplacedNews(prior, &mapping)
-            Self.dropKnownStart(input, prior, &mapping)
+            Self.keepHandOverNews(input, prior, &mapping)
             return mapping
         }
         if prior?.expirationSent == true { mapping.events.removeAll { $0.type == .expiration } }
         Self.dropReplacedNews(prior, &mapping)
-        Self.dropKnownStart(input, prior, &mapping)
+        Self.keepHandOverNews(input, prior, &mapping)
         return mapping
     }
 
-    /// A purchase an app hands over for a subscription the relay already holds is no new purchase: its
-    /// start was the store's to report (or the first hand-over's), and the store's API answers the
-    /// subscription as it is now (Stripe's latest invoice, Paddle's current state), not its start.
-    static func dropKnownStart(_ input: MappingInput, _ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
-        guard input.notification.purchaser != nil, prior != nil else { return }
-        mapping.events.removeAll { $0.type == .initialPurchase || $0.type == .nonRenewingPurchase }
+    /// What a purchase an app hands over may report: its payment, when the relay holds nothing of the
+    /// subscription yet; nothing for a subscription the relay already holds (a restore, an app handing
+    /// over again), whose news are the store's to report: the store's API answers a subscription as it is
+    /// now (Stripe's latest invoice, Paddle's current state, Apple's latest transaction), not what changed.
+    /// Never a refund or an expiration: the store's own notification reports those once, and a revoked
+    /// transaction handed over twice must not count its refund twice. The status change, which follows
+    /// from the states and the binding, still goes out.
+    static func keepHandOverNews(_ input: MappingInput, _ prior: SubscriptionState?, _ mapping: inout StoreMapping) {
+        guard input.notification.purchaser != nil else { return }
+        guard prior == nil else {
+            mapping.events.removeAll()
+            return
+        }
+        mapping.events.removeAll { ![.initialPurchase, .renewal, .nonRenewingPurchase].contains($0.type) }
     }
 
     /// The state to store after `mapping`, or nil when nothing changes. An older notification leaves a
@@ -228,6 +235,8 @@ public struct NotificationMapping: Sendable {
         state.transactions = current?.transactions ?? []
         state.expirationSent = current?.expirationSent ?? false
         state.replacedBy = current?.replacedBy
+        // Who an app bound it to stays until a hand-over binds it again: store notifications never name it.
+        state.ownerAppUserId = current?.ownerAppUserId
         state.version = current?.version ?? 0
         if let current {
             if mapping.eventTime < current.sourceTimestamp {

@@ -24,19 +24,25 @@ struct PurchaseBinding: Sendable, Equatable {
     }
 
     /// What a hand-over by `purchaser` does to `next` (the state the notification leads to), given
-    /// whether the user holding it is the purchaser's user (`sameUser`, from their ids); nil when the
-    /// record is no hand-over or leads to no state.
+    /// whether the user holding it is the purchaser's user (`sameUser`, from their ids); `now` is when the
+    /// app handed it over (the record's receive time).
     static func decide(
-        purchaser: AppPurchase.Purchaser, prior: SubscriptionState?, next: inout SubscriptionState, eventTime: Int64, sameUser: Bool
+        purchaser: AppPurchase.Purchaser, prior: SubscriptionState?, next: inout SubscriptionState, now: Int64, sameUser: Bool
     ) -> (binding: PurchaseBinding, transferFrom: String?) {
-        // A subscription handed over after its end (a restore of a lapsed one) gives no access.
-        if next.status == .active, let expires = next.expiresAt, expires <= eventTime, next.store == .apple { next.status = .expired }
+        // An App Store subscription handed over after its end (a restore of a lapsed one) gives no access:
+        // Apple's transaction says only when it expires.
+        if next.store == .apple, next.status == .active, let expires = next.expiresAt, expires <= now { next.status = .expired }
         let holder = AppPurchase.holder(of: next)
         guard let holder else {
             next.originalAppUserId = purchaser.appUserId
             return (PurchaseBinding(priorCounted: prior == nil), nil)
         }
-        if sameUser || !purchaser.transfers { return (PurchaseBinding(priorCounted: true), nil) }
+        if sameUser {
+            // The store's UUID as the app spells it (another case): the app asks with its own spelling.
+            if holder != purchaser.appUserId, AppPurchase.sameId(holder, purchaser.appUserId) { next.ownerAppUserId = purchaser.appUserId }
+            return (PurchaseBinding(priorCounted: true), nil)
+        }
+        if !purchaser.transfers { return (PurchaseBinding(priorCounted: true), nil) }
         next.ownerAppUserId = purchaser.appUserId
         return (PurchaseBinding(priorCounted: false), holder)
     }

@@ -80,14 +80,18 @@ public final class SubscriptionUpdater: Sendable {
     private func apply(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = apps[notification.app] else { return [] }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
-        // A Stripe or Paddle purchase an app handed over: read from the store's API, as the route did.
-        if HandedOverPurchase.readsStoreAPI(notification) {
+        // A Stripe or Paddle purchase an app handed over is read from the store's API, as the route did. The
+        // route names its subscription (`subject`), so that a repeat replays what was recorded without
+        // calling the store; a record without it is read first, to find it.
+        let handOverSubject = HandedOverPurchase.readsStoreAPI(notification) ? notification.payload.text("subject") : nil
+        var purchaseFetched = handOverSubject != nil ? false : true
+        if HandedOverPurchase.readsStoreAPI(notification), handOverSubject == nil {
             input.api = StoreAPIData(purchase: try await fetchPurchase(notification, app: app))
         }
 
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only
         // after the dedup check below, so a repeat replays what was recorded without calling Google.
-        let first = mapping.map(input, prior: nil)
+        let first = handOverSubject.map { StoreMapping(subject: $0, environment: "PRODUCTION", eventTime: receivedAt) } ?? mapping.map(input, prior: nil)
         if let detail = first.malformed { throw .rejected(Rejection(.malformed, detail)) }
         guard first.recognized else {
             counters.unmapped.increment([("store", notification.store.rawValue)])
@@ -134,11 +138,23 @@ public final class SubscriptionUpdater: Sendable {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
                 fetched = true
             }
+            if !purchaseFetched {
+                input.api = StoreAPIData(purchase: try await fetchPurchase(notification, app: app))
+                purchaseFetched = true
+            }
             var step = mapping.step(input, prior: current)
             guard step.result.state != nil || !step.result.events.isEmpty else { return [] }
             var transferFrom: String?
-            if let purchaser = notification.purchaser, var next = step.next {
-                (step.binding, transferFrom) = try await bind(purchaser, prior: current, next: &next, eventTime: step.result.eventTime, app: app)
+            if var purchaser = notification.purchaser, var next = step.next {
+                // One app's hand-over never binds another app's subscription (two apps on one Stripe account).
+                if let current, current.applicationId != app.applicationId {
+                    throw .rejected(Rejection(.unknownApp, "the purchase is a subscription of application \(current.applicationId), not of app \(app.key)"))
+                }
+                // A web purchase's id is no secret: the user its store names keeps it, whatever the policy.
+                if notification.store == .stripe || notification.store == .paddle, step.result.appUserId != nil {
+                    purchaser.transferPolicy = RelayConfiguration.TransferPolicy.keep.rawValue
+                }
+                (step.binding, transferFrom) = try await bind(purchaser, prior: current, next: &next, now: receivedAt, app: app)
                 step.next = next
             }
             var others: [String] = []
@@ -184,17 +200,17 @@ public final class SubscriptionUpdater: Sendable {
     /// holds it is the purchaser's user is decided by their ids (an alias of the same user is the user).
     /// Returns the binding and, for a transfer, the id of the user who held it.
     private func bind(
-        _ purchaser: AppPurchase.Purchaser, prior: SubscriptionState?, next: inout SubscriptionState, eventTime: Int64, app: RelayConfiguration.App
+        _ purchaser: AppPurchase.Purchaser, prior: SubscriptionState?, next: inout SubscriptionState, now: Int64, app: RelayConfiguration.App
     ) async throws(NormalizationError) -> (PurchaseBinding, String?) {
         var sameUser = true
-        if let holder = AppPurchase.holder(of: next), holder != purchaser.appUserId {
+        if let holder = AppPurchase.holder(of: next), !AppPurchase.sameId(holder, purchaser.appUserId) {
             let held = try await backend { () async throws(BackendError) in try await stateStore.appUser(holder, applicationId: app.applicationId) }
             let buyer = try await backend { () async throws(BackendError) in
                 try await stateStore.appUser(purchaser.appUserId, applicationId: app.applicationId)
             }
             sameUser = held.appUserId == buyer.appUserId
         }
-        return PurchaseBinding.decide(purchaser: purchaser, prior: prior, next: &next, eventTime: eventTime, sameUser: sameUser)
+        return PurchaseBinding.decide(purchaser: purchaser, prior: prior, next: &next, now: now, sameUser: sameUser)
     }
 
     /// A backend call whose failure means "try the record again later".
@@ -234,9 +250,14 @@ public final class SubscriptionUpdater: Sendable {
 
     /// Acknowledges a new purchase Play still holds unacknowledged (`playApi.acknowledgePurchases`), once
     /// its state is stored: a subscription's purchase (SUBSCRIPTION_PURCHASED, also an app's hand-over) or a
-    /// one-time product's. Read fresh first, because Play refuses a second acknowledgement and a repeat
-    /// of the record must not fail on it; a refusal is read again, and only a purchase still pending after
-    /// it is an error (the record is tried again).
+    /// one-time product's, when it gives access (an active or grace-period subscription, a purchased
+    /// product) and a user has it: a purchase nobody has is left to Play's automatic refund.
+    ///
+    /// It reads the purchase fresh first, because Play refuses a second acknowledgement and a repeat of the
+    /// record must not fail on it; a refusal is read again (acknowledged meanwhile is done). Only a Play
+    /// API that cannot be reached makes the record be tried again; a refusal (permissions, a state Play
+    /// will not acknowledge) is logged and counted, and the record goes on: its state and events are
+    /// already stored, and an acknowledgement is no reason to hold up the partition.
     private func acknowledge(_ notification: VerifiedNotification, app: RelayConfiguration.App) async throws(NormalizationError) {
         guard let client = play[app.key], let packageName = app.google?.packageName else { return }
         let subscription: Bool
@@ -250,6 +271,15 @@ public final class SubscriptionUpdater: Sendable {
         default:
             return
         }
+        let state = try await backend { () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: token) }
+        guard let state, AppPurchase.holder(of: state) != nil else { return }
+        func refused(_ error: StoreAPIError) throws(NormalizationError) {
+            counters.storeAPIError(error)
+            if error.kind == .unavailable { throw .unavailable(error.message) }
+            logger.error(
+                "Play did not let the relay acknowledge a purchase; the app must acknowledge it within three days",
+                metadata: [LogKey.notificationApp: "\(app.key)", LogKey.notificationId: "\(notification.notificationId ?? "-")", LogKey.error: "\(error)"])
+        }
         func pending() async throws(NormalizationError) -> String? {
             let purchase: JSON
             do {
@@ -257,11 +287,12 @@ public final class SubscriptionUpdater: Sendable {
                     ? try await client.subscription(packageName: packageName, purchaseToken: token)
                     : try await client.product(packageName: packageName, productId: productId ?? "", purchaseToken: token)
             } catch {
-                if let failure = storeAPIFailure(error, app: app) { throw failure }
-                return nil  // Play no longer knows it: nothing to acknowledge
+                if error.kind != .notFound { try refused(error) }
+                return nil
             }
             if subscription {
-                guard purchase.text("acknowledgementState") == "ACKNOWLEDGEMENT_STATE_PENDING" else { return nil }
+                let givesAccess = ["SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_IN_GRACE_PERIOD"].contains(purchase.text("subscriptionState") ?? "")
+                guard givesAccess, purchase.text("acknowledgementState") == "ACKNOWLEDGEMENT_STATE_PENDING" else { return nil }
                 // `purchases.subscriptions.acknowledge` names the subscription's product, not its base plan.
                 return purchase["lineItems"]?.arrayValue?.first?.text("productId")
             }
@@ -273,7 +304,7 @@ public final class SubscriptionUpdater: Sendable {
             counters.acknowledged.increment()
         } catch {
             // Acknowledged meanwhile (by the app, or an earlier try whose answer was lost) is done.
-            guard try await pending() == nil else { throw storeAPIFailure(error, app: app) ?? .unavailable(error.message) }
+            if try await pending() != nil { try refused(error) }
         }
     }
 
@@ -353,7 +384,7 @@ public final class SubscriptionUpdater: Sendable {
             throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no paddle.api configured; the purchase cannot be read"))
         }
         guard let id = record.text("transactionId") else { throw .rejected(Rejection(.malformed, "the purchase names no Paddle transaction")) }
-        let transaction = try await call { () async throws(StoreAPIError) in try await client.transaction(id) }
+        let transaction = HandedOverPurchase.trimmedTransaction(try await call { () async throws(StoreAPIError) in try await client.transaction(id) })
         guard let subscriptionId = transaction.text("subscription_id") else { return ["transaction": transaction] }
         return [
             "transaction": transaction, "subscription": try await call { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) },

@@ -154,7 +154,9 @@ public struct AppleVerifier: Sendable {
     /// `{"signedTransaction": JWS, "appUserId", "transferPolicy", "purchaseId"}`. The transaction is verified
     /// as a notification's own (chain at its `signedDate`, an environment of the app's, the app's bundle), and
     /// the result is the notification Apple sends for such a transaction (`appleNotification(for:)`), dated
-    /// when Apple signed the transaction, with the purchaser attached.
+    /// when the transaction happened (its `purchaseDate`, else `signedDate`: StoreKit signs old transactions
+    /// anew, so an earlier renewal handed over today must not look newer than the state), with the purchaser
+    /// attached.
     public func verify(purchaseRecord body: [UInt8]) throws(Rejection) -> VerifiedNotification {
         guard let document = try? JSON.parse(body), let purchaser = AppPurchase.Purchaser(body: document),
             let text = document["signedTransaction"]?.stringValue
@@ -171,7 +173,7 @@ public struct AppleVerifier: Sendable {
         if let appAppleId { data["appAppleId"] = .integer(appAppleId) }
         var payload: [String: JSON] = ["notificationType": .string(type), "notificationUUID": .string(id), "version": "2.0", "data": .object(data)]
         if let subtype { payload["subtype"] = .string(subtype) }
-        if let signedDate = transaction["signedDate"] { payload["signedDate"] = signedDate }
+        if let date = transaction["revocationDate"] ?? transaction["purchaseDate"] ?? transaction["signedDate"] { payload["signedDate"] = date }
         var verified = VerifiedNotification(
             store: .apple, app: app, payload: .object(payload), notificationId: id, type: type, subtype: subtype, environment: environment)
         verified.purchaser = purchaser

@@ -78,9 +78,14 @@ import Testing
         }
 
         /// The store's own SUBSCRIBED (INITIAL_BUY) notification of `transaction`, through the ingest.
-        func storeNotification(_ transaction: JSON, signer: AppleSigner, uuid: String = "5b6d8e2c-1f0a-4c1e-9a57-3f2f0b6a9c11") async throws {
-            guard case .object(var payload) = signer.notificationPayload(transaction: transaction) else { return }
-            payload["notificationUUID"] = .string(uuid)
+        func storeNotification(
+            _ transaction: JSON, signer: AppleSigner, uuid: String = "5b6d8e2c-1f0a-4c1e-9a57-3f2f0b6a9c11", type: String = "SUBSCRIBED",
+            signedDate: Int64 = Fixtures.signedDate
+        ) async throws {
+            let subtype: String? = type == "SUBSCRIBED" ? "INITIAL_BUY" : nil
+            guard case .object(var payload) = signer.notificationPayload(type: type, subtype: subtype, signedDate: signedDate, transaction: transaction) else { return }
+            if type != "SUBSCRIBED" { payload["notificationUUID"] = .string(UUID().uuidString.lowercased()); payload["subtype"] = nil }
+            if type == "SUBSCRIBED" { payload["notificationUUID"] = .string(uuid) }
             let response = try await relay.http.send(
                 "POST", relay.baseURL + "/v1/notifications/apple/demo", headers: [("Content-Type", "application/json")],
                 body: signer.body(.object(payload)))
@@ -184,6 +189,12 @@ import Testing
         (status, answer) = try await harness.hand("user-4", ["store": "AMAZON"])
         #expect(status == 400)
         #expect(try await harness.notificationCount() == 0)
+        // Counted for the operator: the three refused App Store transactions and the body without one.
+        let metrics = String(decoding: try await harness.relay.get("/metrics").body, as: UTF8.self)
+        let refused = metrics.split(separator: "\n").filter {
+            $0.hasPrefix("relay_backend_purchases_total{") && $0.contains(#"outcome="refused""#) && $0.contains(#"store="APP_STORE""#)
+        }
+        #expect(refused.count == 1 && refused.first?.hasSuffix(" 4") == true, "\(refused)")
         try await harness.stop()
     }
 
@@ -208,10 +219,57 @@ import Testing
         #expect(lost.first?["data"]?["transferredFrom"] == "user-a")
         // No second purchase: the payment was recorded with the first hand-over.
         #expect(try await harness.events("initial_purchase").count == 1)
-        // And back again: the first user restores.
-        #expect(try await harness.handApple("user-a", signed).0 == 200)
+        // The store's next notification (a renewal) keeps it with the user it was transferred to.
+        var renewal = Self.transaction(id: "2000000500000015", original: "2000000500000005")
+        if case .object(var members) = renewal {
+            members["purchaseDate"] = .integer(Fixtures.signedDate + 2_592_000_000)
+            members["expiresDate"] = .integer(Fixtures.signedDate + 5_184_000_000)
+            members["signedDate"] = .integer(Fixtures.signedDate + 2_592_000_000)
+            renewal = .object(members)
+        }
+        try await harness.storeNotification(renewal, signer: signer, type: "DID_RENEW", signedDate: Fixtures.signedDate + 2_592_000_000)
+        try await waitUntil("the renewal applied") { try await harness.state("2000000500000005")?.lastTransactionId == "2000000500000015" }
+        #expect(try await harness.entitlements("user-b") == ["pro"])
+        #expect(try await harness.entitlements("user-a").isEmpty)
+        #expect(try await harness.events("renewal").first?["data"]?["subscriptionStatus"]?["status"] == "ACTIVE")
+        #expect(try await harness.statusChanges(for: "user-a").count == 2, "the renewal changes nothing for user-a")
+        // And back again: the first user restores the latest transaction.
+        #expect(try await harness.handApple("user-a", signer.sign(renewal)).0 == 200)
         #expect(try await harness.entitlements("user-a") == ["pro"])
         #expect(try await harness.entitlements("user-b").isEmpty)
+        try await harness.stop()
+    }
+
+    @Test func aRevokedTransactionHandedOverTwiceCountsNoRefundAndGivesNoAccess() async throws {
+        let harness = try await Self.start()
+        var transaction = Self.transaction(id: "2000000500000009")
+        if case .object(var members) = transaction {
+            members["revocationDate"] = .integer(Fixtures.signedDate - 500)
+            members["revocationReason"] = 1
+            transaction = .object(members)
+        }
+        let signed = signer.sign(transaction)
+        #expect(try await harness.handApple("user-r", signed).0 == 200)
+        #expect(try await harness.handApple("user-r", signed).0 == 200)
+        #expect(try await harness.entitlements("user-r").isEmpty)
+        #expect(try await harness.events("cancellation").isEmpty)
+        #expect(try await harness.state("2000000500000009")?.status == .refunded)
+        try await harness.stop()
+    }
+
+    @Test func theSameUserHandingOverAgainAppendsNothing() async throws {
+        let harness = try await Self.start()
+        let signed = signer.sign(Self.transaction(id: "2000000500000010"))
+        #expect(try await harness.handApple("user-l", signed).0 == 200)
+        #expect(try await harness.link("user-l", ["$SuperwallDevice:L"]) == 200)
+        let records = try await harness.notificationCount()
+        // Every launch of the app, under any of the user's ids: answered from the state, nothing appended.
+        for id in ["user-l", "$SuperwallDevice:L", "user-l"] {
+            let (status, answer) = try await harness.handApple(id, signed)
+            #expect(status == 200)
+            #expect(answer["entitlements"]?.arrayValue?.count == 1, "\(answer)")
+        }
+        #expect(try await harness.notificationCount() == records)
         try await harness.stop()
     }
 
@@ -244,6 +302,11 @@ import Testing
         #expect(try await harness.handApple("user-c", signed).0 == 409)
         #expect(try await harness.handApple(token, signed).0 == 200)
         #expect(try await harness.entitlements(token) == ["pro"])
+        // The same UUID in upper case (as an app may spell its user id) is the same user.
+        let (status, answer) = try await harness.handApple(token.uppercased(), signed)
+        #expect(status == 200)
+        #expect(answer["entitlements"]?.arrayValue?.count == 1, "\(answer)")
+        #expect(try await harness.entitlements(token.uppercased()) == ["pro"])
         try await harness.stop()
     }
 

@@ -18,6 +18,8 @@ import Testing
     final class FakePlay: Sendable {
         let subscriptions: LockedBox<[String: JSON]>
         let products: LockedBox<[String: JSON]>
+        /// Every acknowledgement answers 400, as Play does for a purchase it will not acknowledge.
+        let refuseAcknowledgements = LockedBox(false)
 
         init(subscriptions: [String: JSON], products: [String: JSON] = [:]) {
             self.subscriptions = LockedBox(subscriptions)
@@ -44,6 +46,9 @@ import Testing
                 guard let purchase = products.value[rest[3]], purchase["productId"]?.stringValue == rest[1] else { return Self.error(404, "NOT_FOUND") }
                 return TestHTTPResponse(body: purchase.serialized())
             case ("POST", 4) where rest[3].hasSuffix(":acknowledge"):
+                if refuseAcknowledgements.value {
+                    return Self.error(400, "FAILED_PRECONDITION", "The purchase is not in a valid state to perform the desired operation.")
+                }
                 let token = String(rest[3].dropLast(":acknowledge".count))
                 if rest[0] == "subscriptions" {
                     return Self.acknowledge(subscriptions, token, productId: rest[1], pending: { $0["acknowledgementState"] == "ACKNOWLEDGEMENT_STATE_PENDING" }) {
@@ -79,9 +84,11 @@ import Testing
         }
     }
 
-    static func subscription(user: String? = nil, acknowledged: Bool = false, order: String = "GPA.3300-0000-0000-00001") -> JSON {
+    static func subscription(
+        user: String? = nil, acknowledged: Bool = false, order: String = "GPA.3300-0000-0000-00001", state: String = "SUBSCRIPTION_STATE_ACTIVE"
+    ) -> JSON {
         var purchase: [String: JSON] = [
-            "kind": "androidpublisher#subscriptionPurchaseV2", "subscriptionState": "SUBSCRIPTION_STATE_ACTIVE",
+            "kind": "androidpublisher#subscriptionPurchaseV2", "subscriptionState": .string(state),
             "startTime": "2030-01-01T00:00:00Z", "regionCode": "US",
             "acknowledgementState": acknowledged ? "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED" : "ACKNOWLEDGEMENT_STATE_PENDING",
             "lineItems": [[
@@ -187,8 +194,10 @@ import Testing
         #expect(ack.path == "/androidpublisher/v3/applications/com.example.app/purchases/subscriptions/pro_monthly/tokens/token-1:acknowledge")
         #expect(ack.headers["authorization"] == "Bearer play-token")
         #expect(harness.play.subscriptions.value["token-1"]?["acknowledgementState"] == "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED")
-        // Handed over again (an app's retry): no second acknowledgement, which Google would refuse.
+        // Handed over again (an app's retry): the user has it; nothing is appended, nothing acknowledged again.
+        let records = try await harness.relay.records(topic: harness.relay.configuration.topics.notifications).count
         #expect(try await harness.hand("user-1", token: "token-1").0 == 200)
+        #expect(try await harness.relay.records(topic: harness.relay.configuration.topics.notifications).count == records)
         #expect(harness.acknowledgements().count == 1)
         #expect(try await harness.events("initial_purchase").count == 1)
         try await harness.stop()
@@ -232,6 +241,42 @@ import Testing
         try await waitUntil("the acknowledgement") { harness.acknowledgements().count == 1 }
         #expect(harness.acknowledgements().first?.path.hasSuffix("/purchases/products/coins_100/tokens/coin-token:acknowledge") == true)
         #expect(try await harness.events("non_renewing_purchase").count == 1)
+        try await harness.stop()
+    }
+
+    @Test func onlyAPurchaseThatGivesAUserAccessIsAcknowledged() async throws {
+        let harness = try await Self.start(subscriptions: [
+            "token-7": Self.subscription(order: "GPA.7"), "token-8": Self.subscription(order: "GPA.8", state: "SUBSCRIPTION_STATE_PENDING"),
+        ])
+        // Play's notification of a purchase no user has (no obfuscated account id): left to Play's refund.
+        try await harness.playNotification(token: "token-7", messageId: "m-7")
+        try await waitUntil("its events") { try await harness.events("initial_purchase").count == 1 }
+        #expect(harness.acknowledgements().isEmpty)
+        // Handed over by the app: a user has it now, and it is acknowledged.
+        #expect(try await harness.hand("user-7", token: "token-7").0 == 200)
+        try await waitUntil("the acknowledgement") { harness.acknowledgements().count == 1 }
+        // A purchase still pending payment gives no access: Play would refuse, so it is not acknowledged, and
+        // the worker goes on (its status change is out).
+        #expect(try await harness.hand("user-8", token: "token-8").0 == 200)
+        try await waitUntil("the worker done with it") {
+            try await harness.relay.records(topic: harness.relay.configuration.topics.events).count >= 3
+                && harness.api.requests.filter { $0.path.hasSuffix("/tokens/token-8") }.count >= 2
+        }
+        #expect(harness.acknowledgements().count == 1)
+        try await harness.stop()
+    }
+
+    @Test func aRefusedAcknowledgementHoldsNothingUp() async throws {
+        let harness = try await Self.start(subscriptions: ["token-9": Self.subscription(order: "GPA.9")])
+        // Play answers 400 to every acknowledgement (as for a purchase it will not acknowledge).
+        harness.play.refuseAcknowledgements.withLock { $0 = true }
+        #expect(try await harness.hand("user-9", token: "token-9").0 == 200)
+        // The record is done (its events are out), not retried for ever behind the refusal.
+        try await waitUntil("its events") { try await harness.events("initial_purchase").count == 1 }
+        #expect(harness.acknowledgements().count == 1)
+        #expect(harness.play.subscriptions.value["token-9"]?["acknowledgementState"] == "ACKNOWLEDGEMENT_STATE_PENDING")
+        let metrics = String(decoding: try await harness.relay.get("/metrics").body, as: UTF8.self)
+        #expect(metrics.contains(#"relay_play_api_errors_total{kind="rejected"}"#), "\(metrics.split(separator: "\n").filter { $0.contains("play") })")
         try await harness.stop()
     }
 

@@ -14,6 +14,8 @@ import Testing
     static let publicKey = "pk_demo_web_0123456789"
     static let stripeKey = "sk_test_relay_0123456789"
     static let paddleKey = "pdl_apikey_relay_0123456789"
+    /// Another app on the same Stripe account.
+    static let otherKey = "pk_other_web_0123456789"
 
     static let stripeSubscription: JSON = [
         "id": "sub_1Web0001", "object": "subscription", "billing_cycle_anchor": 1893456000, "cancel_at": nil, "cancel_at_period_end": false,
@@ -54,6 +56,8 @@ import Testing
         "txn_web_sub": [
             "id": "txn_web_sub", "status": "completed", "origin": "web", "subscription_id": "sub_web_paddle", "customer_id": "ctm_web",
             "currency_code": "USD", "custom_data": nil,
+            "billing_details": ["enable_checkout": false, "purchase_order_number": "PO-Kim-Lee-4242"],
+            "payments": [["payment_method_id": "paymtd_1", "method_details": ["type": "card", "card": ["type": "visa", "last4": "4242", "cardholder_name": "Kim Lee"]]]],
         ],
         "txn_web_once": [
             "id": "txn_web_once", "status": "completed", "origin": "web", "subscription_id": nil, "customer_id": "ctm_web", "currency_code": "USD",
@@ -83,10 +87,10 @@ import Testing
         let stripe: TestHTTPServer
         let paddle: TestHTTPServer
 
-        func hand(_ user: String, _ body: JSON) async throws -> (Int, JSON) {
+        func hand(_ user: String, _ body: JSON, key: String = WebPurchaseTests.publicKey) async throws -> (Int, JSON) {
             let response = try await relay.http.send(
                 "POST", backendURL + "/subscriptions-api/public/v1/users/\(user)/purchases",
-                headers: [("Authorization", "Bearer \(WebPurchaseTests.publicKey)"), ("Content-Type", "application/json")], body: body.serialized())
+                headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")], body: body.serialized())
             return (response.status, (try? JSON.parse(response.body)) ?? .null)
         }
 
@@ -127,6 +131,11 @@ import Testing
             else { return TestHTTPResponse(status: 401, text: #"{"error": {"type": "invalid_request_error"}}"#) }
             if request.path == "/v1/subscriptions/sub_1Web0001" { return TestHTTPResponse(body: Self.stripeSubscription.serialized()) }
             if request.path == "/v1/subscriptions/sub_1Web0002" { return TestHTTPResponse(body: Self.renewedSubscription.serialized()) }
+            if request.path == "/v1/subscriptions/sub_1WebNamed", case .object(var named) = Self.stripeSubscription {
+                named["id"] = "sub_1WebNamed"
+                named["metadata"] = ["app_user_id": "user-named"]
+                return TestHTTPResponse(body: JSON.object(named).serialized())
+            }
             if request.path.hasPrefix("/v1/checkout/sessions/"), let session = Self.stripeSessions[String(request.path.dropFirst("/v1/checkout/sessions/".count))] {
                 return TestHTTPResponse(body: session.serialized())
             }
@@ -159,6 +168,13 @@ import Testing
                   - { productId: price_lifetime, store: STRIPE, entitlements: [lifetime] }
                   - { productId: pri_pro_monthly, store: PADDLE, entitlements: [pro] }
                   - { productId: pri_coins, store: PADDLE, entitlements: [coins] }
+              - key: other
+                projectId: 1
+                applicationId: 2
+                publicApiKeys: ["\(otherKey)"]
+                stripe: { signingSecrets: ["whsec_web_other"], api: { secretKey: "\(stripeKey)", baseUrl: "\(stripe.baseURL)" } }
+                products:
+                  - { productId: price_pro_monthly, store: STRIPE, entitlements: [pro] }
             money: { exchangeRates: \(Fixtures.path("exchange-rates.json")) }
             delivery: { allowPrivateNetworks: true }
             shutdownTimeout: 20s
@@ -234,6 +250,25 @@ import Testing
         try await harness.stop()
     }
 
+    @Test func aWebPurchaseIdIsNoKeyToAnotherUsersOrAnotherAppsPurchase() async throws {
+        let harness = try await Self.start()
+        // Stripe names the subscription's user: another user's hand-over is refused even under transfer (a
+        // Checkout Session's id is in a URL, a subscription's on a receipt).
+        let (refused, answer) = try await harness.hand("user-thief", ["store": "STRIPE", "subscriptionId": "sub_1WebNamed"])
+        #expect(refused == 409, "\(answer)")
+        #expect(answer["error"] == "owned_by_another_user")
+        #expect(!String(decoding: answer.serialized(), as: UTF8.self).contains("user-named"))
+        #expect(try await harness.hand("user-named", ["store": "STRIPE", "subscriptionId": "sub_1WebNamed"]).0 == 200)
+        // Another app on the same Stripe account cannot take this app's subscription.
+        #expect(try await harness.hand("user-1", ["store": "STRIPE", "subscriptionId": "sub_1Web0001"]).0 == 200)
+        let (status, other) = try await harness.hand("user-2", ["store": "STRIPE", "subscriptionId": "sub_1Web0001"], key: Self.otherKey)
+        #expect(status == 400, "\(other)")
+        #expect(other["reason"] == "unknown_app")
+        #expect(try await harness.state(.stripe, "sub_1Web0001")?.applicationId == 1)
+        #expect(try await harness.state(.stripe, "sub_1Web0001")?.originalAppUserId == "user-1")
+        try await harness.stop()
+    }
+
     @Test func unknownOrUnfinishedWebPurchasesAreRefusedWithTheReason() async throws {
         let harness = try await Self.start()
         var (status, answer) = try await harness.hand("user-3", ["store": "STRIPE", "subscriptionId": "sub_of_another_account"])
@@ -263,10 +298,14 @@ import Testing
         let state = try #require(try await harness.state(.paddle, "sub_web_paddle"))
         #expect(state.lastTransactionId == "txn_web_sub")
         #expect(state.environment == "SANDBOX")
+        // What the worker recorded of Paddle's answer has no card or billing details.
+        let recorded = String(decoding: state.json.serialized(), as: UTF8.self)
+        #expect(!recorded.contains("4242") && !recorded.contains("Kim Lee") && recorded.contains("txn_web_sub"), "\(recorded)")
+        // Paddle's own event, older than the hand-over (sent when the checkout completed, arriving late).
         guard case .object(var data) = Self.paddleSubscription else { return }
         data["transaction_id"] = "txn_web_sub"
         try await harness.notify(.paddle, [
-            "event_id": "evt_web_paddle_1", "event_type": "subscription.created", "occurred_at": "2030-01-01T00:00:00.000000Z",
+            "event_id": "evt_web_paddle_1", "event_type": "subscription.created", "occurred_at": "2026-01-01T00:00:00.000000Z",
             "notification_id": "ntf_web_paddle_1", "data": .object(data),
         ])
         try await waitUntil("Paddle's event applied") { try await harness.state(.paddle, "sub_web_paddle")?.recentNotifications.count == 2 }

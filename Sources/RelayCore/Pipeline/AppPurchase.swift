@@ -1,3 +1,5 @@
+import Foundation
+
 /// The vocabulary of purchases an app hands over (`POST /subscriptions-api/public/v1/users/{id}/purchases`),
 /// shared by the local backend that takes them, the verifier and the updater that applies them.
 ///
@@ -45,6 +47,16 @@ public enum AppPurchase {
         public var members: [String: JSON] {
             ["appUserId": .string(appUserId), "transferPolicy": .string(transferPolicy), "purchaseId": .string(purchaseId)]
         }
+    }
+
+    /// Whether two user ids are the same id: equal, or the same UUID written in another case (Apple's
+    /// `appAccountToken` is a UUID, which the app may spell in upper case).
+    public static func sameId(_ first: String, _ second: String) -> Bool {
+        if first == second { return true }
+        guard first.utf8.count == 36, second.utf8.count == 36, let one = UUID(uuidString: first), let other = UUID(uuidString: second) else {
+            return false
+        }
+        return one == other
     }
 
     /// The notification id of a hand-over: `purchase:<purchaseId>`.
