@@ -215,40 +215,37 @@ public final class RelayProcess: Sendable {
         self.log = log
     }
 
+    /// Each app's Apple verifier (its rules), by app key, and a lookup that refuses an app without one.
+    private static func appleVerifiers(_ configuration: RelayConfiguration) throws -> @Sendable (String) -> Result<AppleVerifier, Rejection> {
+        var verifiers: [String: AppleVerifier] = [:]
+        for (index, app) in configuration.apps.enumerated() {
+            guard let apple = app.apple else { continue }
+            verifiers[app.key] = try AppleVerifier(app: app.key, configuration: apple, configurationKey: "apps[\(index)].apple")
+        }
+        let byApp = verifiers
+        return { app in byApp[app].map { .success($0) } ?? .failure(Rejection(.unknownApp, "app \"\(app)\" has no apple section")) }
+    }
+
     /// The app-transaction route's verification (each app's Apple rules) and its append to
     /// `relay.notifications` through the log this process opened.
     static func appTransactionGrants(_ configuration: RelayConfiguration, log: any RecordLog) throws -> AppTransactionGrants {
-        var verifiers: [String: AppleVerifier] = [:]
-        for (index, app) in configuration.apps.enumerated() {
-            guard let apple = app.apple else { continue }
-            verifiers[app.key] = try AppleVerifier(app: app.key, configuration: apple, configurationKey: "apps[\(index)].apple")
-        }
+        let verifier = try appleVerifiers(configuration)
         let producer = try log.producer
-        let byApp = verifiers
         return AppTransactionGrants(
             topic: configuration.topics.notifications,
-            verify: { app, text in
-                guard let verifier = byApp[app] else { return .failure(Rejection(.unknownApp, "app \"\(app)\" has no apple section")) }
-                return Result { () throws(Rejection) in try verifier.verify(appTransaction: text) }
-            },
+            verify: { app, text in verifier(app).flatMap { verifier in Result { () throws(Rejection) in try verifier.verify(appTransaction: text) } } },
             append: { record in _ = try await producer.produce(record) })
     }
 
-    /// The purchases route's verification (each app's Apple rules), the stores' APIs it reads, and its
-    /// append to `relay.notifications` through the log this process opened.
+    /// The purchases and grants routes' verification (each app's Apple rules), the stores' APIs they read,
+    /// and their append to `relay.notifications` through the log this process opened.
     static func appPurchases(_ configuration: RelayConfiguration, log: any RecordLog, storeAPIs: StoreAPIs) throws -> AppPurchases {
-        var verifiers: [String: AppleVerifier] = [:]
-        for (index, app) in configuration.apps.enumerated() {
-            guard let apple = app.apple else { continue }
-            verifiers[app.key] = try AppleVerifier(app: app.key, configuration: apple, configurationKey: "apps[\(index)].apple")
-        }
+        let verifier = try appleVerifiers(configuration)
         let producer = try log.producer
-        let byApp = verifiers
         return AppPurchases(
             topic: configuration.topics.notifications, storeAPIs: storeAPIs,
             verifyApple: { app, text in
-                guard let verifier = byApp[app] else { return .failure(Rejection(.unknownApp, "app \"\(app)\" has no apple section")) }
-                return Result { () throws(Rejection) in try verifier.verify(signedTransaction: text) }
+                verifier(app).flatMap { verifier in Result { () throws(Rejection) in try verifier.verify(signedTransaction: text) } }
             },
             append: { record in _ = try await producer.produce(record) })
     }
