@@ -107,7 +107,7 @@ let package = Package(
         .target(
             name: "RelayLocalBackend",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelaySQLite",
+                "RelayCore", "RelayConfig", "RelaySQLite", "RelayCrypto",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -17,6 +17,7 @@
 #include <openssl/core_names.h>
 #include <openssl/param_build.h>
 #include <openssl/objects.h>
+#include <openssl/rand.h>
 
 /// OPENSSL_free is a macro.
 static inline void relay_openssl_free(void *pointer) { OPENSSL_free(pointer); }

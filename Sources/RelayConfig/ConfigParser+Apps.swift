@@ -5,7 +5,7 @@ import RelayCore
 extension ConfigParser {
     static func app(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.App {
         let map = try node.mapping(
-            known: ["key", "projectId", "applicationId", "publicApiKeys", "transferPolicy", "apple", "google", "stripe", "paddle", "products"])
+            known: ["key", "projectId", "applicationId", "publicApiKeys", "transferPolicy", "apple", "google", "stripe", "paddle", "products", "web"])
         let key = try map.required("key") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
         guard key.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
             throw ConfigurationError(key: "\(node.path).key", message: "use letters, digits, - and _ only (it is part of the ingest URL)")
@@ -26,7 +26,55 @@ extension ConfigParser {
             guard let policy = RelayConfiguration.TransferPolicy(rawValue: text) else { throw node.error("expected transfer or keep") }
             return policy
         }) { app.transferPolicy = policy }
+        app.web = try map.optional("web", web)
+        if app.web != nil, app.stripe?.api == nil {
+            throw ConfigurationError(key: "\(node.path).web", message: "web checkout creates Stripe Checkout Sessions: configure stripe.api (a secret key) too")
+        }
         return app
+    }
+
+    /// `apps[].web`: web checkout and redemption codes (docs/web-checkout.md).
+    static func web(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Web {
+        let map = try node.mapping(known: ["successUrl", "cancelUrl", "returnUrl", "redemptionUrl", "codeTTL", "contextKeys", "stripePublishableKey"])
+        func url(_ key: String) throws(ConfigurationError) -> String? {
+            try map.optional(key) { (node) throws(ConfigurationError) -> String in
+                let text = try node.nonEmptyString()
+                guard let scheme = text.split(separator: ":", maxSplits: 1).first, scheme.count >= 2, text.contains(":") else {
+                    throw node.error("expected a URL (https://…, or an app's own scheme for redemptionUrl)")
+                }
+                return text
+            }
+        }
+        guard let redemption = try url("redemptionUrl"), redemption.contains("{code}") else {
+            throw ConfigurationError(key: "\(node.path).redemptionUrl", message: "required, with {code} where the code goes (myapp://redeem?code={code})")
+        }
+        let keys = try map.required("contextKeys") { (node) throws(ConfigurationError) -> [RelayConfiguration.Web.ContextKey] in
+            try list(node) { (node) throws(ConfigurationError) -> RelayConfiguration.Web.ContextKey in
+                let map = try node.mapping(known: ["id", "key"])
+                let id = try map.required("id") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+                guard id.count <= 32, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+                    throw ConfigurationError(key: "\(node.path).id", message: "letters, digits, - and _, at most 32")
+                }
+                let key = try map.required("key") { (node) throws(ConfigurationError) -> [UInt8] in
+                    guard let bytes = Base64.decode(try node.nonEmptyString()), bytes.count == 32 else {
+                        throw node.error("expected 32 random bytes in base64 (openssl rand -base64 32)")
+                    }
+                    return bytes
+                }
+                return RelayConfiguration.Web.ContextKey(id: id, key: key)
+            }
+        }
+        guard !keys.isEmpty else { throw ConfigurationError(key: "\(node.path).contextKeys", message: "at least one key; the first seals") }
+        guard Set(keys.map(\.id)).count == keys.count else { throw ConfigurationError(key: "\(node.path).contextKeys", message: "key ids must differ") }
+        guard let success = try url("successUrl") else {
+            throw ConfigurationError(key: "\(node.path).successUrl", message: "required: where Stripe sends the buyer after paying")
+        }
+        var web = RelayConfiguration.Web(successUrl: success, redemptionUrl: redemption, contextKeys: keys)
+        web.cancelUrl = try url("cancelUrl")
+        web.returnUrl = try url("returnUrl")
+        web.stripePublishableKey = try map.optional("stripePublishableKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
+        if let ttl = try map.optional("codeTTL", positive) { web.codeTTL = ttl }
+        return web
     }
 
     static let appleEnvironments = ["Sandbox", "Production", "Xcode", "LocalTesting"]

@@ -15,6 +15,8 @@ extension RelayConfiguration {
         public var publicApiKeys: [String] = []
         /// What happens when a user links an id another user already has (`transferPolicy`). Default: transfer.
         public var transferPolicy: TransferPolicy = .transfer
+        /// Web checkout and redemption codes (`web`); nil: the checkout routes answer 404 for this app.
+        public var web: Web?
 
         /// Whether this app receives notifications from `store`.
         public func accepts(_ store: Store) -> Bool {
@@ -184,6 +186,41 @@ extension RelayConfiguration {
         public var environment = "PRODUCTION"
         /// Paddle's API: what the purchases route reads a transaction an app hands over from.
         public var api: PaddleAPI?
+    }
+
+    /// `apps[].web`: Stripe Checkout started by a web paywall, and the redemption codes that bring its
+    /// purchases into the app (docs/web-checkout.md).
+    public struct Web: Sendable {
+        /// Where Stripe sends the buyer after paying; may hold Stripe's `{CHECKOUT_SESSION_ID}`.
+        public var successUrl: String
+        /// Where Stripe sends a buyer who goes back; default: the paywall's URL from the request, else none.
+        public var cancelUrl: String?
+        /// For embedded Checkout: where Stripe returns after paying (default: `successUrl`).
+        public var returnUrl: String?
+        /// The link a code is redeemed with: `{code}` is replaced by it (the app's deep link).
+        public var redemptionUrl: String
+        /// How long a code may be redeemed, from its checkout (default 30 days).
+        public var codeTTL: Duration = .seconds(30 * 86_400)
+        /// The keys that seal `checkoutContextId`: the first seals, every one opens (rotation).
+        public var contextKeys: [ContextKey]
+        /// Stripe's publishable key (`pk_…`): with it the `embedded` directive is offered.
+        public var stripePublishableKey: String?
+
+        public struct ContextKey: Sendable {
+            public var id: String
+            public var key: [UInt8]
+
+            public init(id: String, key: [UInt8]) {
+                self.id = id
+                self.key = key
+            }
+        }
+
+        public init(successUrl: String, redemptionUrl: String, contextKeys: [ContextKey]) {
+            self.successUrl = successUrl
+            self.redemptionUrl = redemptionUrl
+            self.contextKeys = contextKeys
+        }
     }
 
     /// `apps[].paddle.api`: an API key that may read transactions and subscriptions.

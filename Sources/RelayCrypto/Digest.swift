@@ -23,6 +23,13 @@ public enum Digest {
         return output
     }
 
+    /// SHA-256 of `message`.
+    public static func sha256(_ message: [UInt8]) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: 32)
+        _ = message.withUnsafeBufferPointer { input in output.withUnsafeMutableBufferPointer { SHA256(input.baseAddress, input.count, $0.baseAddress) } }
+        return output
+    }
+
     /// Compares two byte strings in time that depends only on their lengths (CRYPTO_memcmp).
     public static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
         guard lhs.count == rhs.count else { return false }

@@ -104,6 +104,13 @@ extension LocalBackend {
         BackendRoute(.post, aliasesPath): .public,
         BackendRoute(.put, attributesPath): .public,
         BackendRoute(.post, purchasesPath): .public,
+        // Web checkout and redemption codes (Superwall's SDK contract).
+        BackendRoute(.post, checkoutSessionPath): .public,
+        BackendRoute(.post, checkoutStatusPath): .public,
+        BackendRoute(.post, checkoutConfirmPath): .public,
+        BackendRoute(.post, checkoutCompletePath): .public,
+        BackendRoute(.post, checkoutPollPath): .public,
+        BackendRoute(.post, redeemPath): .public,
         // Promotional grants: the developer's, with the secret key.
         BackendRoute(.post, grantsPath): .secret,
         BackendRoute(.delete, grantPath): .secret,
@@ -206,6 +213,9 @@ public struct BackendRequestContext: RequestContext {
     public let peerAddress: String?
     /// Nil until the authentication middleware resolved the key.
     public var principal: BackendPrincipal?
+    /// The client's rate-limit key (an IPv4 address, an IPv6 /64), set by the middleware for public and
+    /// unknown keys: what the redeem route's guessing limit counts by.
+    public var clientKey: String?
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
@@ -233,7 +243,8 @@ package struct BackendAuthentication: RouterMiddleware {
         case .secret, .read:
             break
         case .publicApp, nil:
-            if case .limited(let seconds) = limiter.take(clientAddress(request, context)) {
+            let client = clientAddress(request, context)
+            if case .limited(let seconds) = limiter.take(client) {
                 rateLimited.increment([("key", principal == nil ? "none" : "public")])
                 var response = errorResponse(
                     .tooManyRequests, "rate_limited", "too many requests from this client; try again in \(seconds) s (backend.publicRateLimit)")
@@ -247,6 +258,7 @@ package struct BackendAuthentication: RouterMiddleware {
         }
         var context = context
         context.principal = principal
+        if case .publicApp = principal { context.clientKey = clientAddress(request, context) }
         return try await next(request, context)
     }
 

@@ -26,6 +26,10 @@ public struct LocalBackend: Sendable {
     private let rateLimited: LabeledCounters
     /// `relay_backend_purchases_total{store, outcome}`: purchases apps handed over, by what the route answered.
     let purchaseOutcomes: LabeledCounters
+    /// `relay_backend_redemptions_total{status}`: codes redeemed, by the status answered (and `RATE_LIMITED`).
+    let redeemOutcomes: LabeledCounters
+    /// Codes tried per client: 10 at once, then one every 6 seconds (`backend.redeemRateLimit`).
+    let redeemLimiter: ClientRateLimiter
     let clock: @Sendable () -> Int64
     /// Each application's products, built once from the configuration (read for every notification).
     private let mappings: [Int: ProductMapping]
@@ -56,6 +60,8 @@ public struct LocalBackend: Sendable {
         self.accessRefusals = LabeledCounters(label: "relay_backend_access_refused_total", factory: metrics)
         self.rateLimited = LabeledCounters(label: "relay_backend_rate_limited_total", factory: metrics)
         self.purchaseOutcomes = LabeledCounters(label: "relay_backend_purchases_total", factory: metrics)
+        self.redeemOutcomes = LabeledCounters(label: "relay_backend_redemptions_total", factory: metrics)
+        self.redeemLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
         self.appPurchases = appPurchases
@@ -95,6 +101,7 @@ public struct LocalBackend: Sendable {
         addAliasRoutes(to: router)
         addPurchaseRoutes(to: router)
         addGrantRoutes(to: router)
+        addCheckoutRoutes(to: router)
         let backend = self
         route(router, .get, Self.configPath) { _, context, _ in
             guard let text = context.parameters.get("applicationId"), let applicationId = Int(text) else {

@@ -116,24 +116,52 @@ extension LocalBackend {
         } catch {
             return error.response
         }
-        // Who has it now: the stored subscription's user, else the one the store carried.
-        let stored = try await database.subscription(store: claim.store, originalTransactionId: claim.subject)
-        if let stored, stored.applicationId != app.applicationId {
-            // Two apps sharing a Stripe or Paddle account: one app's key never reaches the other's purchases.
-            return PurchaseRefusal.invalid(RejectReason.unknownApp.rawValue, "this purchase is another app's").response
+        switch try await bind(claim, to: user, app: app, purchases: purchases, logger: context.logger) {
+        case .otherApp: return PurchaseRefusal.invalid(RejectReason.unknownApp.rawValue, "this purchase is another app's").response
+        case .ownedByAnotherUser: return ownedByAnotherUser
+        case .notStored: return errorResponse(.serviceUnavailable, "not_stored", "the purchase could not be stored; try again")
+        case .held, .applied: return try await userEntitlements(user, app: app, status: .ok)
+        case .pending: return try await userEntitlements(user, app: app, status: .accepted)
         }
+    }
+
+    /// What binding a purchase to a user came to.
+    enum Binding: Equatable {
+        /// The user had it already, and the state knows it: nothing was stored.
+        case held(SubscriptionState)
+        /// Applied by the worker within the wait, bound to the user.
+        case applied(SubscriptionState)
+        /// Stored; the worker did not apply it within the wait.
+        case pending
+        /// Another user has it, and it does not move (`keep`, or a web purchase its store names the user of).
+        case ownedByAnotherUser
+        /// The subscription is another app's.
+        case otherApp
+        /// The log did not take the record.
+        case notStored
+    }
+
+    /// Binds a purchase read from its store to `user`: decides against who has it now (the stored
+    /// subscription's user, else the one the store carried) by the app's policy, appends the hand-over
+    /// for the worker, and waits for it to be applied (`AppPurchases.wait`).
+    func bind(_ claim: PurchaseClaim, to user: String, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger) async throws
+        -> Binding
+    {
+        let stored = try await database.subscription(store: claim.store, originalTransactionId: claim.subject)
+        // Two apps sharing a Stripe or Paddle account: one app's key never reaches the other's purchases.
+        if let stored, stored.applicationId != app.applicationId { return .otherApp }
         let holder = stored.map { AppPurchase.holder(of: $0) } ?? claim.storeUser.flatMap { $0.hasPrefix("$RelayAnonymous:") ? nil : $0 }
         if let holder, try await !sameUser(holder, user, applicationId: app.applicationId) {
             // A web purchase's id is no secret (a Checkout Session's is in the success URL): the user the
             // store names for it keeps it, whatever the policy. App Store and Play purchases move by it.
             let webStoreNamed = [.stripe, .paddle].contains(claim.store) && claim.storeUser.map { AppPurchase.sameId($0, holder) } == true
-            if app.transferPolicy == .keep || webStoreNamed { return ownedByAnotherUser }
+            if app.transferPolicy == .keep || webStoreNamed { return .ownedByAnotherUser }
         } else if let stored, let holder, holder == user || !AppPurchase.sameId(holder, user),
             claim.transactionId.map({ stored.lastTransactionId == $0 || stored.transaction($0) != nil }) ?? true
         {
             // The user has it already, and the state knows the purchase: nothing to apply (an app handing
             // over on every launch appends nothing).
-            return try await userEntitlements(user, app: app, status: .ok)
+            return .held(stored)
         }
         let purchaser = AppPurchase.Purchaser(appUserId: user, transferPolicy: app.transferPolicy.rawValue, purchaseId: UUID().uuidString.lowercased())
         let notification = RawNotification(
@@ -143,26 +171,31 @@ extension LocalBackend {
             try await purchases.append(notification.record(topic: purchases.topic, subject: claim.subject))
         } catch {
             // The log's error names broker internals: logged, not answered.
-            context.logger.error(
+            logger.error(
                 "appending a purchase an app handed over failed",
                 metadata: [LogKey.notificationStore: "\(claim.store.rawValue)", LogKey.notificationApp: "\(app.key)", LogKey.error: "\(error)"])
-            return errorResponse(.serviceUnavailable, "not_stored", "the purchase could not be stored; try again")
+            return .notStored
         }
         let applied = try await waitForApplied(
             AppPurchase.notificationId(purchaser.purchaseId), store: claim.store, subject: claim.subject, within: purchases.wait)
-        if let applied, let holder = AppPurchase.holder(of: applied), try await !sameUser(holder, user, applicationId: app.applicationId) {
+        guard let applied else { return .pending }
+        if let holder = AppPurchase.holder(of: applied), try await !sameUser(holder, user, applicationId: app.applicationId) {
             // Another user's under `keep` (a hand-over of the other user came first): applied, not bound.
-            return ownedByAnotherUser
+            return .ownedByAnotherUser
         }
-        return try await userEntitlements(user, app: app, status: applied == nil ? .accepted : .ok)
+        return .applied(applied)
     }
 
     /// The entitlements route's body for every id of the user `id` stands for, in the app.
-    private func userEntitlements(_ id: String, app: RelayConfiguration.App, status: HTTPResponse.Status) async throws -> Response {
+    func userEntitlements(_ id: String, app: RelayConfiguration.App, status: HTTPResponse.Status) async throws -> Response {
+        json(status, try await userEntitlementsJSON(id, app: app))
+    }
+
+    func userEntitlementsJSON(_ id: String, app: RelayConfiguration.App) async throws -> JSON {
         let (_, ids) = try await database.userIds(of: id, applicationId: app.applicationId)
         var subscriptions = try await database.subscriptions(ofUsers: ids)
         subscriptions.removeAll { $0.applicationId != app.applicationId }
-        return json(status, entitlements(of: subscriptions).json)
+        return entitlements(of: subscriptions).json
     }
 
     private var ownedByAnotherUser: Response {
@@ -287,13 +320,22 @@ extension LocalBackend {
         let read = { (body: () async throws(StoreAPIError) -> JSON) async throws(PurchaseRefusal) -> JSON in
             try await Self.storeRead(body, store: "Stripe", logger: logger, app: app)
         }
+        // A purchase made through the relay's own web checkout is brought into the app with its redemption
+        // code (`POST .../redeem`), never by its ids: those are in URLs and receipts.
+        func madeHere(_ object: JSON) throws(PurchaseRefusal) {
+            guard object["metadata"]?[WebCheckout.checkoutMetadataKey]?.stringValue == nil else {
+                throw .invalid("redeem_with_code", "this purchase was made through web checkout: redeem its code (POST /subscriptions-api/public/v1/redeem)")
+            }
+        }
         if let subscriptionId {
             let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(subscriptionId) }
+            try madeHere(subscription)
             return PurchaseClaim(
                 store: .stripe, subject: subscriptionId, storeUser: subscription["metadata"]?["app_user_id"]?.stringValue,
                 fields: ["subscriptionId": .string(subscriptionId), "subject": .string(subscriptionId)])
         }
         let session = try await read { () async throws(StoreAPIError) in try await client.checkoutSession(sessionId!) }
+        try madeHere(session)
         guard session["status"]?.stringValue == "complete" else {
             throw .invalid("not_completed", "the Checkout Session is \(session["status"]?.stringValue ?? "of no status"), not complete: nothing was bought yet")
         }

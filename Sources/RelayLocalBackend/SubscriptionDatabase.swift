@@ -82,6 +82,9 @@ public final class SubscriptionDatabase: Sendable {
         migrator.registerMigration("v6: promotional grants by their end") { db in
             try createGrantExpiryIndex(db)
         }
+        migrator.registerMigration("v7: redemption codes") { db in
+            try createRedemptionSchema(db)
+        }
         return migrator
     }
 

@@ -54,6 +54,25 @@ public final class StripeClient: Sendable {
         try await read("/v1/checkout/sessions/", id, what: "checkout session")
     }
 
+    /// `GET /v1/prices/{id}`: the Price (its `type`, `recurring`), for a Checkout Session's mode.
+    public func price(_ id: String) async throws(StoreAPIError) -> JSON {
+        try await read("/v1/prices/", id, what: "price")
+    }
+
+    /// `POST /v1/checkout/sessions`: a Checkout Session from `form`. Retried like a read: `Idempotency-Key`
+    /// makes Stripe answer a repeat with the session the first request made.
+    public func createCheckoutSession(_ form: [(String, String)], idempotencyKey: String) async throws(StoreAPIError) -> JSON {
+        let body = Array(form.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&").utf8)
+        let url = baseURL + "/v1/checkout/sessions"
+        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await send("POST", url, what: "a new checkout session", body: body, extraHeaders: [
+                ("Content-Type", "application/x-www-form-urlencoded"), ("Idempotency-Key", idempotencyKey),
+            ])
+        }
+    }
+
     private func read(_ prefix: String, _ id: String, what: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.stripe, kind: .rejected, message: "the \(what) id is empty") }
         let url = baseURL + prefix + PercentEncoding.pathSegment(id)
@@ -65,11 +84,18 @@ public final class StripeClient: Sendable {
     }
 
     private func get(_ url: String, what: String) async throws(StoreAPIError) -> JSON {
+        try await send("GET", url, what: what)
+    }
+
+    private func send(_ method: String, _ url: String, what: String, body: [UInt8]? = nil, extraHeaders: [(String, String)] = [])
+        async throws(StoreAPIError) -> JSON
+    {
         let response: HTTPClientResponse
         do {
             response = try await http.send(
-                "GET", url,
-                headers: [("Authorization", "Bearer \(secretKey)"), ("Stripe-Version", Self.apiVersion), ("Accept", "application/json")])
+                method, url,
+                headers: [("Authorization", "Bearer \(secretKey)"), ("Stripe-Version", Self.apiVersion), ("Accept", "application/json")] + extraHeaders,
+                body: body)
         } catch {
             throw StoreAPIError.transport(error, api: .stripe, endpoint: "the Stripe API at \(baseURL)", setting: "stripe.api.baseUrl")
         }
@@ -85,9 +111,20 @@ public final class StripeClient: Sendable {
         case 429, 500...:
             throw StoreAPIError(.stripe, kind: .unavailable, message: "the Stripe API answered HTTP \(status) for \(what)")
         default:
-            let hint = status == 401 || status == 403 ? "; check stripe.api.secretKey (it needs read access to charges, invoices, subscriptions and Checkout Sessions)" : ""
-            throw StoreAPIError(.stripe, kind: .rejected, message: "the Stripe API refused the request for \(what) (HTTP \(status))\(hint)")
+            let hint = status == 401 || status == 403
+                ? "; check stripe.api.secretKey (it needs read access to charges, invoices, subscriptions, prices and Checkout Sessions, and write access to Checkout Sessions for web checkout)"
+                : ""
+            throw StoreAPIError(
+                .stripe, kind: .rejected, message: "the Stripe API refused the request for \(what) (HTTP \(status)\(Self.stripeError(response.body)))\(hint)")
         }
+    }
+}
+
+extension StripeClient {
+    /// `: message` of a Stripe error body (`{"error": {"message"}}`), shortened, without control characters.
+    static func stripeError(_ body: [UInt8]) -> String {
+        guard let message = (try? JSON.parse(body))?["error"]?["message"]?.stringValue, !message.isEmpty else { return "" }
+        return ": " + String(message.prefix(200).map { $0.isASCII && ($0.asciiValue ?? 0) < 32 ? " " : $0 })
     }
 }
 

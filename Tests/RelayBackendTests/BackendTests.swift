@@ -335,6 +335,9 @@ final class TestBackend: Sendable {
             "/subscriptions-api/public/v1/users/{appUserId}/purchases",
             "/subscriptions-api/internal/v1/users/{appUserId}/grants",
             "/subscriptions-api/internal/v1/users/{appUserId}/grants/{grantId}",
+            "/subscriptions-api/public/v1/checkout/session", "/subscriptions-api/public/v1/checkout/status",
+            "/subscriptions-api/public/v1/checkout/session/confirm", "/subscriptions-api/public/v1/checkout/session/complete",
+            "/subscriptions-api/public/v1/checkout/session/poll-redemption-result", "/subscriptions-api/public/v1/redeem",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -379,6 +382,10 @@ final class TestBackend: Sendable {
             ("post", "/subscriptions-api/internal/v1/users/{appUserId}/grants", "/subscriptions-api/internal/v1/users/user-1/grants", [auth], Array(#"{"app": "x", "entitlement": "pro", "lifetime": true}"#.utf8)),
             ("post", "/subscriptions-api/internal/v1/users/{appUserId}/grants", "/subscriptions-api/internal/v1/users/user-1/grants", [], Array(#"{}"#.utf8)),
             ("delete", "/subscriptions-api/internal/v1/users/{appUserId}/grants/{grantId}", "/subscriptions-api/internal/v1/users/user-1/grants/grant_0", [auth], nil),
+            // No web checkout here (no apps[].web, no log): 404 past the key.
+            ("post", "/subscriptions-api/public/v1/checkout/session", "/subscriptions-api/public/v1/checkout/session?applicationId=7", [auth], Array(#"{"productIdentifier": "price_x"}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/redeem", "/subscriptions-api/public/v1/redeem?applicationId=7", [auth], Array(#"{"codes": [{"code": "x"}]}"#.utf8)),
+            ("post", "/subscriptions-api/public/v1/redeem", "/subscriptions-api/public/v1/redeem", [], Array(#"{}"#.utf8)),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -388,7 +395,7 @@ final class TestBackend: Sendable {
             #expect(documented.contains(String(response.status)), "\(call.method) \(call.url) answered \(response.status), documented \(documented.sorted())")
             statuses.append(response.status)
         }
-        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401, 200, 400, 404, 401, 404, 401, 404])
+        #expect(statuses == [200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401])
         await backend.stop()
     }
 }

@@ -168,6 +168,32 @@ import Testing
         #expect(error("apps: [{ key: a, projectId: 1, applicationId: 1, transferPolicy: move }]")?.key == "apps[0].transferPolicy")
     }
 
+    @Test func webCheckoutIsReadAndChecked() throws {
+        let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+        func app(_ web: String, api: Bool = true) -> String {
+            """
+            apps:
+              - key: a
+                projectId: 1
+                applicationId: 1
+                stripe: { signingSecrets: [x]\(api ? ", api: { secretKey: sk_test_x }" : "") }
+                web: \(web)
+            """
+        }
+        let good = #"{ successUrl: "https://p.example.com/ok", redemptionUrl: "app://redeem?code={code}", contextKeys: [{ id: k1, key: "\#(key)" }, { id: k0, key: "\#(key)" }] }"#
+        let web = try #require(try parse(app(good)).apps[0].web)
+        #expect(web.contextKeys.map(\.id) == ["k1", "k0"])
+        #expect(web.contextKeys[0].key.count == 32)
+        #expect(web.codeTTL == .seconds(30 * 86_400))
+        #expect(web.stripePublishableKey == nil)
+        // Without Stripe's API, without {code}, with a key that is not 32 bytes, without keys: named errors.
+        #expect(error(app(good, api: false))?.key == "apps[0].web")
+        #expect(error(app(#"{ successUrl: "https://p.example.com/ok", redemptionUrl: "app://redeem", contextKeys: [{ id: k1, key: "\#(key)" }] }"#))?.key == "apps[0].web.redemptionUrl")
+        #expect(error(app(#"{ successUrl: "https://p.example.com/ok", redemptionUrl: "app://r?c={code}", contextKeys: [{ id: k1, key: "c2hvcnQ=" }] }"#))?.key == "apps[0].web.contextKeys[0].key")
+        #expect(error(app(#"{ successUrl: "https://p.example.com/ok", redemptionUrl: "app://r?c={code}", contextKeys: [] }"#))?.key == "apps[0].web.contextKeys")
+        #expect(error(app(#"{ redemptionUrl: "app://r?c={code}", contextKeys: [{ id: k1, key: "\#(key)" }] }"#))?.key == "apps[0].web.successUrl")
+    }
+
     @Test func theIngestsClientLimitsProxiesAndSourcesAreRead() throws {
         let defaults = try parse("ingest: { maxConnections: 512 }")
         #expect(defaults.ingest.trustedProxies.isEmpty)

@@ -318,6 +318,38 @@ let scopeTable: [ScopeCase] = [
         route: BackendRoute(.delete, "/subscriptions-api/internal/v1/users/:appUserId/grants/:grantId"), method: "DELETE",
         path: "/subscriptions-api/internal/v1/users/shared-user/grants/grant_0", rows: { strings([json($0)["error"] ?? .null]) },
         expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"])]),
+    // Web checkout and redemption: the key's app's (this one has no web checkout configured: 404 past the
+    // scope); another app's public key naming this application is 403.
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/checkout/session"), method: "POST",
+        path: "/subscriptions-api/public/v1/checkout/session?applicationId=1", body: #"{"productIdentifier": "price_x"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/checkout/status"), method: "POST",
+        path: "/subscriptions-api/public/v1/checkout/status?applicationId=1", body: #"{"checkoutId": "v1:k:x"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/checkout/session/confirm"), method: "POST",
+        path: "/subscriptions-api/public/v1/checkout/session/confirm?applicationId=1", body: #"{"checkoutContextId": "v1:k:x"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/checkout/session/complete"), method: "POST",
+        path: "/subscriptions-api/public/v1/checkout/session/complete?applicationId=1", body: #"{"checkoutContextId": "v1:k:x"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/checkout/session/poll-redemption-result"), method: "POST",
+        path: "/subscriptions-api/public/v1/checkout/session/poll-redemption-result?applicationId=1", body: #"{"checkoutContextId": "v1:k:x"}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/public/v1/redeem"), method: "POST",
+        path: "/subscriptions-api/public/v1/redeem?applicationId=1", body: #"{"deviceId": "d", "codes": [{"code": "x"}]}"#,
+        rows: { strings([json($0)["error"] ?? .null]) },
+        expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
     // The attack of issue 25: a made-up purchase for mallory until 2100. Each kind writes its own id, so
     // the test can tell afterwards which writes happened; last, so the reads above see none of them.
     ScopeCase(

@@ -437,4 +437,12 @@ struct MemoryStripe: StripeCharges {
         }
         return object
     }
+
+    func price(_ id: String) async throws(StoreAPIError) -> JSON {
+        throw StoreAPIError(.stripe, kind: .notFound, message: "No such price", status: 404)
+    }
+
+    func createCheckoutSession(_ form: [(String, String)], idempotencyKey: String) async throws(StoreAPIError) -> JSON {
+        throw StoreAPIError(.stripe, kind: .rejected, message: "scenarios create no checkout sessions", status: 400)
+    }
 }

@@ -18,6 +18,11 @@ public protocol StripeCharges: Sendable {
     func subscription(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /v1/checkout/sessions/{id}`.
     func checkoutSession(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/prices/{id}`.
+    func price(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `POST /v1/checkout/sessions` with `form` (Stripe's form encoding, `line_items[0][price]`), sent once
+    /// per `idempotencyKey` (Stripe answers a repeat with the first session).
+    func createCheckoutSession(_ form: [(String, String)], idempotencyKey: String) async throws(StoreAPIError) -> JSON
 }
 
 /// Paddle's API, as the relay reads it: a transaction and a subscription (purchases apps hand over).

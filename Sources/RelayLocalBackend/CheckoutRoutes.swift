@@ -1,0 +1,488 @@
+import Foundation
+import GRDB
+import HTTPTypes
+import Hummingbird
+import Logging
+public import RelayConfig
+public import RelayCore
+import RelayCrypto
+
+/// The vocabulary of web checkout (docs/web-checkout.md).
+public enum WebCheckout {
+    /// Metadata on the Checkout Session (and its subscription) the relay creates: the relay's checkout id.
+    public static let checkoutMetadataKey = "relay_checkout"
+    /// A redemption code: `redemption_` and 32 base32 characters (160 random bits).
+    static let codePrefix = "redemption_"
+    /// At most this many codes in one redeem request.
+    static let maximumCodes = 10
+}
+
+/// What the relay seals into a `checkoutContextId` (AES-256-GCM, `v1:<keyId>:<base64url>`): the client
+/// can neither read nor change it, and hands it back to the status, confirm, complete and poll routes.
+struct CheckoutContext: Equatable {
+    var app: String
+    var checkoutSessionId: String
+    /// The redemption code, in plain: whoever holds the context is the buyer's paywall page.
+    var code: String
+    var productIdentifier: String
+    var appUserId: String?
+    var aliasId: String?
+    var deviceId: String?
+    var createdAt: Int64
+
+    var json: JSON {
+        var members: [String: JSON] = [
+            "app": .string(app), "checkoutSessionId": .string(checkoutSessionId), "code": .string(code),
+            "productIdentifier": .string(productIdentifier), "createdAt": .integer(createdAt),
+        ]
+        if let appUserId { members["appUserId"] = .string(appUserId) }
+        if let aliasId { members["aliasId"] = .string(aliasId) }
+        if let deviceId { members["deviceId"] = .string(deviceId) }
+        return .object(members)
+    }
+
+    init(app: String, checkoutSessionId: String, code: String, productIdentifier: String, appUserId: String?, aliasId: String?, deviceId: String?, createdAt: Int64) {
+        self.app = app
+        self.checkoutSessionId = checkoutSessionId
+        self.code = code
+        self.productIdentifier = productIdentifier
+        self.appUserId = appUserId
+        self.aliasId = aliasId
+        self.deviceId = deviceId
+        self.createdAt = createdAt
+    }
+
+    init?(json: JSON) {
+        guard let app = json["app"]?.stringValue, let session = json["checkoutSessionId"]?.stringValue, let code = json["code"]?.stringValue,
+            let product = json["productIdentifier"]?.stringValue, let createdAt = json["createdAt"]?.int64Value
+        else { return nil }
+        self.init(
+            app: app, checkoutSessionId: session, code: code, productIdentifier: product, appUserId: json["appUserId"]?.stringValue,
+            aliasId: json["aliasId"]?.stringValue, deviceId: json["deviceId"]?.stringValue, createdAt: createdAt)
+    }
+
+    /// `v1:<keyId>:<base64url(nonce ‖ ciphertext ‖ tag)>`, sealed with the first of the app's keys; the
+    /// prefix is authenticated too.
+    func sealed(with keys: [RelayConfiguration.Web.ContextKey]) throws -> String {
+        let key = keys[0]
+        let prefix = "v1:\(key.id):"
+        return prefix + Base64.encodeURL(try AESGCM.seal(json.serialized(), key: key.key, associatedData: Array(prefix.utf8)))
+    }
+
+    /// The context sealed in `text` with any of `keys`; nil when it is not one (forged, changed, or sealed
+    /// with a key no longer configured).
+    static func open(_ text: String, keys: [RelayConfiguration.Web.ContextKey]) -> CheckoutContext? {
+        let parts = text.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == "v1", let key = keys.first(where: { $0.id == parts[1] }), let sealed = Base64.decode(String(parts[2])),
+            let plain = AESGCM.open(sealed, key: key.key, associatedData: Array("v1:\(key.id):".utf8)), let document = try? JSON.parse(plain)
+        else { return nil }
+        return CheckoutContext(json: document)
+    }
+}
+
+/// A redemption code as stored: its SHA-256 (never the code), the checkout it pays for, and who redeemed it.
+struct RedemptionCode: Equatable {
+    var applicationId: Int
+    var checkoutSessionId: String
+    var expiresAt: Int64
+    var redeemedBy: String?
+}
+
+extension SubscriptionDatabase {
+    static func createRedemptionSchema(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE redemption_code (
+                    code_hash TEXT PRIMARY KEY,
+                    application_id INTEGER NOT NULL,
+                    checkout_session_id TEXT NOT NULL UNIQUE,
+                    created_at INTEGER NOT NULL,
+                    expires_at INTEGER NOT NULL,
+                    redeemed_by TEXT,
+                    redeemed_at INTEGER
+                ) WITHOUT ROWID;
+                """)
+    }
+
+    static func codeHash(_ code: String) -> String { Digest.hex(Digest.sha256(Array(code.utf8))) }
+
+    func storeCode(_ code: String, applicationId: Int, checkoutSessionId: String, createdAt: Int64, expiresAt: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO redemption_code (code_hash, application_id, checkout_session_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (checkout_session_id) DO NOTHING
+                    """, arguments: [Self.codeHash(code), applicationId, checkoutSessionId, createdAt, expiresAt])
+        }
+    }
+
+    func code(_ code: String) async throws -> RedemptionCode? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(
+                db, sql: "SELECT application_id, checkout_session_id, expires_at, redeemed_by FROM redemption_code WHERE code_hash = ?",
+                arguments: [Self.codeHash(code)])
+            else { return nil }
+            return RedemptionCode(applicationId: row[0], checkoutSessionId: row[1], expiresAt: row[2], redeemedBy: row[3])
+        }
+    }
+
+    /// Records who redeemed the code (the latest redeemer: a transfer moves it).
+    func markRedeemed(_ code: String, by user: String, at time: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "UPDATE redemption_code SET redeemed_by = ?, redeemed_at = ? WHERE code_hash = ?", arguments: [user, time, Self.codeHash(code)])
+        }
+    }
+}
+
+extension LocalBackend {
+    static let checkoutSessionPath = "/subscriptions-api/public/v1/checkout/session"
+    static let checkoutStatusPath = "/subscriptions-api/public/v1/checkout/status"
+    static let checkoutConfirmPath = "/subscriptions-api/public/v1/checkout/session/confirm"
+    static let checkoutCompletePath = "/subscriptions-api/public/v1/checkout/session/complete"
+    static let checkoutPollPath = "/subscriptions-api/public/v1/checkout/session/poll-redemption-result"
+    static let redeemPath = "/subscriptions-api/public/v1/redeem"
+
+    /// The web checkout routes of Superwall's SDK contract (docs/web-checkout.md), with an app's public key.
+    func addCheckoutRoutes(to router: Router<BackendRequestContext>) {
+        let backend = self
+        route(router, .post, Self.checkoutSessionPath) { request, context, principal in
+            try await backend.checkoutRequest(request, context, principal) { app, web, client, document in
+                try await backend.createCheckout(document, app: app, web: web, client: client, logger: context.logger)
+            }
+        }
+        for (path, field) in [
+            (Self.checkoutStatusPath, "checkoutId"), (Self.checkoutConfirmPath, "checkoutContextId"), (Self.checkoutCompletePath, "checkoutContextId"),
+            (Self.checkoutPollPath, "checkoutContextId"),
+        ] {
+            route(router, .post, path) { request, context, principal in
+                try await backend.checkoutRequest(request, context, principal) { app, web, client, document in
+                    guard let text = document[field]?.stringValue, let checkout = CheckoutContext.open(text, keys: web.contextKeys), checkout.app == app.key else {
+                        return errorResponse(.badRequest, "invalid_checkout_context", "\(field) is not a checkout context this backend sealed for this app")
+                    }
+                    let session: JSON
+                    switch await backend.stripeRead({ () async throws(StoreAPIError) in try await client.checkoutSession(checkout.checkoutSessionId) }, logger: context.logger) {
+                    case .success(let found): session = found
+                    case .failure(let problem): return problem.response
+                    }
+                    switch path {
+                    case Self.checkoutStatusPath: return backend.checkoutStatus(session, checkout: checkout, web: web)
+                    case Self.checkoutPollPath: return try await backend.pollRedemption(document, session: session, checkout: checkout, app: app, context: context)
+                    default: return backend.checkoutResult(session, checkout: checkout, web: web, confirm: path == Self.checkoutConfirmPath)
+                    }
+                }
+            }
+        }
+        route(router, .post, Self.redeemPath) { request, context, principal in
+            try await backend.checkoutRequest(request, context, principal) { app, _, _, document in
+                try await backend.redeem(document, app: app, context: context)
+            }
+        }
+    }
+
+    /// What every checkout route starts from: the key's app, with web checkout and Stripe's API
+    /// configured, and the body as a JSON object.
+    private func checkoutRequest(
+        _ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal,
+        _ body: (RelayConfiguration.App, RelayConfiguration.Web, any StripeCharges, JSON) async throws -> Response
+    ) async throws -> Response {
+        let app: RelayConfiguration.App
+        switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
+        case .success(let found): app = found
+        case .failure(let problem): return problem.response
+        }
+        guard let web = app.web, let client = appPurchases?.storeAPIs.stripe[app.key] else {
+            return errorResponse(.notFound, "not_found", "app \(app.key) has no web checkout (apps[].web with stripe.api), or this process has no record log")
+        }
+        let bytes = try await request.body.collect(upTo: 64 * 1024)
+        guard let document = try? JSON.parse(Array(bytes.readableBytesView)), case .object = document else {
+            return errorResponse(.badRequest, "bad_request", "the body must be a JSON object")
+        }
+        return try await body(app, web, client, document)
+    }
+
+    /// A Stripe call of a checkout route: an unknown object is 404, anything else logged and 503.
+    private func stripeRead(_ body: () async throws(StoreAPIError) -> JSON, logger: Logger) async -> Result<JSON, RouteProblem> {
+        do {
+            return .success(try await body())
+        } catch {
+            if error.kind == .notFound { return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "Stripe does not know this checkout"))) }
+            logger.warning("a web checkout's call to Stripe's API failed", metadata: [LogKey.error: "\(error)"])
+            return .failure(RouteProblem(response: errorResponse(.serviceUnavailable, "store_unavailable", "Stripe's API could not be reached; try again")))
+        }
+    }
+
+    // MARK: POST checkout/session
+
+    private func createCheckout(_ document: JSON, app: RelayConfiguration.App, web: RelayConfiguration.Web, client: any StripeCharges, logger: Logger)
+        async throws -> Response
+    {
+        if let store = document["store"]?.stringValue, store.lowercased() != "stripe" {
+            return errorResponse(.badRequest, "unsupported_store", "web checkout runs on Stripe; store \(store.prefix(32).debugDescription) is not offered")
+        }
+        guard let productIdentifier = document["productIdentifier"]?.stringValue,
+            let product = app.products.first(where: { $0.store == "STRIPE" && $0.productId == productIdentifier }), productIdentifier.hasPrefix("price_")
+        else {
+            return errorResponse(
+                .badRequest, "invalid_product", "productIdentifier must be one of the app's STRIPE products, named by its Stripe price (price_…)")
+        }
+        // The directive: the first the client allows that the relay offers.
+        let allowed = document["allowedCheckoutDirectives"]?.arrayValue?.compactMap(\.stringValue) ?? ["redirect"]
+        let offered = web.stripePublishableKey == nil ? ["redirect"] : ["redirect", "embedded"]
+        guard let directive = allowed.first(where: offered.contains) else {
+            return errorResponse(
+                .badRequest, "unsupported_directive",
+                "this backend offers \(offered.joined(separator: " and ")) (drawer needs a payment form of your own; see docs/web-checkout.md)")
+        }
+        let identity = document["context"]?["identity"]
+        func id(_ key: String) -> String? {
+            guard let text = identity?[key]?.stringValue, Self.isValidId(text) else { return nil }
+            return text
+        }
+        let priceObject: JSON
+        switch await stripeRead({ () async throws(StoreAPIError) in try await client.price(product.productId) }, logger: logger) {
+        case .success(let found): priceObject = found
+        case .failure(let problem): return problem.response
+        }
+        let recurring = priceObject["type"]?.stringValue == "recurring" || priceObject["recurring"].map { !$0.isNull } == true
+        let now = clock()
+        let code = WebCheckout.codePrefix + Self.base32(try SecureRandom.bytes(20))
+        let checkoutId = Digest.hex(try SecureRandom.bytes(16))
+        var metadata: [(String, String)] = [(WebCheckout.checkoutMetadataKey, checkoutId), ("relay_app", app.key), ("price_id", product.productId)]
+        // An identified buyer is named on the purchase: its webhooks name the user from the start.
+        if let user = id("appUserId") { metadata.append(("app_user_id", user)) }
+        var form: [(String, String)] = [
+            ("mode", recurring ? "subscription" : "payment"), ("line_items[0][price]", product.productId), ("line_items[0][quantity]", "1"),
+        ]
+        for (key, value) in metadata {
+            form.append(("metadata[\(key)]", value))
+            form.append(((recurring ? "subscription_data" : "payment_intent_data") + "[metadata][\(key)]", value))
+        }
+        if let user = id("appUserId") { form.append(("client_reference_id", String(user.prefix(200)))) }
+        if let customer = document["stripeCustomerId"]?.stringValue, customer.hasPrefix("cus_") {
+            form.append(("customer", customer))
+        } else if let email = identity?["email"]?.stringValue, email.contains("@"), email.utf8.count <= 254 {
+            form.append(("customer_email", email))
+        }
+        if directive == "embedded" {
+            form += [("ui_mode", "embedded"), ("return_url", web.returnUrl ?? web.successUrl)]
+        } else {
+            form.append(("success_url", web.successUrl))
+            if let cancel = web.cancelUrl ?? document["context"]?["paywall"]?["paywallUrl"]?.stringValue, cancel.hasPrefix("https://") || cancel.hasPrefix("http://") {
+                form.append(("cancel_url", cancel))
+            }
+        }
+        let session: JSON
+        switch await stripeRead({ () async throws(StoreAPIError) in try await client.createCheckoutSession(form, idempotencyKey: "relay-checkout-\(checkoutId)") }, logger: logger) {
+        case .success(let found): session = found
+        case .failure(let problem): return problem.response
+        }
+        guard let sessionId = session["id"]?.stringValue else {
+            return errorResponse(.serviceUnavailable, "store_unavailable", "Stripe's answer named no checkout session; try again")
+        }
+        try await database.storeCode(
+            code, applicationId: app.applicationId, checkoutSessionId: sessionId, createdAt: now, expiresAt: now + Int64(web.codeTTL.components.seconds) * 1000)
+        let checkout = CheckoutContext(
+            app: app.key, checkoutSessionId: sessionId, code: code, productIdentifier: product.productId, appUserId: id("appUserId"),
+            aliasId: id("aliasId"), deviceId: id("deviceId"), createdAt: now)
+        var answer: [String: JSON] = ["directive": .string(directive), "checkoutSessionId": .string(sessionId)]
+        if directive == "embedded" {
+            answer["publishableKey"] = web.stripePublishableKey.map(JSON.string) ?? .null
+            answer["clientSecret"] = session["client_secret"] ?? .null
+        } else {
+            answer["checkoutUrl"] = session["url"] ?? .null
+        }
+        return json(.ok, ["directive": .object(answer), "checkoutContextId": .string(try checkout.sealed(with: web.contextKeys))])
+    }
+
+    /// Lower-case RFC 4648 base32 without padding.
+    static func base32(_ bytes: [UInt8]) -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
+        var text = ""
+        var buffer = 0
+        var bits = 0
+        for byte in bytes {
+            buffer = (buffer << 8) | Int(byte)
+            bits += 8
+            while bits >= 5 {
+                text.append(alphabet[(buffer >> (bits - 5)) & 31])
+                bits -= 5
+            }
+        }
+        if bits > 0 { text.append(alphabet[(buffer << (5 - bits)) & 31]) }
+        return text
+    }
+
+    // MARK: status, confirm, complete
+
+    private func redemptionURL(_ checkout: CheckoutContext, web: RelayConfiguration.Web) -> String {
+        web.redemptionUrl.replacingOccurrences(of: "{code}", with: checkout.code)
+    }
+
+    /// `{"status": "pending" | "completed" | "abandoned", "paymentStatus", "redemptionUrl"?}` from Stripe's session.
+    private func checkoutStatus(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web) -> Response {
+        let status = switch session["status"]?.stringValue {
+        case "complete": "completed"
+        case "expired": "abandoned"
+        default: "pending"
+        }
+        var answer: [String: JSON] = ["status": .string(status), "paymentStatus": session["payment_status"] ?? .null]
+        if status == "completed" { answer["redemptionUrl"] = .string(redemptionURL(checkout, web: web)) }
+        return json(.ok, .object(answer))
+    }
+
+    /// `complete`: `{"redemptionUrl"}`; `confirm`: `{"customerId", "subscriptionId", "redemptionUrl"}`. 409
+    /// `not_completed` while Stripe's session is not complete.
+    private func checkoutResult(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web, confirm: Bool) -> Response {
+        guard session["status"]?.stringValue == "complete" else {
+            return errorResponse(.conflict, "not_completed", "the checkout is \(session["status"]?.stringValue ?? "unknown") at Stripe, not complete")
+        }
+        var answer: [String: JSON] = ["redemptionUrl": .string(redemptionURL(checkout, web: web))]
+        if confirm {
+            answer["customerId"] = .string(Self.stripeId(session["customer"]) ?? "")
+            answer["subscriptionId"] = Self.stripeId(session["subscription"]).map(JSON.string) ?? .null
+        }
+        return json(.ok, .object(answer))
+    }
+
+    /// A Stripe reference: the id, whether Stripe sent it as a string or an expanded object.
+    static func stripeId(_ value: JSON?) -> String? {
+        value?.stringValue ?? value?["id"]?.stringValue
+    }
+
+    // MARK: Redemption
+
+    /// `poll-redemption-result`: `pending` while Stripe's session is open, `failed` once it expired, and
+    /// once complete the redemption of its code for the body's `appUserId` (else `deviceId`), as `redeem`.
+    private func pollRedemption(_ document: JSON, session: JSON, checkout: CheckoutContext, app: RelayConfiguration.App, context: BackendRequestContext)
+        async throws -> Response
+    {
+        let empty: JSON = ["subscriptions": [], "nonSubscriptions": [], "entitlements": []]
+        switch session["status"]?.stringValue {
+        case "complete": break
+        case "expired": return json(.ok, ["status": "failed", "codes": [], "entitlements": [], "customerInfo": empty])
+        default: return json(.ok, ["status": "pending", "codes": [], "entitlements": [], "customerInfo": empty])
+        }
+        var request = document
+        if case .object(var members) = request {
+            members["appUserId"] = members["appUserId"] ?? checkout.appUserId.map(JSON.string)
+            members["deviceId"] = members["deviceId"] ?? checkout.deviceId.map(JSON.string)
+            members["aliasId"] = members["aliasId"] ?? checkout.aliasId.map(JSON.string)
+            members["codes"] = [["code": .string(checkout.code), "firstRedemption": true]]
+            request = .object(members)
+        }
+        let response = try await redeem(request, app: app, context: context, polled: true)
+        return response
+    }
+
+    /// `POST /redeem`: each code's result, then the redeemer's entitlements and customer info (the seed's
+    /// `RedeemResponse`). The redeemer is `appUserId`, else `deviceId`, else `aliasId`.
+    private func redeem(_ document: JSON, app: RelayConfiguration.App, context: BackendRequestContext, polled: Bool = false) async throws -> Response {
+        guard let purchases = appPurchases, app.web != nil else { return errorResponse(.notFound, "not_found", "no web checkout") }
+        func id(_ key: String) -> String? {
+            guard let text = document[key]?.stringValue, Self.isValidId(text) else { return nil }
+            return text
+        }
+        guard let owner = id("appUserId") ?? id("deviceId") ?? id("aliasId") else {
+            return errorResponse(.badRequest, "bad_request", "name the redeemer: appUserId, else deviceId (1 to 256 bytes)")
+        }
+        let ownership: JSON = id("appUserId") != nil
+            ? ["type": "APP_USER", "appUserId": .string(owner)] : ["type": "DEVICE", "deviceId": .string(owner)]
+        guard let list = document["codes"]?.arrayValue, (1...WebCheckout.maximumCodes).contains(list.count) else {
+            return errorResponse(.badRequest, "bad_request", #"codes must hold 1 to 10 {"code", "firstRedemption"}"#)
+        }
+        let codes = list.compactMap { $0["code"]?.stringValue ?? $0.stringValue }
+        guard codes.count == list.count, codes.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 128 }) else {
+            return errorResponse(.badRequest, "bad_request", "each code is a string of 1 to 128 bytes")
+        }
+        // Guessing codes: every code tried takes a token from the client's bucket.
+        let client = context.clientKey ?? BackendAuthentication.bucket(context.peerAddress ?? "unknown")
+        for _ in codes {
+            if case .limited(let seconds) = redeemLimiter.take(client) {
+                var response = errorResponse(.tooManyRequests, "rate_limited", "too many codes tried from this client; try again in \(seconds) s")
+                response.headers[.retryAfter] = String(seconds)
+                redeemOutcomes.increment([("status", "RATE_LIMITED")])
+                return response
+            }
+        }
+        var results: [JSON] = []
+        for code in codes {
+            let result = try await redeemCode(code, owner: owner, ownership: ownership, app: app, purchases: purchases, logger: context.logger)
+            if case .failure(let problem) = result { return problem.response }
+            if case .success(let answer) = result {
+                redeemOutcomes.increment([("status", answer["status"]?.stringValue ?? "-")])
+                results.append(answer)
+            }
+        }
+        let body = try await userEntitlementsJSON(owner, app: app)
+        var answer: [String: JSON] = ["codes": .array(results), "entitlements": body["entitlements"] ?? [], "customerInfo": body["customerInfo"] ?? .null]
+        if polled { answer["status"] = "complete" }
+        return json(.ok, .object(answer))
+    }
+
+    /// One code for `owner`: `INVALID_CODE` (unknown, another app's, not paid yet, redeemed by another user,
+    /// or a purchase another user has), `CODE_EXPIRED` (past its expiry, not redeemed by this user before),
+    /// `EXPIRED_SUBSCRIPTION` (bound, but it gives no access any more), `SUCCESS` (also again for the user
+    /// who redeemed it). A response instead when something could not be reached.
+    private func redeemCode(
+        _ code: String, owner: String, ownership: JSON, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger
+    ) async throws -> Result<JSON, RouteProblem> {
+        let invalid: JSON = ["status": "INVALID_CODE", "code": .string(code)]
+        guard code.hasPrefix(WebCheckout.codePrefix), let stored = try await database.code(code), stored.applicationId == app.applicationId,
+            let client = purchases.storeAPIs.stripe[app.key]
+        else { return .success(invalid) }
+        let mine = try await stored.redeemedBy.asyncMap { try await sameUser($0, owner, applicationId: app.applicationId) } ?? false
+        // Single use: once redeemed, the code is that user's (under any of its ids); nobody else's.
+        if stored.redeemedBy != nil, !mine { return .success(invalid) }
+        if clock() > stored.expiresAt, !mine {
+            let expired: JSON = ["resent": false, "obfuscatedEmail": .null]
+            return .success(["status": "CODE_EXPIRED", "code": .string(code), "expired": expired])
+        }
+        let session: JSON
+        switch await stripeRead({ () async throws(StoreAPIError) in try await client.checkoutSession(stored.checkoutSessionId) }, logger: logger) {
+        case .success(let found): session = found
+        case .failure(let problem):
+            if problem.response.status == .notFound { return .success(invalid) }
+            return .failure(problem)
+        }
+        // Nothing bought yet (or the payment is still on its way): nothing to redeem.
+        guard session["status"]?.stringValue == "complete", session["payment_status"]?.stringValue != "unpaid" else { return .success(invalid) }
+        let subscriptionId = Self.stripeId(session["subscription"])
+        let subject = subscriptionId ?? Self.stripeId(session["payment_intent"]) ?? stored.checkoutSessionId
+        let claim = PurchaseClaim(
+            store: .stripe, subject: subject,
+            storeUser: session["metadata"]?["app_user_id"]?.stringValue,
+            fields: ["checkoutSessionId": .string(stored.checkoutSessionId), "subject": .string(subject)])
+        let state: SubscriptionState?
+        switch try await bind(claim, to: owner, app: app, purchases: purchases, logger: logger) {
+        case .otherApp, .ownedByAnotherUser: return .success(invalid)
+        case .notStored: return .failure(RouteProblem(response: errorResponse(.serviceUnavailable, "not_stored", "the redemption could not be stored; try again")))
+        case .held(let found), .applied(let found): state = found
+        case .pending: state = nil
+        }
+        try await database.markRedeemed(code, by: owner, at: clock())
+        let mapping = productMapping(applicationId: app.applicationId)
+        let entitlements = state.flatMap { state in mapping?.entitlements(of: state) } ?? []
+        let active = state?.isActive(at: clock()) ?? true
+        let info: JSON = [
+            "ownership": ownership,
+            "purchaserInfo": [
+                "appUserId": .string(owner), "email": session["customer_details"]?["email"] ?? session["customer_email"] ?? .null,
+                "storeIdentifiers": [
+                    "store": "STRIPE", "stripeCustomerId": Self.stripeId(session["customer"]).map(JSON.string) ?? .null,
+                    "stripeSubscriptionIds": .array(subscriptionId.map { [JSON.string($0)] } ?? []),
+                ],
+            ],
+            "paywallInfo": .null,
+            "entitlements": .array(entitlements.sorted().map { identifier -> JSON in ["identifier": .string(identifier), "type": "SERVICE_LEVEL"] }),
+        ]
+        return .success(["status": active ? "SUCCESS" : "EXPIRED_SUBSCRIPTION", "code": .string(code), "redemptionInfo": info])
+    }
+}
+
+extension Optional {
+    fileprivate func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let value = self else { return nil }
+        return try await transform(value)
+    }
+}
