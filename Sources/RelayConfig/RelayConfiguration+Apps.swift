@@ -193,7 +193,7 @@ extension RelayConfiguration {
     public struct Web: Sendable {
         /// Where Stripe sends the buyer after paying; may hold Stripe's `{CHECKOUT_SESSION_ID}`.
         public var successUrl: String
-        /// Where Stripe sends a buyer who goes back; default: the paywall's URL from the request, else none.
+        /// Where Stripe sends a buyer who goes back; none when not set (never a URL from the request).
         public var cancelUrl: String?
         /// For embedded Checkout: where Stripe returns after paying (default: `successUrl`).
         public var returnUrl: String?

@@ -111,7 +111,6 @@ extension SubscriptionDatabase {
             try db.execute(
                 sql: """
                     INSERT INTO redemption_code (code_hash, application_id, checkout_session_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
-                    ON CONFLICT (checkout_session_id) DO NOTHING
                     """, arguments: [Self.codeHash(code), applicationId, checkoutSessionId, createdAt, expiresAt])
         }
     }
@@ -126,11 +125,22 @@ extension SubscriptionDatabase {
         }
     }
 
-    /// Records who redeemed the code (the latest redeemer: a transfer moves it).
-    func markRedeemed(_ code: String, by user: String, at time: Int64) async throws {
+    /// Claims the code for `user` if nobody redeemed it yet, in one statement (two redeemers at once: one
+    /// wins). Returns who has it now.
+    func claim(_ code: String, by user: String, at time: Int64) async throws -> String? {
         try await pool.write { db in
             try db.execute(
-                sql: "UPDATE redemption_code SET redeemed_by = ?, redeemed_at = ? WHERE code_hash = ?", arguments: [user, time, Self.codeHash(code)])
+                sql: "UPDATE redemption_code SET redeemed_by = ?, redeemed_at = ? WHERE code_hash = ? AND redeemed_by IS NULL",
+                arguments: [user, time, Self.codeHash(code)])
+            return try String.fetchOne(db, sql: "SELECT redeemed_by FROM redemption_code WHERE code_hash = ?", arguments: [Self.codeHash(code)])
+        }
+    }
+
+    /// Forgets codes nobody redeemed that expired more than `keep` ago (redeemed ones stay: their user may
+    /// redeem them again).
+    func pruneCodes(before time: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM redemption_code WHERE redeemed_by IS NULL AND expires_at < ?", arguments: [time])
         }
     }
 }
@@ -148,7 +158,9 @@ extension LocalBackend {
         let backend = self
         route(router, .post, Self.checkoutSessionPath) { request, context, principal in
             try await backend.checkoutRequest(request, context, principal) { app, web, client, document in
-                try await backend.createCheckout(document, app: app, web: web, client: client, logger: context.logger)
+                try await backend.createCheckout(
+                    document, app: app, web: web, client: client, client: context.clientKey ?? BackendAuthentication.bucket(context.peerAddress ?? "unknown"),
+                    logger: context.logger)
             }
         }
         for (path, field) in [
@@ -201,22 +213,35 @@ extension LocalBackend {
         return try await body(app, web, client, document)
     }
 
-    /// A Stripe call of a checkout route: an unknown object is 404, anything else logged and 503.
-    private func stripeRead(_ body: () async throws(StoreAPIError) -> JSON, logger: Logger) async -> Result<JSON, RouteProblem> {
+    /// A Stripe call of a checkout route: an unknown object is 404 (`what` says which), a refusal 502
+    /// `store_refused` (the request or the configuration is wrong: trying again does not help), an
+    /// unreachable API 503. Both logged.
+    private func stripeRead(_ body: () async throws(StoreAPIError) -> JSON, what: String = "this checkout", logger: Logger) async
+        -> Result<JSON, RouteProblem>
+    {
         do {
             return .success(try await body())
         } catch {
-            if error.kind == .notFound { return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "Stripe does not know this checkout"))) }
+            if error.kind == .notFound { return .failure(RouteProblem(response: errorResponse(.notFound, "not_found", "Stripe does not know \(what)"))) }
             logger.warning("a web checkout's call to Stripe's API failed", metadata: [LogKey.error: "\(error)"])
-            return .failure(RouteProblem(response: errorResponse(.serviceUnavailable, "store_unavailable", "Stripe's API could not be reached; try again")))
+            if error.kind == .unavailable {
+                return .failure(RouteProblem(response: errorResponse(.serviceUnavailable, "store_unavailable", "Stripe's API could not be reached; try again")))
+            }
+            return .failure(RouteProblem(response: errorResponse(.badGateway, "store_refused", "Stripe refused the request; the relay's log says why")))
         }
     }
 
     // MARK: POST checkout/session
 
-    private func createCheckout(_ document: JSON, app: RelayConfiguration.App, web: RelayConfiguration.Web, client: any StripeCharges, logger: Logger)
-        async throws -> Response
-    {
+    private func createCheckout(
+        _ document: JSON, app: RelayConfiguration.App, web: RelayConfiguration.Web, client: any StripeCharges, client key: String, logger: Logger
+    ) async throws -> Response {
+        // Each checkout costs Stripe calls and a stored code: 10 at once a client, then one every 6 seconds.
+        if case .limited(let seconds) = checkoutLimiter.take(key) {
+            var response = errorResponse(.tooManyRequests, "rate_limited", "too many checkouts from this client; try again in \(seconds) s")
+            response.headers[.retryAfter] = String(seconds)
+            return response
+        }
         if let store = document["store"]?.stringValue, store.lowercased() != "stripe" {
             return errorResponse(.badRequest, "unsupported_store", "web checkout runs on Stripe; store \(store.prefix(32).debugDescription) is not offered")
         }
@@ -240,7 +265,7 @@ extension LocalBackend {
             return text
         }
         let priceObject: JSON
-        switch await stripeRead({ () async throws(StoreAPIError) in try await client.price(product.productId) }, logger: logger) {
+        switch await stripeRead({ () async throws(StoreAPIError) in try await client.price(product.productId) }, what: "the product's price (check apps[].products)", logger: logger) {
         case .success(let found): priceObject = found
         case .failure(let problem): return problem.response
         }
@@ -259,18 +284,17 @@ extension LocalBackend {
             form.append(((recurring ? "subscription_data" : "payment_intent_data") + "[metadata][\(key)]", value))
         }
         if let user = id("appUserId") { form.append(("client_reference_id", String(user.prefix(200)))) }
-        if let customer = document["stripeCustomerId"]?.stringValue, customer.hasPrefix("cus_") {
-            form.append(("customer", customer))
-        } else if let email = identity?["email"]?.stringValue, email.contains("@"), email.utf8.count <= 254 {
+        // `stripeCustomerId` is not used: customer ids are no secret (the redeem answer names them), and a
+        // client naming someone else's would put that customer's e-mail and cards on its checkout page.
+        if let email = identity?["email"]?.stringValue, email.contains("@"), email.utf8.count <= 254 {
             form.append(("customer_email", email))
         }
         if directive == "embedded" {
             form += [("ui_mode", "embedded"), ("return_url", web.returnUrl ?? web.successUrl)]
         } else {
             form.append(("success_url", web.successUrl))
-            if let cancel = web.cancelUrl ?? document["context"]?["paywall"]?["paywallUrl"]?.stringValue, cancel.hasPrefix("https://") || cancel.hasPrefix("http://") {
-                form.append(("cancel_url", cancel))
-            }
+            // Only the configured one: a client's URL on the merchant's Stripe page would be an open redirect.
+            if let cancel = web.cancelUrl { form.append(("cancel_url", cancel)) }
         }
         let session: JSON
         switch await stripeRead({ () async throws(StoreAPIError) in try await client.createCheckoutSession(form, idempotencyKey: "relay-checkout-\(checkoutId)") }, logger: logger) {
@@ -281,7 +305,9 @@ extension LocalBackend {
             return errorResponse(.serviceUnavailable, "store_unavailable", "Stripe's answer named no checkout session; try again")
         }
         try await database.storeCode(
-            code, applicationId: app.applicationId, checkoutSessionId: sessionId, createdAt: now, expiresAt: now + Int64(web.codeTTL.components.seconds) * 1000)
+            code, applicationId: app.applicationId, checkoutSessionId: sessionId, createdAt: now, expiresAt: now + Self.milliseconds(web.codeTTL))
+        // Codes nobody redeemed, expired a TTL ago: forgotten (bounded storage).
+        try await database.pruneCodes(before: now - Self.milliseconds(web.codeTTL))
         let checkout = CheckoutContext(
             app: app.key, checkoutSessionId: sessionId, code: code, productIdentifier: product.productId, appUserId: id("appUserId"),
             aliasId: id("aliasId"), deviceId: id("deviceId"), createdAt: now)
@@ -293,6 +319,10 @@ extension LocalBackend {
             answer["checkoutUrl"] = session["url"] ?? .null
         }
         return json(.ok, ["directive": .object(answer), "checkoutContextId": .string(try checkout.sealed(with: web.contextKeys))])
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 
     /// Lower-case RFC 4648 base32 without padding.
@@ -322,7 +352,7 @@ extension LocalBackend {
     /// `{"status": "pending" | "completed" | "abandoned", "paymentStatus", "redemptionUrl"?}` from Stripe's session.
     private func checkoutStatus(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web) -> Response {
         let status = switch session["status"]?.stringValue {
-        case "complete": "completed"
+        case "complete" where Self.isPaid(session): "completed"
         case "expired": "abandoned"
         default: "pending"
         }
@@ -334,15 +364,21 @@ extension LocalBackend {
     /// `complete`: `{"redemptionUrl"}`; `confirm`: `{"customerId", "subscriptionId", "redemptionUrl"}`. 409
     /// `not_completed` while Stripe's session is not complete.
     private func checkoutResult(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web, confirm: Bool) -> Response {
-        guard session["status"]?.stringValue == "complete" else {
+        guard Self.isPaid(session) else {
             return errorResponse(.conflict, "not_completed", "the checkout is \(session["status"]?.stringValue ?? "unknown") at Stripe, not complete")
         }
         var answer: [String: JSON] = ["redemptionUrl": .string(redemptionURL(checkout, web: web))]
         if confirm {
-            answer["customerId"] = .string(Self.stripeId(session["customer"]) ?? "")
+            answer["customerId"] = Self.stripeId(session["customer"]).map(JSON.string) ?? .null
             answer["subscriptionId"] = Self.stripeId(session["subscription"]).map(JSON.string) ?? .null
         }
         return json(.ok, .object(answer))
+    }
+
+    /// Whether the checkout is complete and paid: a delayed payment method (a bank debit) completes the
+    /// session unpaid, and it is bought only once the payment succeeds.
+    static func isPaid(_ session: JSON) -> Bool {
+        session["status"]?.stringValue == "complete" && session["payment_status"]?.stringValue != "unpaid"
     }
 
     /// A Stripe reference: the id, whether Stripe sent it as a string or an expanded object.
@@ -358,11 +394,8 @@ extension LocalBackend {
         async throws -> Response
     {
         let empty: JSON = ["subscriptions": [], "nonSubscriptions": [], "entitlements": []]
-        switch session["status"]?.stringValue {
-        case "complete": break
-        case "expired": return json(.ok, ["status": "failed", "codes": [], "entitlements": [], "customerInfo": empty])
-        default: return json(.ok, ["status": "pending", "codes": [], "entitlements": [], "customerInfo": empty])
-        }
+        if session["status"]?.stringValue == "expired" { return json(.ok, ["status": "failed", "codes": [], "entitlements": [], "customerInfo": empty]) }
+        guard Self.isPaid(session) else { return json(.ok, ["status": "pending", "codes": [], "entitlements": [], "customerInfo": empty]) }
         var request = document
         if case .object(var members) = request {
             members["appUserId"] = members["appUserId"] ?? checkout.appUserId.map(JSON.string)
@@ -386,8 +419,9 @@ extension LocalBackend {
         guard let owner = id("appUserId") ?? id("deviceId") ?? id("aliasId") else {
             return errorResponse(.badRequest, "bad_request", "name the redeemer: appUserId, else deviceId (1 to 256 bytes)")
         }
-        let ownership: JSON = id("appUserId") != nil
-            ? ["type": "APP_USER", "appUserId": .string(owner)] : ["type": "DEVICE", "deviceId": .string(owner)]
+        // An alias is the SDK's id of a user not identified yet: a user, not a device.
+        let ownership: JSON = id("appUserId") == nil && id("deviceId") != nil
+            ? ["type": "DEVICE", "deviceId": .string(owner)] : ["type": "APP_USER", "appUserId": .string(owner)]
         guard let list = document["codes"]?.arrayValue, (1...WebCheckout.maximumCodes).contains(list.count) else {
             return errorResponse(.badRequest, "bad_request", #"codes must hold 1 to 10 {"code", "firstRedemption"}"#)
         }
@@ -446,7 +480,13 @@ extension LocalBackend {
             return .failure(problem)
         }
         // Nothing bought yet (or the payment is still on its way): nothing to redeem.
-        guard session["status"]?.stringValue == "complete", session["payment_status"]?.stringValue != "unpaid" else { return .success(invalid) }
+        guard Self.isPaid(session) else { return .success(invalid) }
+        // Single use, decided in one statement: of two redeemers at once, one has it.
+        if stored.redeemedBy == nil, let holder = try await database.claim(code, by: owner, at: clock()),
+            try await !sameUser(holder, owner, applicationId: app.applicationId)
+        {
+            return .success(invalid)
+        }
         let subscriptionId = Self.stripeId(session["subscription"])
         let subject = subscriptionId ?? Self.stripeId(session["payment_intent"]) ?? stored.checkoutSessionId
         let claim = PurchaseClaim(
@@ -460,7 +500,6 @@ extension LocalBackend {
         case .held(let found), .applied(let found): state = found
         case .pending: state = nil
         }
-        try await database.markRedeemed(code, by: owner, at: clock())
         let mapping = productMapping(applicationId: app.applicationId)
         let entitlements = state.flatMap { state in mapping?.entitlements(of: state) } ?? []
         let active = state?.isActive(at: clock()) ?? true

@@ -28,8 +28,10 @@ public struct LocalBackend: Sendable {
     let purchaseOutcomes: LabeledCounters
     /// `relay_backend_redemptions_total{status}`: codes redeemed, by the status answered (and `RATE_LIMITED`).
     let redeemOutcomes: LabeledCounters
-    /// Codes tried per client: 10 at once, then one every 6 seconds (`backend.redeemRateLimit`).
+    /// Codes tried per client: 10 at once, then one every 6 seconds.
     let redeemLimiter: ClientRateLimiter
+    /// Checkouts started per client: 10 at once, then one every 6 seconds.
+    let checkoutLimiter: ClientRateLimiter
     let clock: @Sendable () -> Int64
     /// Each application's products, built once from the configuration (read for every notification).
     private let mappings: [Int: ProductMapping]
@@ -62,6 +64,7 @@ public struct LocalBackend: Sendable {
         self.purchaseOutcomes = LabeledCounters(label: "relay_backend_purchases_total", factory: metrics)
         self.redeemOutcomes = LabeledCounters(label: "relay_backend_redemptions_total", factory: metrics)
         self.redeemLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
+        self.checkoutLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
         self.appPurchases = appPurchases

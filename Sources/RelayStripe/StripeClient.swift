@@ -121,10 +121,14 @@ public final class StripeClient: Sendable {
 }
 
 extension StripeClient {
-    /// `: message` of a Stripe error body (`{"error": {"message"}}`), shortened, without control characters.
+    /// `: <code>` of a Stripe error body (`{"error": {"code", "type"}}`): Stripe's machine code (`email_invalid`,
+    /// `resource_missing`), never its message, which may quote what was sent (an e-mail address).
     static func stripeError(_ body: [UInt8]) -> String {
-        guard let message = (try? JSON.parse(body))?["error"]?["message"]?.stringValue, !message.isEmpty else { return "" }
-        return ": " + String(message.prefix(200).map { $0.isASCII && ($0.asciiValue ?? 0) < 32 ? " " : $0 })
+        let error = (try? JSON.parse(body))?["error"]
+        guard let code = error?["code"]?.stringValue ?? error?["type"]?.stringValue,
+            code.count <= 64, code.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") })
+        else { return "" }
+        return ": " + code
     }
 }
 

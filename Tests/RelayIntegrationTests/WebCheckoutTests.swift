@@ -132,15 +132,20 @@ import Testing
             let (status, answer) = try await post("checkout/session", [
                 "currencyCode": "USD", "productIdentifier": .string(product), "store": "stripe",
                 "allowedCheckoutDirectives": ["redirect", "drawer", "embedded"],
-                "context": ["identity": identity, "paywall": ["paywallUrl": "https://paywall.example.com/p"]], "stripeCustomerId": nil,
+                "context": ["identity": identity, "paywall": ["paywallUrl": "https://evil.example.com/p"]], "stripeCustomerId": "cus_SomeoneElse",
             ])
             #expect(status == 200, "\(answer)")
             return (answer["directive"]?["checkoutSessionId"]?.stringValue ?? "", answer["checkoutContextId"]?.stringValue ?? "")
         }
 
-        /// The buyer pays, and Stripe's signed webhook of it reaches the ingest.
-        func pay(_ sessionId: String, status: String = "active") async throws {
+        /// The buyer pays, and (unless told) Stripe's signed webhook of it reaches the ingest.
+        func pay(_ sessionId: String, status: String = "active", webhook: Bool = true) async throws {
             let object = try #require(stripe.complete(sessionId, status: status))
+            guard webhook else { return }
+            try await sendWebhook(object, sessionId: sessionId)
+        }
+
+        func sendWebhook(_ object: JSON, sessionId: String) async throws {
             let isSubscription = object["object"] == "subscription"
             let event: JSON = [
                 "id": .string("evt_\(sessionId)"), "object": "event", "api_version": "2024-06-20",
@@ -185,6 +190,8 @@ import Testing
         }
     }
 
+    static let otherKey = "pk_checkout_other_0123456789"
+
     static func start(codeTTL: String = "720h", publishable: Bool = false) async throws -> Harness {
         let stripe = FakeStripe()
         let api = try await TestHTTPServer { request in stripe.answer(request) }
@@ -205,6 +212,17 @@ import Testing
                 products:
                   - { productId: price_pro_monthly, store: STRIPE, entitlements: [pro] }
                   - { productId: price_lifetime, store: STRIPE, entitlements: [lifetime] }
+              - key: other
+                projectId: 1
+                applicationId: 2
+                publicApiKeys: ["\(otherKey)"]
+                stripe: { signingSecrets: ["whsec_checkout_other"], api: { secretKey: "\(stripeKey)", baseUrl: "\(api.baseURL)" } }
+                web:
+                  successUrl: "https://other.example.com/ok"
+                  redemptionUrl: "otherapp://redeem?code={code}"
+                  contextKeys: [{ id: k1, key: "\(contextKey)" }]
+                products:
+                  - { productId: price_pro_monthly, store: STRIPE, entitlements: [pro] }
             money: { exchangeRates: \(Fixtures.path("exchange-rates.json")) }
             delivery: { allowPrivateNetworks: true }
             shutdownTimeout: 20s
@@ -247,7 +265,10 @@ import Testing
         #expect(form["line_items[0][price]"] == "price_pro_monthly")
         #expect(form["line_items[0][quantity]"] == "1")
         #expect(form["success_url"] == "https://paywall.example.com/success?session={CHECKOUT_SESSION_ID}")
-        #expect(form["cancel_url"] == "https://paywall.example.com/p")
+        // No cancelUrl configured: none (a client's URL is never put on the merchant's Stripe page), and the
+        // client's stripeCustomerId is not used.
+        #expect(form["cancel_url"] == nil)
+        #expect(form["customer"] == nil)
         #expect(form["metadata[relay_checkout]"]?.count == 32)
         #expect(form["subscription_data[metadata][relay_checkout]"] == form["metadata[relay_checkout]"])
         #expect(form["metadata[app_user_id]"] == nil)
@@ -386,6 +407,11 @@ import Testing
 
     @Test func anExpiredCodeAndASubscriptionThatHasSinceExpired() async throws {
         let harness = try await Self.start(codeTTL: "300ms")
+        // In time: redeemed.
+        let (inTime, inTimeContext) = try await harness.startCheckout()
+        try await harness.pay(inTime)
+        let timely = try #require(Self.code(try await harness.post("checkout/status", ["checkoutId": .string(inTimeContext)]).1["redemptionUrl"]?.stringValue))
+        #expect(try await harness.redeem([timely], user: "user-early").1["codes"]?.arrayValue?.first?["status"] == "SUCCESS")
         let (expiredSession, expiredContext) = try await harness.startCheckout()
         try await harness.pay(expiredSession)
         let code = try #require(Self.code(try await harness.post("checkout/status", ["checkoutId": .string(expiredContext)]).1["redemptionUrl"]?.stringValue))
@@ -405,6 +431,50 @@ import Testing
         #expect(answer["codes"]?.arrayValue?.first?["status"] == "EXPIRED_SUBSCRIPTION", "\(answer)")
         #expect(try await second.entitlements("user-gone").isEmpty)
         try await second.stop()
+    }
+
+    @Test func redeemedBeforeStripesWebhookAndOnlyOncePaid() async throws {
+        let harness = try await Self.start()
+        // A bank debit: the session completes unpaid. Not bought yet: pending, no link, nothing to redeem.
+        let (slowSession, slowContext) = try await harness.startCheckout()
+        harness.stripe.sessions.withLock { sessions in
+            if case .object(var session)? = sessions[slowSession] {
+                session["status"] = "complete"
+                session["payment_status"] = "unpaid"
+                sessions[slowSession] = .object(session)
+            }
+        }
+        #expect(try await harness.post("checkout/status", ["checkoutId": .string(slowContext)]).1 == ["status": "pending", "paymentStatus": "unpaid"])
+        #expect(try await harness.post("checkout/session/complete", ["checkoutContextId": .string(slowContext)]).0 == 409)
+        #expect(try await harness.post("checkout/session/poll-redemption-result", ["checkoutContextId": .string(slowContext), "appUserId": "u"]).1["status"] == "pending")
+
+        // Paid, and redeemed before Stripe's webhook arrives: the worker reads the purchase from Stripe's API.
+        let (sessionId, context) = try await harness.startCheckout()
+        let subscription = try #require(harness.stripe.complete(sessionId))
+        let code = try #require(Self.code(try await harness.post("checkout/session/complete", ["checkoutContextId": .string(context)]).1["redemptionUrl"]?.stringValue))
+        let (_, answer) = try await harness.redeem([code], user: "user-early-bird")
+        #expect(answer["codes"]?.arrayValue?.first?["status"] == "SUCCESS", "\(answer)")
+        #expect(try await harness.entitlements("user-early-bird") == ["pro"])
+        // Then the webhook: the same purchase, counted once.
+        try await harness.sendWebhook(subscription, sessionId: sessionId)
+        try await waitUntil("the webhook applied") { try await harness.state("sub_2WebCheckout")?.recentNotifications.count == 2 }
+        #expect(try await harness.events("initial_purchase").count == 1)
+        #expect(try await harness.entitlements("user-early-bird") == ["pro"])
+
+        // Another app's key reaches neither this app's checkout nor its codes.
+        #expect(try await harness.post("checkout/status", ["checkoutId": .string(context)], key: Self.otherKey).1["error"] == "invalid_checkout_context")
+        #expect(try await harness.post("redeem", ["appUserId": "user-early-bird", "codes": [["code": .string(code)]]], key: Self.otherKey).1["codes"]?
+            .arrayValue?.first?["status"] == "INVALID_CODE")
+        // Support, with the secret key, may hand a checkout's purchase to a buyer whose code was lost.
+        let (sessionThree, _) = try await harness.startCheckout()
+        try await harness.pay(sessionThree)
+        let support = try await harness.relay.http.send(
+            "POST", harness.backendURL + "/subscriptions-api/public/v1/users/user-support/purchases?applicationId=1",
+            headers: [("Authorization", "Bearer test-backend-key"), ("Content-Type", "application/json")],
+            body: JSON.object(["store": "STRIPE", "checkoutSessionId": .string(sessionThree)]).serialized())
+        #expect(support.status == 200, "\(String(decoding: support.body, as: UTF8.self))")
+        #expect(try await harness.entitlements("user-support") == ["pro"])
+        try await harness.stop()
     }
 
     @Test func anEmbeddedCheckoutWhenThePublishableKeyIsConfigured() async throws {
