@@ -145,12 +145,14 @@ import Testing
             try await sendWebhook(object, sessionId: sessionId)
         }
 
-        func sendWebhook(_ object: JSON, sessionId: String) async throws {
+        func sendWebhook(_ object: JSON, sessionId: String, type: String? = nil, previous: JSON? = nil) async throws {
             let isSubscription = object["object"] == "subscription"
+            var data: [String: JSON] = ["object": object]
+            if let previous { data["previous_attributes"] = previous }
             let event: JSON = [
-                "id": .string("evt_\(sessionId)"), "object": "event", "api_version": "2024-06-20",
-                "type": isSubscription ? "customer.subscription.created" : "checkout.session.completed",
-                "created": .integer(Int64(Date().timeIntervalSince1970) - 5), "livemode": false, "data": ["object": object],
+                "id": .string("evt_\(sessionId)\(type.map { "_" + $0 } ?? "")"), "object": "event", "api_version": "2024-06-20",
+                "type": .string(type ?? (isSubscription ? "customer.subscription.created" : "checkout.session.completed")),
+                "created": .integer(Int64(Date().timeIntervalSince1970) - (type == nil ? 5 : 0)), "livemode": false, "data": .object(data),
             ]
             let body = event.serialized()
             let header = WebhookSigning.stripeHeader(body: body, secret: "whsec_checkout_test", timestamp: Int64(Date().timeIntervalSince1970))
@@ -158,7 +160,7 @@ import Testing
                 "POST", relay.baseURL + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", header)], body: body)
             #expect(response.status == 200)
             let subject = isSubscription ? object["id"]?.stringValue ?? "" : "pi_WebBuyer"
-            try await waitUntil("the webhook applied") { try await state(subject) != nil }
+            if type == nil { try await waitUntil("the webhook applied") { try await state(subject) != nil } }
         }
 
         func state(_ id: String) async throws -> SubscriptionState? {
@@ -338,6 +340,13 @@ import Testing
         #expect(changes.count == 1, "\(changes)")
         #expect(changes.first?["data"]?["to"]?["status"] == "ACTIVE")
         #expect(try await harness.events("initial_purchase").count == 1)
+        // The purchase's next webhook names the user: the buyer turns auto-renew off.
+        guard case .object(var canceled)? = harness.stripe.subscriptions.value["sub_1WebCheckout"] else { Issue.record("no subscription"); return }
+        canceled["cancel_at_period_end"] = true
+        try await harness.sendWebhook(
+            .object(canceled), sessionId: sessionId, type: "customer.subscription.updated", previous: ["cancel_at_period_end": false])
+        try await waitUntil("the cancellation") { try await !harness.events("cancellation").isEmpty }
+        #expect(try await harness.events("cancellation").first?["data"]?["originalAppUserId"] == "user-web")
 
         // Again by the same user: the same answer, nothing new. By another user: single use.
         #expect(try await harness.redeem([code], user: "user-web").1["codes"]?.arrayValue?.first?["status"] == "SUCCESS")
