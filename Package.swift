@@ -221,7 +221,7 @@ let package = Package(
         .target(
             name: "RelayHistory",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayAppStoreAPI", "RelayBackend", "RelayHTTPClient", "RelayVerification",
+                "RelayCore", "RelayConfig", "RelayAppStoreAPI", "RelayBackend", "RelayHTTPClient", "RelayVerification", "RelayStripe",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

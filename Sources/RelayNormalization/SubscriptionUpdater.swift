@@ -79,6 +79,9 @@ public final class SubscriptionUpdater: Sendable {
 
     private func apply(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = apps[notification.app] else { return [] }
+        var notification = notification
+        // A Stripe event `recover stripe` re-ingested: the event itself, from Stripe's API.
+        if let eventId = notification.stripeEventId { notification = try await stripeEvent(eventId, notification, app: app) }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
         // A Stripe or Paddle purchase an app handed over is read from the store's API, as the route did. The
         // route names its subscription (`subject`), so that a repeat replays what was recorded without
@@ -392,6 +395,28 @@ public final class SubscriptionUpdater: Sendable {
     }
 
     // MARK: Stripe API
+
+    /// The event `recover stripe` named, read from Stripe's API with the app's key, as the notification
+    /// its webhook would have been. Stripe not knowing it (for this key) rejects the record.
+    private func stripeEvent(_ id: String, _ notification: VerifiedNotification, app: RelayConfiguration.App) async throws(NormalizationError)
+        -> VerifiedNotification
+    {
+        guard let client = stripe[app.key] else {
+            throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no stripe.api configured; the re-ingested event cannot be read"))
+        }
+        let event: JSON
+        do {
+            event = try await client.event(id)
+        } catch {
+            throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
+        }
+        guard event["id"]?.stringValue == id else { throw .rejected(Rejection(.malformed, "Stripe answered another event for \(id)")) }
+        var verified = VerifiedNotification(
+            store: .stripe, app: notification.app, payload: event, notificationId: id, type: event["type"]?.stringValue,
+            environment: event["livemode"]?.boolValue.map { $0 ? "PRODUCTION" : "SANDBOX" })
+        verified.stripeEventId = nil
+        return verified
+    }
 
     /// The refunded charge with its invoice; nil when Stripe does not know it (the refund then stands alone).
     private func fetchCharge(_ id: String, client: any StripeCharges, app: RelayConfiguration.App) async throws(NormalizationError) -> JSON? {

@@ -54,6 +54,25 @@ public final class StripeClient: Sendable {
         try await read("/v1/checkout/sessions/", id, what: "checkout session")
     }
 
+    /// `GET /v1/events?…`: one page of events created in [`createdFrom`, `createdBefore`) (Unix seconds) of
+    /// `types`, newest first, after `startingAfter`.
+    public func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("created[gte]", String(createdFrom)), ("created[lt]", String(createdBefore)), ("limit", "100")]
+        query += types.map { ("types[]", $0) }
+        if let startingAfter { query.append(("starting_after", startingAfter)) }
+        let url = baseURL + "/v1/events?" + query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await get(url, what: "the events list")
+        }
+    }
+
+    /// `GET /v1/events/{id}`: one event, as Stripe sent (or would have sent) it to a webhook.
+    public func event(_ id: String) async throws(StoreAPIError) -> JSON {
+        try await read("/v1/events/", id, what: "event")
+    }
+
     /// `GET /v1/prices/{id}`: the Price (its `type`, `recurring`), for a Checkout Session's mode.
     public func price(_ id: String) async throws(StoreAPIError) -> JSON {
         try await read("/v1/prices/", id, what: "price")

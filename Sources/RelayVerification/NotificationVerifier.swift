@@ -89,6 +89,7 @@ public final class NotificationVerifier: Sendable {
                 switch notification.store {
                 case .apple: [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source]
                 case .promotional: [PromotionalGrant.source]
+                case .stripe: [AppPurchase.source, RawNotification.stripeAPISource]
                 default: [AppPurchase.source]
                 }
             guard known.contains(source) else {
@@ -114,6 +115,7 @@ public final class NotificationVerifier: Sendable {
             case .stripe:
                 guard let stripe = app.stripe else { return .rejected(unconfigured) }
                 if notification.source == AppPurchase.source { return .accepted(try Self.webPurchase(notification)) }
+                if notification.source == RawNotification.stripeAPISource { return .accepted(try Self.stripeAPIEvent(notification)) }
                 return .accepted(
                     try stripe.verify(body: notification.body, signatureHeader: notification.requestHeaders["stripe-signature"], receivedAtSeconds: receivedAt))
             case .promotional:
@@ -157,6 +159,19 @@ public final class NotificationVerifier: Sendable {
             store: notification.store, app: notification.app, payload: document, notificationId: AppPurchase.notificationId(purchaser.purchaseId),
             type: "purchase")
         verified.purchaser = purchaser
+        return verified
+    }
+
+    /// A Stripe event `recover stripe` re-ingested: `{"eventId": "evt_…", "type"}`. No signature: what makes it
+    /// authentic is Stripe's API, which the normalizer reads the event from with the app's key (an id Stripe
+    /// does not know for that key is rejected there). Its id is the webhook's, so its events are the ones the
+    /// webhook would have made.
+    static func stripeAPIEvent(_ notification: RawNotification) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(notification.body), let id = document["eventId"]?.stringValue, id.hasPrefix("evt_") else {
+            throw Rejection(.malformed, #"a stripe-api record's body is not {"eventId": "evt_…", "type"}"#)
+        }
+        var verified = VerifiedNotification(store: .stripe, app: notification.app, payload: document, notificationId: id, type: document["type"]?.stringValue)
+        verified.stripeEventId = id
         return verified
     }
 }

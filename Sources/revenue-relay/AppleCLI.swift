@@ -15,7 +15,7 @@ struct Import: AsyncParsableCommand {
 /// `revenue-relay recover`: notifications a store sent and the relay missed (today: `recover apple`).
 struct Recover: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Re-ingest store notifications the relay missed, from the store's notification history.", subcommands: [RecoverApple.self])
+        abstract: "Re-ingest store notifications the relay missed, from the store's notification history.", subcommands: [RecoverApple.self, RecoverStripe.self])
 }
 
 /// `revenue-relay reconcile`: stored states against the store's own (today: `reconcile apple`).
@@ -25,18 +25,27 @@ struct Reconcile: AsyncParsableCommand {
         subcommands: [ReconcileApple.self])
 }
 
-/// The options every App Store command takes: the configuration, the app, the log and the backend.
+/// The options every store history command takes: the configuration, the app, the log and the backend.
 struct AppleCommandOptions: ParsableArguments {
     @OptionGroup var location: LogLocation
 
-    @Option(help: "The app's key (apps[].key); its apple.serverApi is the App Store Connect key used.")
+    @Option(help: "The app's key (apps[].key): its store's API key (apple.serverApi, stripe.api) is the one used.")
     var app: String
 
     @Option(name: .customLong("backend-url"), help: "The backend's URL instead of backend.url (dev: its backend.listen address).")
     var backendURL: String?
 
-    /// The log (closed by the caller) and the commands, or exit with the problem (the log closed).
+    /// The log (closed by the caller) and the App Store commands, or exit with the problem (the log closed).
     func open(clientID: String) async throws -> (any RecordLog, AppleHistoryCommands) {
+        try await open(clientID: clientID) { configuration, producer, logger throws(CommandFailure) in
+            try AppleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        }
+    }
+
+    /// The log (closed by the caller) and a store's commands made by `make`, or exit with the problem.
+    func open<Commands>(
+        clientID: String, _ make: (RelayConfiguration, any RecordProducer, Logger) throws(CommandFailure) -> Commands
+    ) async throws -> (any RecordLog, Commands) {
         let configuration = try loadConfiguration(location.config)
         let log = try location.openLog(configuration, clientID: clientID)
         let producer: any RecordProducer
@@ -50,9 +59,7 @@ struct AppleCommandOptions: ParsableArguments {
         var logger = Logger(label: "revenue-relay")
         logger.logLevel = .warning
         do {
-            let commands = try AppleHistoryCommands(
-                configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-            return (log, commands)
+            return (log, try make(configuration, producer, logger))
         } catch {
             await log.close()
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
@@ -62,7 +69,7 @@ struct AppleCommandOptions: ParsableArguments {
 }
 
 /// Runs a command body, closing the log, and turns a failure into its message and exit code.
-private func running<Result>(_ log: any RecordLog, _ body: () async throws(AppleHistoryCommands.Failure) -> Result) async throws -> Result {
+func running<Result>(_ log: any RecordLog, _ body: () async throws(AppleHistoryCommands.Failure) -> Result) async throws -> Result {
     do {
         let result = try await body()
         await log.close()
@@ -74,11 +81,17 @@ private func running<Result>(_ log: any RecordLog, _ body: () async throws(Apple
     }
 }
 
-private func stderrLine(_ line: String) {
+func stderrLine(_ line: String) {
     FileHandle.standardError.write(Data((line + "\n").utf8))
 }
 
-private func time(_ text: String?, option: String) throws -> Int64? {
+/// Progress lines of a long run: on a terminal, each replaces the last (`\r`); elsewhere (a log) none.
+func progressLine() -> @Sendable (String) -> Void {
+    guard isatty(2) != 0 else { return { _ in } }
+    return { line in FileHandle.standardError.write(Data(("\r\u{1B}[K" + line).utf8)) }
+}
+
+func time(_ text: String?, option: String) throws -> Int64? {
     guard let text else { return nil }
     guard let milliseconds = Timestamp.milliseconds(dateOrTime: text, unixMilliseconds: true) else {
         throw ValidationError("--\(option) must be an ISO 8601 time such as 2026-11-20T08:00:00Z, a date such as 2026-11-20, or Unix milliseconds")

@@ -71,6 +71,15 @@ import Testing
         #expect(ContinuousClock.now - started < .seconds(20))
     }
 
+    @Test func recoverStripeRefusesAnAppWithoutStripesAPIWith78() async throws {
+        // config/dev.yaml's demo app takes Stripe's webhooks but has no stripe.api.
+        let yesterday = Timestamp.rfc3339(milliseconds: Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000)
+        let result = try await run(["recover", "stripe", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
+        #expect(result.status == 78, "\(result.stderr)")
+        #expect(result.stderr.contains("apps[0].stripe.api"), "\(result.stderr)")
+        #expect(try await run(["recover", "stripe", "--config", "config/dev.yaml", "--app", "demo"]).status == 64)
+    }
+
     @Test func badArgumentsExit64() async throws {
         #expect(try await run(["run", "--config", "config/dev.yaml", "--role", "accountant"]).status == 64)
         #expect(try await run(["run"]).status == 64)

@@ -442,6 +442,14 @@ struct MemoryStripe: StripeCharges {
         throw StoreAPIError(.stripe, kind: .notFound, message: "No such price", status: 404)
     }
 
+    func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON {
+        ["data": [], "has_more": false]
+    }
+
+    func event(_ id: String) async throws(StoreAPIError) -> JSON {
+        throw StoreAPIError(.stripe, kind: .notFound, message: "No such event", status: 404)
+    }
+
     func createCheckoutSession(_ form: [(String, String)], idempotencyKey: String) async throws(StoreAPIError) -> JSON {
         throw StoreAPIError(.stripe, kind: .rejected, message: "scenarios create no checkout sessions", status: 400)
     }

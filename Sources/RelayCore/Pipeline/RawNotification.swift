@@ -43,6 +43,9 @@ public struct RawNotification: Sendable {
 
     /// The `relay-source` of records synthesized from the App Store Server API.
     public static let appleAPISource = "apple-api"
+    /// The `relay-source` of Stripe events `recover stripe` re-ingests: `{"eventId", "type"}`, read again from
+    /// Stripe's API by the worker.
+    public static let stripeAPISource = "stripe-api"
 
     public init(
         store: Store, app: String, receivedAtMilliseconds: Int64, body: [UInt8], requestHeaders: [String: String], source: String? = nil,

@@ -20,9 +20,24 @@ public protocol StripeCharges: Sendable {
     func checkoutSession(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /v1/prices/{id}`.
     func price(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/events?created[gte]=&created[lt]=&types[]=…&limit=100[&starting_after=]`: one page of the
+    /// account's events (newest first; Stripe keeps 30 days), `{"data": [...], "has_more"}`.
+    func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/events/{id}`.
+    func event(_ id: String) async throws(StoreAPIError) -> JSON
     /// `POST /v1/checkout/sessions` with `form` (Stripe's form encoding, `line_items[0][price]`), sent once
     /// per `idempotencyKey` (Stripe answers a repeat with the first session).
     func createCheckoutSession(_ form: [(String, String)], idempotencyKey: String) async throws(StoreAPIError) -> JSON
+}
+
+/// The Stripe events the relay maps (`StripeMapping`): what `recover stripe` asks Stripe for.
+public enum StripeEventTypes {
+    public static let mapped = [
+        "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted", "customer.subscription.paused",
+        "customer.subscription.resumed", "customer.subscription.trial_will_end", "customer.subscription.pending_update_applied",
+        "customer.subscription.pending_update_expired", "invoice.paid", "invoice.payment_succeeded", "invoice.payment_failed", "charge.refunded",
+        "checkout.session.completed", "checkout.session.async_payment_succeeded",
+    ]
 }
 
 /// Paddle's API, as the relay reads it: a transaction and a subscription (purchases apps hand over).

@@ -80,6 +80,9 @@ public struct VerifiedNotification: Sendable {
     /// A purchase an app handed over (`relay-source: app-purchase`): who did, by which policy. Nil for a
     /// store's own notification.
     public var purchaser: AppPurchase.Purchaser?
+    /// A Stripe event `recover stripe` re-ingested (`relay-source: stripe-api`): its id, which the
+    /// normalizer reads from Stripe's API before anything else.
+    public var stripeEventId: String?
 
     public init(
         store: Store, app: String, payload: JSON, notificationId: String?, type: String?, subtype: String? = nil,

@@ -1,0 +1,161 @@
+import Foundation
+public import Logging
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+import RelayStripe
+
+/// `revenue-relay recover stripe`: Stripe events this deployment never processed (an outage, a webhook
+/// endpoint disabled for a while), re-ingested through the normal path. Like the App Store commands it
+/// writes nothing itself: it appends raw notification records (`relay-source: stripe-api`,
+/// `{"eventId", "type"}`) to `relay.notifications`, keyed by the event's subscription as the ingest keys
+/// Stripe's webhooks, and the worker reads each event from Stripe's API with the app's key and applies it
+/// as the webhook it stands for: the same ids, state rules and events, delivered as missed events.
+public struct StripeHistoryCommands: Sendable {
+    public typealias Failure = CommandFailure
+
+    /// The days of events Stripe lists (`GET /v1/events`).
+    public static let eventDays: Int64 = 30
+
+    public let app: RelayConfiguration.App
+    let client: any StripeCharges
+    let producer: any RecordProducer
+    let topic: String
+    let backend: HistoryBackend
+    let now: @Sendable () -> Int64
+    let logger: Logger
+
+    /// - Parameters:
+    ///   - appKey: the `apps[].key` whose `stripe.api` is read.
+    ///   - producer: appends to the configured log (`ToolLog`, or a running relay's).
+    ///   - backendURL: the backend instead of `backend.url`.
+    ///   - client: Stripe's API (default: the configured `stripe.api`).
+    public init(
+        configuration: RelayConfiguration, appKey: String, producer: any RecordProducer, backendURL: String? = nil,
+        http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
+        now: (@Sendable () -> Int64)? = nil
+    ) throws(Failure) {
+        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
+            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
+        }
+        let app = configuration.apps[index]
+        guard let stripe = app.stripe else {
+            throw Failure(.configuration, "app \(appKey) has no stripe section (apps[\(index)].stripe); the Stripe commands need one")
+        }
+        guard let api = stripe.api else {
+            throw Failure(
+                .configuration,
+                "app \(appKey) has no Stripe API key: set apps[\(index)].stripe.api {secretKey} to a restricted key that may read events")
+        }
+        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
+            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
+        }
+        self.app = app
+        self.client = StripeClient(configuration: api, http: http, logger: logger)
+        self.producer = producer
+        self.topic = configuration.topics.notifications
+        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
+        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.logger = logger
+    }
+
+    /// What `recover stripe` did.
+    public struct RecoverSummary: Sendable, Equatable {
+        /// Events Stripe listed for the period (of the types the relay maps).
+        public var found = 0
+        /// Of those, events the relay already processed (events recorded for them, or remembered by their
+        /// subscription's state).
+        public var alreadyProcessed = 0
+        /// Appended to the notifications topic for the worker.
+        public var reingested = 0
+
+        public init(found: Int = 0, alreadyProcessed: Int = 0, reingested: Int = 0) {
+            self.found = found
+            self.alreadyProcessed = alreadyProcessed
+            self.reingested = reingested
+        }
+    }
+
+    /// Lists the events Stripe created in [`since`, `until`) (Unix ms; `until` nil: now) of the types the
+    /// relay maps, and appends each one the relay never processed, oldest first. Processed means events
+    /// recorded for its id, or its id among its subscription's remembered notifications (an event that
+    /// changed a state without events). Run again, it appends nothing more once the worker has caught up.
+    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+        let now = self.now()
+        let oldest = now - Self.eventDays * 86_400_000
+        guard since >= oldest else {
+            throw Failure(
+                .badArguments,
+                "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the \(Self.eventDays) days of events Stripe keeps;"
+                    + " use --since \(Timestamp.rfc3339(milliseconds: oldest + 60_000)) or later")
+        }
+        let end = min(until ?? now, now)
+        guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
+        var summary = RecoverSummary()
+        // Stripe lists newest first: the missed ones are gathered, then appended in the order they happened.
+        var missed: [(id: String, type: String, subject: String)] = []
+        var cursor: String?
+        var pages = 0
+        let started = ContinuousClock.now
+        repeat {
+            let page: JSON
+            do {
+                page = try await client.events(createdFrom: since / 1000, createdBefore: (end + 999) / 1000, types: StripeEventTypes.mapped, startingAfter: cursor)
+            } catch {
+                throw Self.failure(error, done: "nothing was appended yet")
+            }
+            pages += 1
+            let events = page["data"]?.arrayValue ?? []
+            for event in events {
+                guard let id = event["id"]?.stringValue, let type = event["type"]?.stringValue else { continue }
+                summary.found += 1
+                let subject = NotificationSubject.extract(store: .stripe, body: event.serialized())
+                if try await processed(id, subject: subject) {
+                    summary.alreadyProcessed += 1
+                } else {
+                    missed.append((id, type, subject))
+                }
+            }
+            cursor = page["has_more"]?.boolValue == true ? events.last?["id"]?.stringValue : nil
+            let seconds = max((ContinuousClock.now - started).components.seconds, 1)
+            progress("page \(pages): \(summary.found) events (\(Int64(summary.found) / seconds)/s), \(summary.alreadyProcessed) already processed, \(missed.count) missed")
+        } while cursor != nil
+        let records = missed.reversed().map { event in
+            RawNotification(
+                store: .stripe, app: app.key, receivedAtMilliseconds: self.now(),
+                body: JSON.object(["eventId": .string(event.id), "type": .string(event.type)]).serialized(), requestHeaders: [:],
+                source: RawNotification.stripeAPISource
+            ).record(topic: topic, subject: event.subject)
+        }
+        for batch in stride(from: 0, to: records.count, by: 500).map({ Array(records[$0..<min($0 + 500, records.count)]) }) {
+            do {
+                _ = try await producer.produce(batch)
+            } catch {
+                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
+            }
+            summary.reingested += batch.count
+        }
+        return summary
+    }
+
+    /// Whether the relay processed the event: events recorded for its id, or its id remembered by its
+    /// subscription's state.
+    private func processed(_ id: String, subject: String) async throws(Failure) -> Bool {
+        if try await backend.hasEvents(notificationId: id) { return true }
+        guard subject.hasPrefix("sub_") || subject.hasPrefix("pi_") else { return false }
+        do {
+            let state = try await backend.client.subscription(store: .stripe, originalTransactionId: subject)
+            return state?.recentNotifications.contains { $0.id == id } ?? false
+        } catch {
+            throw CommandFailure(error, backendURL: backend.url)
+        }
+    }
+
+    static func failure(_ error: StoreAPIError, done: String) -> Failure {
+        switch error.kind {
+        case .configuration: Failure(.configuration, error.message)
+        case .rejected: Failure(.configuration, "Stripe refused the request: \(error.message)")
+        default: Failure(.unavailable, "reading Stripe's events failed (\(error.message)); \(done); run the same command again")
+        }
+    }
+}

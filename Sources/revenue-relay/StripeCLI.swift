@@ -1,0 +1,48 @@
+import ArgumentParser
+import Foundation
+import RelayCore
+import RelayHistory
+
+struct RecoverStripe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stripe",
+        abstract: "Re-ingest Stripe events the relay missed (GET /v1/events).",
+        discussion: """
+            Lists the Stripe events created from --since to --until (default: now) of the types the relay maps, \
+            with apps[].stripe.api, and appends each one the relay never processed (no events recorded for its id, \
+            and its subscription's state does not remember it) to the notifications topic, oldest first, as a \
+            relay-source: stripe-api record. The worker reads each event from Stripe's API and applies it as the \
+            webhook it stands for: the same event ids, delivered to the endpoints as missed events. Stripe keeps 30 \
+            days of events: an older --since is refused. Running it again appends nothing the worker has processed. \
+            A progress line on a terminal; the summary on stdout. Times: a date (2026-11-01), an RFC 3339 time or \
+            Unix milliseconds. Exit 0: done; 64: bad arguments; 69: the log, the backend or Stripe unreachable; \
+            78: bad configuration (no stripe.api) or the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Events Stripe created at or after this time (within the last 30 days).")
+    var since: String
+
+    @Option(help: "Events created before this time (default: now).")
+    var until: String?
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since") ?? 0
+        let until = try time(until, option: "until")
+        let app = options.app
+        let backendURL = options.backendURL
+        let (log, commands) = try await options.open(clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
+            try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        }
+        let progress = progressLine()
+        let summary = try await running(log) { () async throws(CommandFailure) in
+            try await commands.recover(since: since, until: until, progress: progress)
+        }
+        if isatty(2) != 0 { stderrLine("") }
+        printLine("found: \(summary.found)")
+        printLine("already processed: \(summary.alreadyProcessed)")
+        printLine("re-ingested: \(summary.reingested)")
+    }
+}
