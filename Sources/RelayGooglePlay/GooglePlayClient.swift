@@ -71,6 +71,25 @@ public final class GooglePlayClient: Sendable {
             what: "the purchase of product \(productId)", packageName: packageName, purchaseToken: purchaseToken)
     }
 
+    /// `purchases.voidedpurchases.list`: one page of the purchases refunded, charged back or revoked in
+    /// [`startTime`, `endTime`] (Unix ms; Google keeps 30 days), subscriptions included (`type=1`).
+    ///
+    /// `GET {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/voidedpurchases?startTime=&endTime=&maxResults=1000&type=1[&token=]`
+    public func voidedPurchases(packageName: String, startTime: Int64, endTime: Int64, pageToken: String?) async throws(StoreAPIError) -> JSON {
+        guard !packageName.isEmpty else { throw StoreAPIError(.play, kind: .rejected, message: "the package name is empty") }
+        var query = [("startTime", String(startTime)), ("endTime", String(endTime)), ("maxResults", "1000"), ("type", "1")]
+        if let pageToken { query.append(("token", pageToken)) }
+        let url = baseURL + "/androidpublisher/v3/applications/" + PercentEncoding.pathSegment(packageName) + "/purchases/voidedpurchases?"
+            + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug(
+                "Play Developer API call failed; retrying",
+                metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await authorized(url, what: "the voided purchases", packageName: packageName)
+        }
+    }
+
     /// Acknowledges a purchase: `purchases.subscriptions.acknowledge` or `purchases.products.acknowledge`.
     ///
     /// `POST {baseUrl}/androidpublisher/v3/applications/{packageName}/purchases/subscriptions/{productId}/tokens/{purchaseToken}:acknowledge`

@@ -67,17 +67,26 @@ struct HistoryBackend: Sendable {
         }
     }
 
-    /// Every recorded event of an Apple subscription (every page), live and historical, in every environment.
-    func recordedEvents(originalTransactionId: String) async throws(CommandFailure) -> RecordedEvents {
+    /// Every recorded event of a subscription (every page), live and historical, in every environment.
+    func recordedEvents(originalTransactionId: String, store: Store = .apple) async throws(CommandFailure) -> RecordedEvents {
         var recorded = RecordedEvents()
         do {
-            try await client.events([("originalTransactionId", originalTransactionId), ("store", "apple"), ("environment", "ALL")]) { page in
+            try await client.events([("originalTransactionId", originalTransactionId), ("store", store.rawValue), ("environment", "ALL")]) { page in
                 for event in page { recorded.add(event) }
             }
         } catch {
             throw CommandFailure(error, backendURL: url)
         }
         return recorded
+    }
+
+    /// A subscription's stored state, or nil.
+    func subscription(store: Store, id: String) async throws(CommandFailure) -> SubscriptionState? {
+        do {
+            return try await client.subscription(store: store, originalTransactionId: id)
+        } catch {
+            throw CommandFailure(error, backendURL: url)
+        }
     }
 
     /// One page of the backend's list of the application's Apple subscriptions.

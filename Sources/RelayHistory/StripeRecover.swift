@@ -143,12 +143,7 @@ public struct StripeHistoryCommands: Sendable {
     private func processed(_ id: String, subject: String) async throws(Failure) -> Bool {
         if try await backend.hasEvents(notificationId: id) { return true }
         guard subject.hasPrefix("sub_") || subject.hasPrefix("pi_") else { return false }
-        do {
-            let state = try await backend.client.subscription(store: .stripe, originalTransactionId: subject)
-            return state?.recentNotifications.contains { $0.id == id } ?? false
-        } catch {
-            throw CommandFailure(error, backendURL: backend.url)
-        }
+        return try await backend.subscription(store: .stripe, id: subject)?.recentNotifications.contains { $0.id == id } ?? false
     }
 
     static func failure(_ error: StoreAPIError, done: String) -> Failure {

@@ -82,6 +82,8 @@ public final class SubscriptionUpdater: Sendable {
         var notification = notification
         // A Stripe event `recover stripe` re-ingested: the event itself, from Stripe's API.
         if let eventId = notification.stripeEventId { notification = try await stripeEvent(eventId, notification, app: app) }
+        // A voided purchase `recover google` re-ingested: only once Google's Voided Purchases API lists it.
+        if notification.playVoided { try await confirmVoided(notification, app: app) }
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
         // A Stripe or Paddle purchase an app handed over is read from the store's API, as the route did. The
         // route names its subscription (`subject`), so that a repeat replays what was recorded without
@@ -309,6 +311,29 @@ public final class SubscriptionUpdater: Sendable {
             // Acknowledged meanwhile (by the app, or an earlier try whose answer was lost) is done.
             if try await pending() != nil { try refused(error) }
         }
+    }
+
+    /// Finds a re-ingested voided purchase in the Voided Purchases API under the app's package (from a day
+    /// before its voided time, at most 20 pages), or rejects the record (`purchase_not_found`).
+    private func confirmVoided(_ notification: VerifiedNotification, app: RelayConfiguration.App) async throws(NormalizationError) {
+        let voided = notification.payload["voidedPurchaseNotification"]
+        guard let client = play[app.key], let packageName = app.google?.packageName else {
+            throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no google.playApi configured; the voided purchase cannot be confirmed"))
+        }
+        let order = voided?.text("orderId")
+        let token = voided?.text("purchaseToken")
+        let voidedAt = notification.payload.integer("eventTimeMillis") ?? 0
+        var pageToken: String?
+        for _ in 0..<20 {
+            let page = try await playCall(app) { () async throws(StoreAPIError) in
+                try await client.voidedPurchases(
+                    packageName: packageName, startTime: voidedAt - 86_400_000, endTime: Int64(Date().timeIntervalSince1970 * 1000), pageToken: pageToken)
+            }
+            if page["voidedPurchases"]?.arrayValue?.contains(where: { $0.text("orderId") == order && $0.text("purchaseToken") == token }) == true { return }
+            pageToken = page["tokenPagination"]?.text("nextPageToken")
+            if pageToken == nil { break }
+        }
+        throw .rejected(Rejection(.purchaseNotFound, "Google's Voided Purchases API does not list order \(order ?? "-") of this purchase"))
     }
 
     /// The product of the purchase a plan change replaced: its stored state's, else the Play Developer

@@ -77,6 +77,26 @@ public struct GoogleVerifier: Sendable {
         return verified
     }
 
+    /// Verifies a voided purchase `recover google` re-ingested (`relay-source: play-api`): a DeveloperNotification
+    /// of this app's package with a `voidedPurchaseNotification` (`purchaseToken`, `orderId`), id
+    /// `voided:<orderId>`. No push token: what makes it authentic is the Voided Purchases API, in which the
+    /// normalizer finds the order again under this app's package.
+    public func verify(voidedRecord body: [UInt8]) throws(Rejection) -> VerifiedNotification {
+        guard let notification = try? JSON.parse(body), let voided = notification["voidedPurchaseNotification"],
+            let order = voided["orderId"]?.stringValue, !order.isEmpty, voided["purchaseToken"]?.stringValue?.isEmpty == false
+        else {
+            throw Rejection(.malformed, "a play-api record is a DeveloperNotification with a voidedPurchaseNotification {purchaseToken, orderId}")
+        }
+        let packageName = notification["packageName"]?.stringValue
+        guard packageName == configuration.packageName else {
+            throw Rejection(.wrongPackageName, "packageName \(packageName.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(configuration.packageName)\"")
+        }
+        var verified = VerifiedNotification(
+            store: .google, app: app, payload: notification, notificationId: "voided:\(order)", type: DeveloperNotificationKind(notification).name)
+        verified.playVoided = true
+        return verified
+    }
+
     private static func parseToken(_ authorization: String?) throws(Rejection) -> (CompactJWS, String) {
         guard let authorization, !authorization.isEmpty else {
             throw Rejection(.missingSignature, "no Authorization header; enable authentication on the Pub/Sub push subscription")

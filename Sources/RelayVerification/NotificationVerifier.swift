@@ -90,6 +90,7 @@ public final class NotificationVerifier: Sendable {
                 case .apple: [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source]
                 case .promotional: [PromotionalGrant.source]
                 case .stripe: [AppPurchase.source, RawNotification.stripeAPISource]
+                case .google: [AppPurchase.source, RawNotification.playAPISource]
                 default: [AppPurchase.source]
                 }
             guard known.contains(source) else {
@@ -110,6 +111,7 @@ public final class NotificationVerifier: Sendable {
             case .google:
                 guard let google = app.google else { return .rejected(unconfigured) }
                 if notification.source == AppPurchase.source { return .accepted(try google.verify(purchaseRecord: notification.body, receivedAt: notification.receivedAtMilliseconds)) }
+                if notification.source == RawNotification.playAPISource { return .accepted(try google.verify(voidedRecord: notification.body)) }
                 return try await google.verify(
                     body: notification.body, authorization: notification.requestHeaders["authorization"], receivedAtSeconds: receivedAt)
             case .stripe:

@@ -78,6 +78,10 @@ import Testing
         #expect(result.status == 78, "\(result.stderr)")
         #expect(result.stderr.contains("apps[0].stripe.api"), "\(result.stderr)")
         #expect(try await run(["recover", "stripe", "--config", "config/dev.yaml", "--app", "demo"]).status == 64)
+        // Its Google section has no playApi either.
+        let google = try await run(["recover", "google", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
+        #expect(google.status == 78, "\(google.stderr)")
+        #expect(google.stderr.contains("apps[0].google.playApi"), "\(google.stderr)")
     }
 
     @Test func badArgumentsExit64() async throws {

@@ -20,6 +20,9 @@ import Testing
         let products: LockedBox<[String: JSON]>
         /// Every acknowledgement answers 400, as Play does for a purchase it will not acknowledge.
         let refuseAcknowledgements = LockedBox(false)
+        /// The Voided Purchases API's list, served two a page; its first call answers 429.
+        let voided = LockedBox<[JSON]>([])
+        let voidedCalls = LockedBox<[String]>([])
 
         init(subscriptions: [String: JSON], products: [String: JSON] = [:]) {
             self.subscriptions = LockedBox(subscriptions)
@@ -37,6 +40,7 @@ import Testing
             guard request.headers["authorization"] == "Bearer play-token" else { return Self.error(401, "UNAUTHENTICATED") }
             let prefix = "/androidpublisher/v3/applications/com.example.app/purchases/"
             guard request.path.hasPrefix(prefix) else { return Self.error(404, "NOT_FOUND") }
+            if request.method == "GET", request.path.hasPrefix(prefix + "voidedpurchases?") { return voidedPage(request.path) }
             let rest = request.path.dropFirst(prefix.count).split(separator: "/").map { String($0).removingPercentEncoding ?? String($0) }
             switch (request.method, rest.count) {
             case ("GET", 3) where rest[0] == "subscriptionsv2":
@@ -61,6 +65,20 @@ import Testing
             default:
                 return Self.error(404, "NOT_FOUND")
             }
+        }
+
+        func voidedPage(_ path: String) -> TestHTTPResponse {
+            let calls = voidedCalls.withLock { calls -> Int in
+                calls.append(path)
+                return calls.count
+            }
+            if calls == 1 { return Self.error(429, "RESOURCE_EXHAUSTED", "Quota exceeded") }
+            let items = URLComponents(string: "http://play.test" + path)?.queryItems ?? []
+            let start = items.first { $0.name == "token" }.flatMap { Int($0.value ?? "") } ?? 0
+            let list = voided.value
+            var page: [String: JSON] = ["voidedPurchases": .array(Array(list.dropFirst(start).prefix(2)))]
+            if start + 2 < list.count { page["tokenPagination"] = ["nextPageToken": .string(String(start + 2))] }
+            return TestHTTPResponse(body: JSON.object(page).serialized())
         }
 
         static func acknowledge(

@@ -395,6 +395,10 @@ struct MemoryPlay: PlayPurchases {
         return document
     }
 
+    func voidedPurchases(packageName: String, startTime: Int64, endTime: Int64, pageToken: String?) async throws(StoreAPIError) -> JSON {
+        ["voidedPurchases": []]
+    }
+
     /// Scenarios do not acknowledge (their apps leave `acknowledgePurchases` off).
     func acknowledge(packageName: String, productId: String, purchaseToken: String, subscription: Bool) async throws(StoreAPIError) {
         throw StoreAPIError(.play, kind: .rejected, message: "scenarios do not acknowledge purchases", status: 400)

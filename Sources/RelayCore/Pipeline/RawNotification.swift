@@ -46,6 +46,9 @@ public struct RawNotification: Sendable {
     /// The `relay-source` of Stripe events `recover stripe` re-ingests: `{"eventId", "type"}`, read again from
     /// Stripe's API by the worker.
     public static let stripeAPISource = "stripe-api"
+    /// The `relay-source` of voided purchases `recover google` re-ingests: a DeveloperNotification with a
+    /// `voidedPurchaseNotification`, found again in the Voided Purchases API by the worker.
+    public static let playAPISource = "play-api"
 
     public init(
         store: Store, app: String, receivedAtMilliseconds: Int64, body: [UInt8], requestHeaders: [String: String], source: String? = nil,

@@ -5,6 +5,9 @@ public protocol PlayPurchases: Sendable {
     func subscription(packageName: String, purchaseToken: String) async throws(StoreAPIError) -> JSON
     /// `purchases.products.get`: the ProductPurchase of a one-time product's purchase token.
     func product(packageName: String, productId: String, purchaseToken: String) async throws(StoreAPIError) -> JSON
+    /// `purchases.voidedpurchases.list` from `startTime` to `endTime` (Unix ms; `type=1`: subscriptions too),
+    /// one page: `{"voidedPurchases": [...], "tokenPagination": {"nextPageToken"}}`.
+    func voidedPurchases(packageName: String, startTime: Int64, endTime: Int64, pageToken: String?) async throws(StoreAPIError) -> JSON
     /// `purchases.subscriptions.acknowledge` (`subscription`, `productId` the subscription's product id) or
     /// `purchases.products.acknowledge`.
     func acknowledge(packageName: String, productId: String, purchaseToken: String, subscription: Bool) async throws(StoreAPIError)

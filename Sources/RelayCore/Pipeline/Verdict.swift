@@ -83,6 +83,9 @@ public struct VerifiedNotification: Sendable {
     /// A Stripe event `recover stripe` re-ingested (`relay-source: stripe-api`): its id, which the
     /// normalizer reads from Stripe's API before anything else.
     public var stripeEventId: String?
+    /// A voided purchase `recover google` re-ingested (`relay-source: play-api`): the normalizer finds it
+    /// in the Voided Purchases API before anything else.
+    public var playVoided = false
 
     public init(
         store: Store, app: String, payload: JSON, notificationId: String?, type: String?, subtype: String? = nil,

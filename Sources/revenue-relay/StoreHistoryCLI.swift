@@ -46,3 +46,47 @@ struct RecoverStripe: AsyncParsableCommand {
         printLine("re-ingested: \(summary.reingested)")
     }
 }
+
+struct RecoverGoogle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "google",
+        abstract: "Re-ingest Google Play refunds, chargebacks and revocations the relay missed (the Voided Purchases API).",
+        discussion: """
+            Lists the purchases Google voided from --since to --until (default: now) with apps[].google.playApi, \
+            and appends each one the relay never recorded (no refund of its order among its purchase token's events) \
+            to the notifications topic, oldest first, as the voided-purchase notification Play would have pushed \
+            (relay-source: play-api, id voided:<orderId>). The worker finds each again in the Voided Purchases API \
+            before it applies it: the refund takes the money back and, when Google revoked the purchase, the \
+            access. Google lists 30 days: an older --since is refused. Running it again appends nothing the worker \
+            has processed. The service account needs "View financial data" in Play Console. Times: a date, an \
+            RFC 3339 time or Unix milliseconds. Exit 0: done; 64: bad arguments; 69: the log, the backend or the \
+            Play Developer API unreachable; 78: bad configuration (no playApi) or the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Purchases voided at or after this time (within the last 30 days).")
+    var since: String
+
+    @Option(help: "Purchases voided before this time (default: now).")
+    var until: String?
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since") ?? 0
+        let until = try time(until, option: "until")
+        let app = options.app
+        let backendURL = options.backendURL
+        let (log, commands) = try await options.open(clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
+            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        }
+        let progress = progressLine()
+        let summary = try await running(log) { () async throws(CommandFailure) in
+            try await commands.recover(since: since, until: until, progress: progress)
+        }
+        if isatty(2) != 0 { stderrLine("") }
+        printLine("found: \(summary.found)")
+        printLine("already recorded: \(summary.alreadyProcessed)")
+        printLine("re-ingested: \(summary.reingested)")
+    }
+}

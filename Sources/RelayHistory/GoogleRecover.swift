@@ -1,0 +1,171 @@
+import Foundation
+public import Logging
+public import RelayConfig
+public import RelayCore
+import RelayGooglePlay
+public import RelayHTTPClient
+
+/// `revenue-relay recover google`: purchases Google refunded, charged back or revoked that the relay never
+/// heard of (Play's voided-purchase notification lost in an outage, or never configured), from the Voided
+/// Purchases API, re-ingested through the normal path so that a refund still takes access away and counts.
+/// Each is appended as the DeveloperNotification Play would have pushed (`voidedPurchaseNotification`), with
+/// `relay-source: play-api` and id `voided:<orderId>`; the worker finds it again in the Voided Purchases
+/// API under the app's package before it applies it.
+public struct GoogleHistoryCommands: Sendable {
+    public typealias Failure = CommandFailure
+
+    /// The days of voided purchases Google lists.
+    public static let voidedDays: Int64 = 30
+
+    public let app: RelayConfiguration.App
+    let packageName: String
+    let client: any PlayPurchases
+    let producer: any RecordProducer
+    let topic: String
+    let backend: HistoryBackend
+    let now: @Sendable () -> Int64
+
+    public init(
+        configuration: RelayConfiguration, appKey: String, producer: any RecordProducer, backendURL: String? = nil,
+        http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
+        now: (@Sendable () -> Int64)? = nil
+    ) throws(Failure) {
+        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
+            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
+        }
+        let app = configuration.apps[index]
+        guard let google = app.google else {
+            throw Failure(.configuration, "app \(appKey) has no google section (apps[\(index)].google); the Google Play commands need one")
+        }
+        guard let playApi = google.playApi else {
+            throw Failure(
+                .configuration,
+                "app \(appKey) has no Play Developer API: set apps[\(index)].google.playApi {serviceAccountKey} to a service account allowed to view financial data")
+        }
+        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
+            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
+        }
+        do {
+            client = try GooglePlayClient(configuration: playApi, http: http, logger: logger)
+        } catch {
+            throw Failure(.configuration, "apps[\(index)].google.playApi: \(error.message)")
+        }
+        self.app = app
+        self.packageName = google.packageName
+        self.producer = producer
+        self.topic = configuration.topics.notifications
+        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
+        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+    }
+
+    /// What `recover google` did.
+    public struct RecoverSummary: Sendable, Equatable {
+        /// Voided purchases Google listed for the period.
+        public var found = 0
+        /// Of those, refunds the relay already recorded (a cancellation of the order), or applied.
+        public var alreadyProcessed = 0
+        /// Appended to the notifications topic for the worker.
+        public var reingested = 0
+
+        public init(found: Int = 0, alreadyProcessed: Int = 0, reingested: Int = 0) {
+            self.found = found
+            self.alreadyProcessed = alreadyProcessed
+            self.reingested = reingested
+        }
+    }
+
+    /// Lists the voided purchases of [`since`, `until`) (Unix ms; `until` nil: now) and appends each the relay
+    /// never recorded, oldest first. Recorded means a refund (a `cancellation` with reason CUSTOMER_SUPPORT)
+    /// of the order among the purchase token's events, or `voided:<orderId>` remembered by its state.
+    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+        let now = self.now()
+        let oldest = now - Self.voidedDays * 86_400_000
+        guard since >= oldest else {
+            throw Failure(
+                .badArguments,
+                "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the \(Self.voidedDays) days of voided purchases Google lists;"
+                    + " use --since \(Timestamp.rfc3339(milliseconds: oldest + 60_000)) or later")
+        }
+        let end = min(until ?? now, now)
+        guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
+        var summary = RecoverSummary()
+        var missed: [(voided: JSON, time: Int64)] = []
+        var pageToken: String?
+        var pages = 0
+        repeat {
+            let page: JSON
+            do {
+                page = try await client.voidedPurchases(packageName: packageName, startTime: since, endTime: end, pageToken: pageToken)
+            } catch {
+                throw Self.failure(error)
+            }
+            pages += 1
+            for voided in page["voidedPurchases"]?.arrayValue ?? [] {
+                guard let token = voided["purchaseToken"]?.stringValue, let order = voided["orderId"]?.stringValue else { continue }
+                summary.found += 1
+                if try await backend.recordedEvents(originalTransactionId: token, store: .google).revokedTransactionIds.contains(order) {
+                    summary.alreadyProcessed += 1
+                    continue
+                }
+                let state = try await backend.subscription(store: .google, id: token)
+                if state?.recentNotifications.contains(where: { $0.id == "voided:\(order)" }) == true {
+                    summary.alreadyProcessed += 1
+                    continue
+                }
+                missed.append((voided, Self.milliseconds(voided["voidedTimeMillis"]) ?? now))
+            }
+            pageToken = page["tokenPagination"]?["nextPageToken"]?.stringValue
+            progress("page \(pages): \(summary.found) voided purchases, \(summary.alreadyProcessed) already recorded, \(missed.count) missed")
+        } while pageToken != nil
+        var records: [OutgoingRecord] = []
+        for (voided, time) in missed.sorted(by: { $0.time < $1.time }) {
+            guard let token = voided["purchaseToken"]?.stringValue else { continue }
+            let notification: JSON = [
+                "version": "1.0", "packageName": .string(packageName), "eventTimeMillis": .string(String(time)),
+                "voidedPurchaseNotification": [
+                    "purchaseToken": .string(token), "orderId": voided["orderId"] ?? .null, "productType": .integer(try await productType(token)),
+                    // A quantity-based partial refund names its quantity; anything else voids the whole order.
+                    "refundType": .integer(voided["voidedQuantity"].map { $0.isNull ? 1 : 2 } ?? 1),
+                ],
+            ]
+            records.append(
+                RawNotification(
+                    store: .google, app: app.key, receivedAtMilliseconds: self.now(), body: notification.serialized(), requestHeaders: [:],
+                    source: RawNotification.playAPISource
+                ).record(topic: topic, subject: token))
+        }
+        if !records.isEmpty {
+            do {
+                _ = try await producer.produce(records)
+            } catch {
+                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
+            }
+        }
+        summary.reingested = records.count
+        return summary
+    }
+
+    /// Play's `productType` of a voided purchase, which the Voided Purchases API does not say: 1 for a
+    /// subscription (a stored state that expires, or one the Play API knows as a subscription), else 2.
+    private func productType(_ token: String) async throws(Failure) -> Int64 {
+        if let state = try await backend.subscription(store: .google, id: token) { return state.expiresAt == nil && !state.autoRenew ? 2 : 1 }
+        do {
+            _ = try await client.subscription(packageName: packageName, purchaseToken: token)
+            return 1
+        } catch {
+            if error.kind == .notFound { return 2 }
+            throw Self.failure(error)
+        }
+    }
+
+    static func milliseconds(_ value: JSON?) -> Int64? {
+        value?.int64Value ?? value?.stringValue.flatMap { Int64($0) }
+    }
+
+    static func failure(_ error: StoreAPIError) -> Failure {
+        switch error.kind {
+        case .configuration, .rejected: Failure(.configuration, "the Play Developer API refused the request: \(error.message)")
+        default: Failure(.unavailable, "reading Google's voided purchases failed (\(error.message)); run the same command again")
+        }
+    }
+}
