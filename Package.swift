@@ -221,7 +221,7 @@ let package = Package(
         .target(
             name: "RelayHistory",
             dependencies: [
-                "RelayCore", "RelayConfig", "RelayAppStoreAPI", "RelayBackend", "RelayHTTPClient", "RelayVerification", "RelayStripe", "RelayGooglePlay",
+                "RelayCore", "RelayConfig", "RelayAppStoreAPI", "RelayBackend", "RelayHTTPClient", "RelayVerification", "RelayStripe", "RelayGooglePlay", "RelayPaddle",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -39,6 +39,14 @@ public final class PaddleClient: Sendable {
         return clients
     }
 
+    private func call(_ method: String, _ url: String, what: String, whole: Bool) async throws(StoreAPIError) -> JSON {
+        try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+            logger.debug("Paddle API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await send(method, url, what: what, whole: whole)
+        }
+    }
+
     private func read(_ prefix: String, _ id: String, what: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.paddle, kind: .rejected, message: "the \(what) id is empty") }
         let url = baseURL + prefix + PercentEncoding.pathSegment(id)
@@ -50,19 +58,26 @@ public final class PaddleClient: Sendable {
     }
 
     private func get(_ url: String, what: String) async throws(StoreAPIError) -> JSON {
+        try await send("GET", url, what: what, whole: false)
+    }
+
+    /// One request: `data` of a 2xx answer (the whole document with `whole`), or the error its status means.
+    private func send(_ method: String, _ url: String, what: String, whole: Bool) async throws(StoreAPIError) -> JSON {
         let response: HTTPClientResponse
         do {
-            response = try await http.send("GET", url, headers: [("Authorization", "Bearer \(apiKey)"), ("Accept", "application/json")])
+            var headers = [("Authorization", "Bearer \(apiKey)"), ("Accept", "application/json")]
+            if method == "POST" { headers.append(("Content-Type", "application/json")) }
+            response = try await http.send(method, url, headers: headers, body: method == "POST" ? Array("{}".utf8) : nil)
         } catch {
             throw StoreAPIError.transport(error, api: .paddle, endpoint: "the Paddle API at \(baseURL)", setting: "paddle.api.baseUrl")
         }
         let status = response.status
         switch status {
         case 200..<300:
-            guard let document = try? JSON.parse(response.body), let data = document["data"], case .object = data else {
-                throw StoreAPIError(.paddle, kind: .invalidResponse, message: "\(what) came back as HTTP \(status) without a data object")
+            guard let document = try? JSON.parse(response.body), let data = document["data"], data.objectValue != nil || data.arrayValue != nil else {
+                throw StoreAPIError(.paddle, kind: .invalidResponse, message: "\(what) came back as HTTP \(status) without data")
             }
-            return data
+            return whole ? document : data
         case 404:
             throw StoreAPIError(.paddle, kind: .notFound, message: "Paddle does not know \(what) (HTTP 404): it belongs to another account or environment")
         case 429, 500...:
@@ -83,5 +98,19 @@ extension PaddleClient: PaddleReads {
     /// `GET /subscriptions/{id}`.
     public func subscription(_ id: String) async throws(StoreAPIError) -> JSON {
         try await read("/subscriptions/", id, what: "subscription")
+    }
+
+    /// `GET /notifications?from=&to=&per_page=200[&after=]`: a page, with `meta.pagination` (`has_more`, `next`).
+    public func notifications(from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("from", from), ("to", to), ("per_page", "200")]
+        if let after { query.append(("after", after)) }
+        let url = baseURL + "/notifications?" + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        return try await call("GET", url, what: "the notifications list", whole: true)
+    }
+
+    /// `POST /notifications/{id}/replay`: Paddle sends it again to its notification destination.
+    public func replayNotification(_ id: String) async throws(StoreAPIError) -> JSON {
+        guard !id.isEmpty else { throw StoreAPIError(.paddle, kind: .rejected, message: "the notification id is empty") }
+        return try await call("POST", baseURL + "/notifications/" + PercentEncoding.pathSegment(id) + "/replay", what: "replaying notification \(id)", whole: false)
     }
 }

@@ -15,7 +15,7 @@ struct Import: AsyncParsableCommand {
 /// `revenue-relay recover`: notifications a store sent and the relay missed (today: `recover apple`).
 struct Recover: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Re-ingest store notifications the relay missed, from the store's notification history.", subcommands: [RecoverApple.self, RecoverGoogle.self, RecoverStripe.self])
+        abstract: "Re-ingest store notifications the relay missed, from the store's notification history.", subcommands: [RecoverApple.self, RecoverGoogle.self, RecoverPaddle.self, RecoverStripe.self])
 }
 
 /// `revenue-relay reconcile`: stored states against the store's own (today: `reconcile apple`).

@@ -90,3 +90,47 @@ struct RecoverGoogle: AsyncParsableCommand {
         printLine("re-ingested: \(summary.reingested)")
     }
 }
+
+struct RecoverPaddle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "paddle",
+        abstract: "Have Paddle send again the notifications whose events the relay missed (notification replay).",
+        discussion: """
+            Lists the notifications Paddle sent from --since to --until (default: now) with apps[].paddle.api and, \
+            for each event of a type the relay maps that it never processed (no events recorded for its event_id, \
+            and its subscription's state does not remember it), asks Paddle to replay the event's first \
+            notification (POST /notifications/{id}/replay). Paddle signs and sends it to the notification \
+            destination, the relay's ingest, where it goes through the unchanged path. Replays arrive \
+            asynchronously. Times: a date, an RFC 3339 time or Unix milliseconds. Exit 0: done; 64: bad \
+            arguments; 69: the backend or Paddle unreachable; 78: bad configuration (no paddle.api) or the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Notifications Paddle sent at or after this time.")
+    var since: String
+
+    @Option(help: "Notifications sent before this time (default: now).")
+    var until: String?
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since") ?? 0
+        let until = try time(until, option: "until")
+        let app = options.app
+        let backendURL = options.backendURL
+        // Nothing is appended to the log: Paddle sends the replays to the ingest. The log is opened (and
+        // closed at once) only so the options mean what they mean for the other stores.
+        let (log, commands) = try await options.open(clientID: "revenue-relay-recover") { configuration, _, logger throws(CommandFailure) in
+            try PaddleHistoryCommands(configuration: configuration, appKey: app, backendURL: backendURL, logger: logger)
+        }
+        let progress = progressLine()
+        let summary = try await running(log) { () async throws(CommandFailure) in
+            try await commands.recover(since: since, until: until, progress: progress)
+        }
+        if isatty(2) != 0 { stderrLine("") }
+        printLine("found: \(summary.found)")
+        printLine("already processed: \(summary.alreadyProcessed)")
+        printLine("replayed: \(summary.replayed)")
+    }
+}

@@ -82,6 +82,10 @@ import Testing
         let google = try await run(["recover", "google", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
         #expect(google.status == 78, "\(google.stderr)")
         #expect(google.stderr.contains("apps[0].google.playApi"), "\(google.stderr)")
+        // And its Paddle section no api.
+        let paddle = try await run(["recover", "paddle", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
+        #expect(paddle.status == 78, "\(paddle.stderr)")
+        #expect(paddle.stderr.contains("apps[0].paddle.api"), "\(paddle.stderr)")
     }
 
     @Test func badArgumentsExit64() async throws {

@@ -50,6 +50,20 @@ public protocol PaddleReads: Sendable {
     func transaction(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /subscriptions/{id}`: the Subscription (`data`).
     func subscription(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /notifications?from=&to=&per_page=200[&after=]`: one page of the notifications Paddle sent (the
+    /// whole answer: `data` and `meta.pagination`).
+    func notifications(from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON
+    /// `POST /notifications/{id}/replay`: Paddle sends the notification again, signed, to its destination.
+    func replayNotification(_ id: String) async throws(StoreAPIError) -> JSON
+}
+
+/// The Paddle events the relay maps (`PaddleMapping`): what `recover paddle` replays.
+public enum PaddleEventTypes {
+    public static let mapped: Set<String> = [
+        "subscription.created", "subscription.updated", "subscription.canceled", "subscription.paused", "subscription.resumed",
+        "subscription.past_due", "subscription.activated", "subscription.trialing", "subscription.imported", "transaction.completed",
+        "adjustment.created", "adjustment.updated",
+    ]
 }
 
 /// The store APIs of each app, by app key: what the composition root built from the configuration

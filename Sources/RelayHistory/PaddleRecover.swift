@@ -1,0 +1,132 @@
+import Foundation
+public import Logging
+public import RelayConfig
+public import RelayCore
+public import RelayHTTPClient
+import RelayPaddle
+
+/// `revenue-relay recover paddle`: Paddle notifications whose events this deployment never processed (an
+/// outage longer than Paddle's retries), sent again by Paddle itself: the command lists the notifications
+/// Paddle sent in the period and asks Paddle to replay the first of each missed event
+/// (`POST /notifications/{id}/replay`). Paddle signs and sends it to the ingest like any notification, so
+/// it goes through the unchanged path: verified by its signature, recorded, applied once (its `event_id` is
+/// the original's, so the relay recognizes a repeat).
+public struct PaddleHistoryCommands: Sendable {
+    public typealias Failure = CommandFailure
+
+    public let app: RelayConfiguration.App
+    let client: any PaddleReads
+    let backend: HistoryBackend
+    let now: @Sendable () -> Int64
+
+    public init(
+        configuration: RelayConfiguration, appKey: String, backendURL: String? = nil,
+        http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
+        now: (@Sendable () -> Int64)? = nil
+    ) throws(Failure) {
+        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
+            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
+        }
+        let app = configuration.apps[index]
+        guard let paddle = app.paddle else {
+            throw Failure(.configuration, "app \(appKey) has no paddle section (apps[\(index)].paddle); the Paddle commands need one")
+        }
+        guard let api = paddle.api else {
+            throw Failure(
+                .configuration,
+                "app \(appKey) has no Paddle API key: set apps[\(index)].paddle.api {apiKey} to a key that may read and replay notifications")
+        }
+        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
+            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
+        }
+        self.app = app
+        self.client = PaddleClient(configuration: api, http: http, logger: logger)
+        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
+        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+    }
+
+    /// What `recover paddle` did.
+    public struct RecoverSummary: Sendable, Equatable {
+        /// Events (of the types the relay maps) Paddle notified in the period.
+        public var found = 0
+        /// Of those, events the relay already processed.
+        public var alreadyProcessed = 0
+        /// Notifications Paddle was asked to send again.
+        public var replayed = 0
+
+        public init(found: Int = 0, alreadyProcessed: Int = 0, replayed: Int = 0) {
+            self.found = found
+            self.alreadyProcessed = alreadyProcessed
+            self.replayed = replayed
+        }
+    }
+
+    /// Lists the notifications of [`since`, `until`) (Unix ms; `until` nil: now); for each event of a type
+    /// the relay maps that it never processed (no events recorded for its `event_id`, and its subscription's
+    /// state does not remember it), asks Paddle to replay its first notification, oldest first. Paddle sends
+    /// replays asynchronously: the summary counts requests, and a run right after may find them unprocessed yet.
+    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+        let now = self.now()
+        let end = min(until ?? now, now)
+        guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
+        var summary = RecoverSummary()
+        var events: [String: (notification: String, occurredAt: String, subject: String)] = [:]
+        var after: String?
+        var pages = 0
+        repeat {
+            let page: JSON
+            do {
+                page = try await client.notifications(
+                    from: Timestamp.rfc3339(milliseconds: since), to: Timestamp.rfc3339(milliseconds: end), after: after)
+            } catch {
+                throw Self.failure(error, done: "nothing was replayed yet")
+            }
+            pages += 1
+            let notifications = page["data"]?.arrayValue ?? []
+            for notification in notifications {
+                guard let id = notification["id"]?.stringValue, let payload = notification["payload"],
+                    let eventId = payload["event_id"]?.stringValue, PaddleEventTypes.mapped.contains(payload["event_type"]?.stringValue ?? "")
+                else { continue }
+                let occurred = payload["occurred_at"]?.stringValue ?? notification["occurred_at"]?.stringValue ?? ""
+                // One notification a Paddle event: the first sent (retries and replays name the same event).
+                if let known = events[eventId], known.occurredAt <= occurred, known.notification < id { continue }
+                if events[eventId] == nil { summary.found += 1 }
+                events[eventId] = (id, occurred, NotificationSubject.extract(store: .paddle, body: payload.serialized()))
+            }
+            let pagination = page["meta"]?["pagination"]
+            after = pagination?["has_more"]?.boolValue == true ? notifications.last?["id"]?.stringValue : nil
+            progress("page \(pages): \(summary.found) events")
+        } while after != nil
+        var missed: [(notification: String, occurredAt: String)] = []
+        for (eventId, notification) in events {
+            var processed = false
+            if notification.subject.hasPrefix("sub_") || notification.subject.hasPrefix("txn_") {
+                processed = try await backend.subscription(store: .paddle, id: notification.subject)?.recentNotifications.contains { $0.id == eventId } ?? false
+            }
+            if !processed { processed = try await backend.hasEvents(notificationId: eventId) }
+            if processed {
+                summary.alreadyProcessed += 1
+            } else {
+                missed.append((notification.notification, notification.occurredAt))
+            }
+        }
+        for notification in missed.sorted(by: { ($0.occurredAt, $0.notification) < ($1.occurredAt, $1.notification) }) {
+            do {
+                _ = try await client.replayNotification(notification.notification)
+            } catch {
+                throw Self.failure(error, done: "\(summary.replayed) notifications were replayed before")
+            }
+            summary.replayed += 1
+            progress("replayed \(summary.replayed) of \(missed.count)")
+        }
+        return summary
+    }
+
+    static func failure(_ error: StoreAPIError, done: String) -> Failure {
+        switch error.kind {
+        case .configuration: Failure(.configuration, error.message)
+        case .rejected: Failure(.configuration, "Paddle refused the request: \(error.message)")
+        default: Failure(.unavailable, "the Paddle API failed (\(error.message)); \(done); run the same command again")
+        }
+    }
+}
