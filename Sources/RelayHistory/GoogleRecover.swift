@@ -19,11 +19,11 @@ public struct GoogleHistoryCommands: Sendable {
 
     public let app: RelayConfiguration.App
     let packageName: String
+    let now: @Sendable () -> Int64
     let client: any PlayPurchases
     let producer: any RecordProducer
     let topic: String
     let backend: HistoryBackend
-    let now: @Sendable () -> Int64
 
     public init(
         configuration: RelayConfiguration, appKey: String, producer: any RecordProducer, backendURL: String? = nil,

@@ -50,14 +50,24 @@ public struct GoogleVerifier: Sendable {
     /// normalizer reads for the token under this app's package (a token of another package is unknown there).
     /// The result is the DeveloperNotification Play sends for such a purchase (SUBSCRIPTION_PURCHASED, or
     /// ONE_TIME_PRODUCT_PURCHASED), dated when the relay received it, with the purchaser attached.
-    public func verify(purchaseRecord body: [UInt8], receivedAt: Int64) throws(Rejection) -> VerifiedNotification {
-        guard let document = try? JSON.parse(body), let purchaser = AppPurchase.Purchaser(body: document),
-            let productId = document["productId"]?.stringValue, !productId.isEmpty,
+    ///
+    /// An import's record (`relay-source: play-api` with a `purchaseToken`, `import google`) has the same
+    /// shape without a purchaser: `{"productId", "purchaseToken", "kind", "appUserId"?}`, id `import:<token>`;
+    /// with `appUserId` it binds the purchase to that user as a hand-over does.
+    public func verify(purchaseRecord body: [UInt8], receivedAt: Int64, imported: Bool = false) throws(Rejection) -> VerifiedNotification {
+        guard let document = try? JSON.parse(body), let productId = document["productId"]?.stringValue, !productId.isEmpty,
             let token = document["purchaseToken"]?.stringValue, !token.isEmpty
         else {
+            throw Rejection(.malformed, #"a purchase record's body is not {"productId", "purchaseToken", "kind", ...}"#)
+        }
+        var purchaser = AppPurchase.Purchaser(body: document)
+        if imported, purchaser == nil, let user = document["appUserId"]?.stringValue, !user.isEmpty {
+            purchaser = AppPurchase.Purchaser(appUserId: user, transferPolicy: "keep", purchaseId: "import:\(token)")
+        }
+        guard imported || purchaser != nil else {
             throw Rejection(.malformed, #"an app-purchase record's body is not {"productId", "purchaseToken", "kind", "appUserId", "purchaseId", "transferPolicy"}"#)
         }
-        let id = AppPurchase.notificationId(purchaser.purchaseId)
+        let id = imported ? "import:\(token)" : AppPurchase.notificationId(purchaser?.purchaseId ?? "")
         var notification: [String: JSON] = [
             "version": "1.0", "packageName": .string(configuration.packageName), "eventTimeMillis": .string(String(receivedAt)),
         ]
@@ -74,6 +84,7 @@ public struct GoogleVerifier: Sendable {
         var verified = VerifiedNotification(
             store: .google, app: app, payload: payload, notificationId: id, type: DeveloperNotificationKind(payload).name, subtype: nil, environment: nil)
         verified.purchaser = purchaser
+        verified.imported = imported
         return verified
     }
 

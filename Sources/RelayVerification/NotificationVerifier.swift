@@ -111,7 +111,13 @@ public final class NotificationVerifier: Sendable {
             case .google:
                 guard let google = app.google else { return .rejected(unconfigured) }
                 if notification.source == AppPurchase.source { return .accepted(try google.verify(purchaseRecord: notification.body, receivedAt: notification.receivedAtMilliseconds)) }
-                if notification.source == RawNotification.playAPISource { return .accepted(try google.verify(voidedRecord: notification.body)) }
+                if notification.source == RawNotification.playAPISource {
+                    // `import google`'s purchases, else `recover google`'s voided purchases.
+                    if (try? JSON.parse(notification.body))?["purchaseToken"] != nil {
+                        return .accepted(try google.verify(purchaseRecord: notification.body, receivedAt: notification.receivedAtMilliseconds, imported: true))
+                    }
+                    return .accepted(try google.verify(voidedRecord: notification.body))
+                }
                 return try await google.verify(
                     body: notification.body, authorization: notification.requestHeaders["authorization"], receivedAtSeconds: receivedAt)
             case .stripe:

@@ -134,3 +134,55 @@ struct RecoverPaddle: AsyncParsableCommand {
         printLine("replayed: \(summary.replayed)")
     }
 }
+
+struct ImportGoogle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "google",
+        abstract: "Import Google Play purchases named in a file (purchase token, product id, app user id) as historical events.",
+        discussion: """
+            Google Play lists no app's purchases, so the file names them: one a line, purchaseToken,productId[,appUserId], \
+            or CSV with a header naming purchase_token, product_id and app_user_id (as RevenueCat's Google import \
+            takes them). Each is read from the Play Developer API with apps[].google.playApi (a subscription, else a \
+            one-time product) and appended as a relay-source: play-api record; the worker reads it again and applies \
+            it as Play's purchase notification: the state as Play knows it now and the purchase's event, recorded \
+            as historical and, unless --deliver, not sent to endpoints; bound to the app user when the line names \
+            one. Play's API lists no past renewals. Purchases the relay already holds are skipped, so running it \
+            again (or after an interruption) imports only the rest. Exit 0: done; 64: bad arguments or an \
+            unreadable file; 69: the log, the backend or the Play API unreachable; 78: bad configuration (no playApi).
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "The file of purchases: purchaseToken,productId[,appUserId] a line, or CSV with a header.")
+    var file: String
+
+    @Flag(help: "Send the imported events to the endpoints too (default: recorded only).")
+    var deliver = false
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read --file \(file)") }
+        let purchases: [GoogleHistoryCommands.ImportLine]
+        do {
+            purchases = try GoogleHistoryCommands.parseImportFile(String(decoding: data, as: UTF8.self))
+        } catch {
+            FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
+            throw ExitCode(error.exitCode)
+        }
+        let app = options.app
+        let backendURL = options.backendURL
+        let (log, commands) = try await options.open(clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
+            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        }
+        let progress = progressLine()
+        let deliver = deliver
+        let summary = try await running(log) { () async throws(CommandFailure) in
+            try await commands.importPurchases(purchases, deliver: deliver, progress: progress)
+        }
+        if isatty(2) != 0 { stderrLine("") }
+        printLine("purchases: \(summary.purchases)")
+        printLine("imported: \(summary.imported)")
+        printLine("already known: \(summary.alreadyKnown)")
+        printLine("unknown to Google Play: \(summary.unknown)")
+    }
+}

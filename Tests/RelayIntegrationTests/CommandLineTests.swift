@@ -82,6 +82,11 @@ import Testing
         let google = try await run(["recover", "google", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
         #expect(google.status == 78, "\(google.stderr)")
         #expect(google.stderr.contains("apps[0].google.playApi"), "\(google.stderr)")
+        let importing = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("import") + ".csv")
+        try Data("tok-1,pro_monthly\n".utf8).write(to: importing)
+        let imported = try await run(["import", "google", "--config", "config/dev.yaml", "--app", "demo", "--file", importing.path])
+        #expect(imported.status == 78, "\(imported.stderr)")
+        #expect(try await run(["import", "google", "--config", "config/dev.yaml", "--app", "demo", "--file", "/nonexistent.csv"]).status == 64)
         // And its Paddle section no api.
         let paddle = try await run(["recover", "paddle", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
         #expect(paddle.status == 78, "\(paddle.stderr)")
