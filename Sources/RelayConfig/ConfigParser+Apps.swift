@@ -230,11 +230,12 @@ extension ConfigParser {
         }
         let sandbox = paddle.environment == "SANDBOX"
         paddle.api = try map.optional("api") { (node) throws(ConfigurationError) -> RelayConfiguration.PaddleAPI in
-            let map = try node.mapping(known: ["apiKey", "baseUrl"])
+            let map = try node.mapping(known: ["apiKey", "baseUrl", "notificationSettingId"])
             var api = RelayConfiguration.PaddleAPI(
                 apiKey: try map.required("apiKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
                 baseUrl: sandbox ? RelayConfiguration.PaddleAPI.sandboxURL : RelayConfiguration.PaddleAPI.productionURL)
             if let value = try map.optional("baseUrl", httpURL) { api.baseUrl = value }
+            api.notificationSettingId = try map.optional("notificationSettingId") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
             return api
         }
         return paddle

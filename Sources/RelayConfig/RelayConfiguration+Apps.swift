@@ -230,6 +230,8 @@ extension RelayConfiguration {
         public var apiKey: String
         /// Default: Paddle's production API, or its sandbox's with `environment: SANDBOX`.
         public var baseUrl: String
+        /// The notification destination (`ntfset_…`) that sends to the relay: what `recover paddle` lists and replays.
+        public var notificationSettingId: String?
 
         public init(apiKey: String, baseUrl: String = PaddleAPI.productionURL) {
             self.apiKey = apiKey

@@ -61,7 +61,7 @@ extension GoogleHistoryCommands {
         for (number, line) in lines.enumerated() {
             let row = cells(line)
             guard row.count > max(columns.token, columns.product), !row[columns.token].isEmpty, !row[columns.product].isEmpty else {
-                throw Failure(.badArguments, "line \(number + 1) is not purchaseToken,productId[,appUserId]: \(line.prefix(120))")
+                throw Failure(.badArguments, "line \(number + 1) is not purchaseToken,productId[,appUserId] (\(row.count) cells)")
             }
             let user = columns.user >= 0 && row.count > columns.user && !row[columns.user].isEmpty ? row[columns.user] : nil
             result.append(ImportLine(purchaseToken: row[columns.token], productId: row[columns.product], appUserId: user))
@@ -93,15 +93,19 @@ extension GoogleHistoryCommands {
                 summary.alreadyKnown += 1
             } else {
                 var kind = "subscription"
+                var purchasedAt: Int64?
                 do {
-                    _ = try await client.subscription(packageName: packageName, purchaseToken: line.purchaseToken)
+                    let purchase = try await client.subscription(packageName: packageName, purchaseToken: line.purchaseToken)
+                    purchasedAt = Timestamp.milliseconds(purchase["startTime"]?.stringValue)
                 } catch {
-                    guard error.kind == .notFound else { throw Self.failure(error) }
+                    // Not a subscription's token: 404, or 400 for a one-time product's.
+                    guard error.kind == .notFound || error.status == 400 else { throw Self.failure(error) }
                     do {
-                        _ = try await client.product(packageName: packageName, productId: line.productId, purchaseToken: line.purchaseToken)
+                        let purchase = try await client.product(packageName: packageName, productId: line.productId, purchaseToken: line.purchaseToken)
+                        purchasedAt = Self.milliseconds(purchase["purchaseTimeMillis"])
                         kind = "product"
                     } catch {
-                        guard error.kind == .notFound else { throw Self.failure(error) }
+                        guard error.kind == .notFound || error.status == 400 else { throw Self.failure(error) }
                         kind = ""
                     }
                 }
@@ -109,6 +113,8 @@ extension GoogleHistoryCommands {
                     summary.unknown += 1
                 } else {
                     var body: [String: JSON] = ["purchaseToken": .string(line.purchaseToken), "productId": .string(line.productId), "kind": .string(kind)]
+                    // The purchase happened then, not on the import's day: revenue by day puts it there.
+                    if let purchasedAt { body["eventTime"] = .integer(purchasedAt) }
                     if let user = line.appUserId { body["appUserId"] = .string(user) }
                     batch.append(
                         RawNotification(

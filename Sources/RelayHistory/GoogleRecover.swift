@@ -146,14 +146,16 @@ public struct GoogleHistoryCommands: Sendable {
     }
 
     /// Play's `productType` of a voided purchase, which the Voided Purchases API does not say: 1 for a
-    /// subscription (a stored state that expires, or one the Play API knows as a subscription), else 2.
+    /// subscription (a stored state that expires, or one the Play API knows as a subscription), else 2. The
+    /// worker decides it again from what it holds and Google answers; this only keys the record.
     private func productType(_ token: String) async throws(Failure) -> Int64 {
         if let state = try await backend.subscription(store: .google, id: token) { return state.expiresAt == nil && !state.autoRenew ? 2 : 1 }
         do {
             _ = try await client.subscription(packageName: packageName, purchaseToken: token)
             return 1
         } catch {
-            if error.kind == .notFound { return 2 }
+            // Not a subscription's token: 404, or 400 for a one-time product's.
+            if error.kind == .notFound || error.status == 400 { return 2 }
             throw Self.failure(error)
         }
     }

@@ -15,6 +15,8 @@ public struct PaddleHistoryCommands: Sendable {
     public typealias Failure = CommandFailure
 
     public let app: RelayConfiguration.App
+    /// The destination whose notifications are listed and replayed.
+    let settingId: String
     let client: any PaddleReads
     let backend: HistoryBackend
     let now: @Sendable () -> Int64
@@ -39,6 +41,12 @@ public struct PaddleHistoryCommands: Sendable {
         guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
             throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
         }
+        guard let settingId = api.notificationSettingId else {
+            throw Failure(
+                .configuration,
+                "app \(appKey) names no notification destination: set apps[\(index)].paddle.api.notificationSettingId to the ntfset_… that sends to the relay's ingest (replays go to it)")
+        }
+        self.settingId = settingId
         self.app = app
         self.client = PaddleClient(configuration: api, http: http, logger: logger)
         self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
@@ -53,11 +61,14 @@ public struct PaddleHistoryCommands: Sendable {
         public var alreadyProcessed = 0
         /// Notifications Paddle was asked to send again.
         public var replayed = 0
+        /// Notifications Paddle refused to replay (the summary says; the run goes on).
+        public var refused = 0
 
-        public init(found: Int = 0, alreadyProcessed: Int = 0, replayed: Int = 0) {
+        public init(found: Int = 0, alreadyProcessed: Int = 0, replayed: Int = 0, refused: Int = 0) {
             self.found = found
             self.alreadyProcessed = alreadyProcessed
             self.replayed = replayed
+            self.refused = refused
         }
     }
 
@@ -77,7 +88,7 @@ public struct PaddleHistoryCommands: Sendable {
             let page: JSON
             do {
                 page = try await client.notifications(
-                    from: Timestamp.rfc3339(milliseconds: since), to: Timestamp.rfc3339(milliseconds: end), after: after)
+                    settingId: settingId, from: Timestamp.rfc3339(milliseconds: since), to: Timestamp.rfc3339(milliseconds: end), after: after)
             } catch {
                 throw Self.failure(error, done: "nothing was replayed yet")
             }
@@ -114,7 +125,13 @@ public struct PaddleHistoryCommands: Sendable {
             do {
                 _ = try await client.replayNotification(notification.notification)
             } catch {
-                throw Self.failure(error, done: "\(summary.replayed) notifications were replayed before")
+                // The key refused, or Paddle unreachable: stop. Paddle refusing this one notification: go on.
+                guard error.kind == .rejected, error.status != 401, error.status != 403 else {
+                    throw Self.failure(error, done: "\(summary.replayed) notifications were replayed before")
+                }
+                summary.refused += 1
+                progress("Paddle refused to replay \(notification.notification): \(error.message)")
+                continue
             }
             summary.replayed += 1
             progress("replayed \(summary.replayed) of \(missed.count)")

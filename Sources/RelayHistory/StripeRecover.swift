@@ -123,7 +123,7 @@ public struct StripeHistoryCommands: Sendable {
         let records = missed.reversed().map { event in
             RawNotification(
                 store: .stripe, app: app.key, receivedAtMilliseconds: self.now(),
-                body: JSON.object(["eventId": .string(event.id), "type": .string(event.type)]).serialized(), requestHeaders: [:],
+                body: JSON.object(["eventId": .string(event.id), "type": .string(event.type), "subject": .string(event.subject)]).serialized(), requestHeaders: [:],
                 source: RawNotification.stripeAPISource
             ).record(topic: topic, subject: event.subject)
         }

@@ -259,6 +259,9 @@ enum GoogleMapping {
             type: .cancellation, periodType: paid?.periodType ?? .normal, productId: paid?.productId ?? prior?.productId, transactionId: orderId,
             purchasedAt: paid?.purchasedAt, cancelReason: Reason.customerSupport)
         if !partial { draft.amount = Amount(paid)?.negated }
+        // A full refund is one per order: its events are named by the order, so Play's notification and
+        // `recover google`'s record of the same refund are one event (the events store keeps it once).
+        if !partial, let orderId { draft.idBase = "google:voided:\(orderId)" }
         if voided.integer("productType") == 1, let purchase = input.api?.subscription, let facts = SubscriptionFacts(purchase, eventTime: eventTime) {
             mapping.environment = facts.environment
             mapping.appUserId = facts.appUserId ?? mapping.appUserId

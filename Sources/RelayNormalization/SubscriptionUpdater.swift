@@ -80,10 +80,17 @@ public final class SubscriptionUpdater: Sendable {
     private func apply(_ notification: VerifiedNotification, receivedAt: Int64) async throws(NormalizationError) -> [StandardEvent] {
         guard let app = apps[notification.app] else { return [] }
         var notification = notification
-        // A Stripe event `recover stripe` re-ingested: the event itself, from Stripe's API.
-        if let eventId = notification.stripeEventId { notification = try await stripeEvent(eventId, notification, app: app) }
-        // A voided purchase `recover google` re-ingested: only once Google's Voided Purchases API lists it.
-        if notification.playVoided { try await confirmVoided(notification, app: app) }
+        // A Stripe event `recover stripe` re-ingested: the event itself, from Stripe's API; after the dedup
+        // check below for a subscription's event (the record names its subscription, the key the mapping
+        // uses too), so a repeat replays what was recorded. Other events (a refund is keyed by what its charge
+        // paid for) are read first.
+        let stripeSubject = notification.stripeEventId != nil && (notification.type ?? "").hasPrefix("customer.subscription.")
+            ? notification.payload.text("subject") : nil
+        if let eventId = notification.stripeEventId, stripeSubject == nil { notification = try await stripeEvent(eventId, notification, app: app) }
+        var stripeFetched = stripeSubject == nil
+        // A voided purchase `recover google` re-ingested: applied only once Google's Voided Purchases API
+        // lists it, with what that API and the stored state say (after the dedup check below).
+        var voidedConfirmed = !notification.playVoided
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
         // A Stripe or Paddle purchase an app handed over is read from the store's API, as the route did. The
         // route names its subscription (`subject`), so that a repeat replays what was recorded without
@@ -96,7 +103,8 @@ public final class SubscriptionUpdater: Sendable {
 
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only
         // after the dedup check below, so a repeat replays what was recorded without calling Google.
-        let first = handOverSubject.map { StoreMapping(subject: $0, environment: "PRODUCTION", eventTime: receivedAt) } ?? mapping.map(input, prior: nil)
+        let knownSubject = handOverSubject ?? stripeSubject
+        let first = knownSubject.map { StoreMapping(subject: $0, environment: "PRODUCTION", eventTime: receivedAt) } ?? mapping.map(input, prior: nil)
         if let detail = first.malformed { throw .rejected(Rejection(.malformed, detail)) }
         guard first.recognized else {
             counters.unmapped.increment([("store", notification.store.rawValue)])
@@ -138,6 +146,16 @@ public final class SubscriptionUpdater: Sendable {
                 let applied = mapping.replay(input, recorded: context, subject: subject, mapping: products)
                 try await markReplaced(notification.store, applied)
                 return applied.events()
+            }
+            if !stripeFetched, let eventId = notification.stripeEventId {
+                notification = try await stripeEvent(eventId, notification, app: app)
+                input.notification = notification
+                stripeFetched = true
+            }
+            if !voidedConfirmed {
+                notification = try await confirmVoided(notification, state: current, app: app)
+                input.notification = notification
+                voidedConfirmed = true
             }
             if !fetched {
                 input.api = try await fetchPlay(app: app, notification: notification.payload)
@@ -313,27 +331,69 @@ public final class SubscriptionUpdater: Sendable {
         }
     }
 
-    /// Finds a re-ingested voided purchase in the Voided Purchases API under the app's package (from a day
-    /// before its voided time, at most 20 pages), or rejects the record (`purchase_not_found`).
-    private func confirmVoided(_ notification: VerifiedNotification, app: RelayConfiguration.App) async throws(NormalizationError) {
+    /// Finds a re-ingested voided purchase in the Voided Purchases API under the app's package (within
+    /// Google's 30 days, from a day before its voided time, at most 20 pages), or rejects the record
+    /// (`purchase_not_found`). The notification is then what Google and the stored state say, not what the
+    /// record says: the voided time and whether the refund was partial from Google's entry; the product type
+    /// from the stored state, else the Play Developer API (a subscription, else a one-time product).
+    private func confirmVoided(_ notification: VerifiedNotification, state: SubscriptionState?, app: RelayConfiguration.App)
+        async throws(NormalizationError) -> VerifiedNotification
+    {
         let voided = notification.payload["voidedPurchaseNotification"]
         guard let client = play[app.key], let packageName = app.google?.packageName else {
             throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no google.playApi configured; the voided purchase cannot be confirmed"))
         }
-        let order = voided?.text("orderId")
-        let token = voided?.text("purchaseToken")
-        let voidedAt = notification.payload.integer("eventTimeMillis") ?? 0
-        var pageToken: String?
-        for _ in 0..<20 {
-            let page = try await playCall(app) { () async throws(StoreAPIError) in
-                try await client.voidedPurchases(
-                    packageName: packageName, startTime: voidedAt - 86_400_000, endTime: Int64(Date().timeIntervalSince1970 * 1000), pageToken: pageToken)
-            }
-            if page["voidedPurchases"]?.arrayValue?.contains(where: { $0.text("orderId") == order && $0.text("purchaseToken") == token }) == true { return }
-            pageToken = page["tokenPagination"]?.text("nextPageToken")
-            if pageToken == nil { break }
+        guard let order = voided?.text("orderId"), let token = voided?.text("purchaseToken"), let voidedAt = notification.payload.integer("eventTimeMillis")
+        else {
+            throw .rejected(Rejection(.malformed, "the voided purchase names no order, purchase token or time"))
         }
-        throw .rejected(Rejection(.purchaseNotFound, "Google's Voided Purchases API does not list order \(order ?? "-") of this purchase"))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let start = max(voidedAt - 86_400_000, now - 30 * 86_400_000 + 60_000)
+        // Google answers a refusal (a start it no longer lists) with 400: the record cannot be confirmed.
+        func listed(_ body: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+            do {
+                return try await body()
+            } catch {
+                if error.kind == .unavailable { throw storeAPIFailure(error, app: app) ?? .unavailable(error.message) }
+                counters.storeAPIError(error)
+                throw .rejected(Rejection(.purchaseNotFound, "Google's Voided Purchases API did not answer for order \(order): \(error.message)"))
+            }
+        }
+        var pageToken: String?
+        var entry: JSON?
+        for _ in 0..<20 where start < now {
+            let page = try await listed { () async throws(StoreAPIError) in
+                try await client.voidedPurchases(packageName: packageName, startTime: start, endTime: now, pageToken: pageToken)
+            }
+            entry = page["voidedPurchases"]?.arrayValue?.first { $0.text("orderId") == order && $0.text("purchaseToken") == token }
+            pageToken = page["tokenPagination"]?.text("nextPageToken")
+            if entry != nil || pageToken == nil { break }
+        }
+        guard let entry else {
+            throw .rejected(Rejection(.purchaseNotFound, "Google's Voided Purchases API does not list order \(order) of this purchase"))
+        }
+        let productType: Int64
+        if let state {
+            productType = state.expiresAt == nil && !state.autoRenew ? 2 : 1
+        } else {
+            do {
+                _ = try await client.subscription(packageName: packageName, purchaseToken: token)
+                productType = 1
+            } catch {
+                guard error.kind == .notFound || error.status == 400 else { throw storeAPIFailure(error, app: app) ?? .unavailable(error.message) }
+                productType = 2
+            }
+        }
+        var confirmed = notification
+        let voidedTime = entry.integer("voidedTimeMillis") ?? voidedAt
+        let quantity = entry["voidedQuantity"].map { !$0.isNull } ?? false
+        confirmed.payload = [
+            "version": "1.0", "packageName": .string(packageName), "eventTimeMillis": .string(String(voidedTime)),
+            "voidedPurchaseNotification": [
+                "purchaseToken": .string(token), "orderId": .string(order), "productType": .integer(productType), "refundType": .integer(quantity ? 2 : 1),
+            ],
+        ]
+        return confirmed
     }
 
     /// The product of the purchase a plan change replaced: its stored state's, else the Play Developer

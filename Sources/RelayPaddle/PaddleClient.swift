@@ -101,8 +101,8 @@ extension PaddleClient: PaddleReads {
     }
 
     /// `GET /notifications?from=&to=&per_page=200[&after=]`: a page, with `meta.pagination` (`has_more`, `next`).
-    public func notifications(from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON {
-        var query = [("from", from), ("to", to), ("per_page", "200")]
+    public func notifications(settingId: String, from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("notification_setting_id", settingId), ("from", from), ("to", to), ("per_page", "200")]
         if let after { query.append(("after", after)) }
         let url = baseURL + "/notifications?" + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
         return try await call("GET", url, what: "the notifications list", whole: true)

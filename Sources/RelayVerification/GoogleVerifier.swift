@@ -68,8 +68,10 @@ public struct GoogleVerifier: Sendable {
             throw Rejection(.malformed, #"an app-purchase record's body is not {"productId", "purchaseToken", "kind", "appUserId", "purchaseId", "transferPolicy"}"#)
         }
         let id = imported ? "import:\(token)" : AppPurchase.notificationId(purchaser?.purchaseId ?? "")
+        // An import is dated when the purchase happened (the command read it from the Play API).
+        let eventTime = imported ? document["eventTime"]?.int64Value ?? receivedAt : receivedAt
         var notification: [String: JSON] = [
-            "version": "1.0", "packageName": .string(configuration.packageName), "eventTimeMillis": .string(String(receivedAt)),
+            "version": "1.0", "packageName": .string(configuration.packageName), "eventTimeMillis": .string(String(eventTime)),
         ]
         if document["kind"]?.stringValue == "product" {
             notification["oneTimeProductNotification"] = [
@@ -84,7 +86,6 @@ public struct GoogleVerifier: Sendable {
         var verified = VerifiedNotification(
             store: .google, app: app, payload: payload, notificationId: id, type: DeveloperNotificationKind(payload).name, subtype: nil, environment: nil)
         verified.purchaser = purchaser
-        verified.imported = imported
         return verified
     }
 

@@ -132,6 +132,7 @@ struct RecoverPaddle: AsyncParsableCommand {
         printLine("found: \(summary.found)")
         printLine("already processed: \(summary.alreadyProcessed)")
         printLine("replayed: \(summary.replayed)")
+        if summary.refused > 0 { printLine("refused by Paddle: \(summary.refused)") }
     }
 }
 

@@ -30,6 +30,10 @@ import Testing
             guard let url = URLComponents(string: "http://paddle.test" + request.path) else { return TestHTTPResponse(status: 400, text: "{}") }
             if request.method == "GET", url.path == "/notifications" {
                 listCalls.withLock { $0.append(request.path) }
+                // Only the relay's destination is listed.
+                guard url.queryItems?.first(where: { $0.name == "notification_setting_id" })?.value == "ntfset_relay" else {
+                    return TestHTTPResponse(body: JSON.object(["data": [], "meta": ["pagination": ["has_more": false]]]).serialized())
+                }
                 let after = url.queryItems?.first { $0.name == "after" }?.value
                 var list = notifications.value
                 if let after, let index = list.firstIndex(where: { $0["id"]?.stringValue == after }) { list = Array(list[(index + 1)...]) }
@@ -87,7 +91,7 @@ import Testing
               - key: demo
                 projectId: 1
                 applicationId: 1
-                paddle: { secretKeys: ["\(Self.secret)"], environment: SANDBOX, api: { apiKey: "\(Self.apiKey)", baseUrl: "\(api.baseURL)" } }
+                paddle: { secretKeys: ["\(Self.secret)"], environment: SANDBOX, api: { apiKey: "\(Self.apiKey)", baseUrl: "\(api.baseURL)", notificationSettingId: ntfset_relay } }
                 products:
                   - { productId: pri_pro_monthly, store: PADDLE, entitlements: [pro] }
             money: { exchangeRates: \(Fixtures.path("exchange-rates.json")) }

@@ -50,9 +50,9 @@ public protocol PaddleReads: Sendable {
     func transaction(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /subscriptions/{id}`: the Subscription (`data`).
     func subscription(_ id: String) async throws(StoreAPIError) -> JSON
-    /// `GET /notifications?from=&to=&per_page=200[&after=]`: one page of the notifications Paddle sent (the
-    /// whole answer: `data` and `meta.pagination`).
-    func notifications(from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /notifications?notification_setting_id=&from=&to=&per_page=200[&after=]`: one page of the
+    /// notifications Paddle sent to one destination (the whole answer: `data` and `meta.pagination`).
+    func notifications(settingId: String, from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON
     /// `POST /notifications/{id}/replay`: Paddle sends the notification again, signed, to its destination.
     func replayNotification(_ id: String) async throws(StoreAPIError) -> JSON
 }

@@ -86,8 +86,6 @@ public struct VerifiedNotification: Sendable {
     /// A voided purchase `recover google` re-ingested (`relay-source: play-api`): the normalizer finds it
     /// in the Voided Purchases API before anything else.
     public var playVoided = false
-    /// An import's record (`import google`): a purchase the store's API answered, history rather than news.
-    public var imported = false
 
     public init(
         store: Store, app: String, payload: JSON, notificationId: String?, type: String?, subtype: String? = nil,
