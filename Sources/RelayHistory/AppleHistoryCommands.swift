@@ -53,10 +53,7 @@ public struct AppleHistoryCommands: Sendable {
         retry: AppStoreServerClient.RetryPolicy = .standard, logger: Logger,
         now: (@Sendable () -> Int64)? = nil
     ) throws(Failure) {
-        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
-            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
-        }
-        let app = configuration.apps[index]
+        let (app, index) = try HistoryRun.app(configuration, key: appKey)
         guard let apple = app.apple else {
             throw Failure(.configuration, "app \(appKey) has no apple section (apps[\(index)].apple); the App Store commands need one")
         }
@@ -79,15 +76,12 @@ public struct AppleHistoryCommands: Sendable {
         } catch {
             throw Failure(.configuration, "\(error)")
         }
-        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
-            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
-        }
+        self.backend = try HistoryRun.backend(configuration, url: backendURL, http: http, logger: logger)
         self.app = app
         self.apple = apple
         self.producer = producer
         self.topic = configuration.topics.notifications
-        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
-        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.now = HistoryRun.clock(now)
         self.logger = logger
     }
 

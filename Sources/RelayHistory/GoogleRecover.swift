@@ -30,10 +30,7 @@ public struct GoogleHistoryCommands: Sendable {
         http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
         now: (@Sendable () -> Int64)? = nil
     ) throws(Failure) {
-        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
-            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
-        }
-        let app = configuration.apps[index]
+        let (app, index) = try HistoryRun.app(configuration, key: appKey)
         guard let google = app.google else {
             throw Failure(.configuration, "app \(appKey) has no google section (apps[\(index)].google); the Google Play commands need one")
         }
@@ -42,9 +39,7 @@ public struct GoogleHistoryCommands: Sendable {
                 .configuration,
                 "app \(appKey) has no Play Developer API: set apps[\(index)].google.playApi {serviceAccountKey} to a service account allowed to view financial data")
         }
-        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
-            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
-        }
+        self.backend = try HistoryRun.backend(configuration, url: backendURL, http: http, logger: logger)
         do {
             client = try GooglePlayClient(configuration: playApi, http: http, logger: logger)
         } catch {
@@ -54,40 +49,18 @@ public struct GoogleHistoryCommands: Sendable {
         self.packageName = google.packageName
         self.producer = producer
         self.topic = configuration.topics.notifications
-        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
-        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.now = HistoryRun.clock(now)
     }
 
-    /// What `recover google` did.
-    public struct RecoverSummary: Sendable, Equatable {
-        /// Voided purchases Google listed for the period.
-        public var found = 0
-        /// Of those, refunds the relay already recorded (a cancellation of the order), or applied.
-        public var alreadyProcessed = 0
-        /// Appended to the notifications topic for the worker.
-        public var reingested = 0
-
-        public init(found: Int = 0, alreadyProcessed: Int = 0, reingested: Int = 0) {
-            self.found = found
-            self.alreadyProcessed = alreadyProcessed
-            self.reingested = reingested
-        }
-    }
+    /// What the recover command did.
+    public typealias RecoverSummary = RecoveredSummary
 
     /// Lists the voided purchases of [`since`, `until`) (Unix ms; `until` nil: now) and appends each the relay
     /// never recorded, oldest first. Recorded means a refund (a `cancellation` with reason CUSTOMER_SUPPORT)
     /// of the order among the purchase token's events, or `voided:<orderId>` remembered by its state.
     public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let now = self.now()
-        let oldest = now - Self.voidedDays * 86_400_000
-        guard since >= oldest else {
-            throw Failure(
-                .badArguments,
-                "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the \(Self.voidedDays) days of voided purchases Google lists;"
-                    + " use --since \(Timestamp.rfc3339(milliseconds: oldest + 60_000)) or later")
-        }
-        let end = min(until ?? now, now)
-        guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
+        let end = try HistoryRun.window(since: since, until: until, now: now, days: Self.voidedDays, what: "voided purchases Google lists")
         var summary = RecoverSummary()
         var missed: [(voided: JSON, time: Int64)] = []
         var pageToken: String?

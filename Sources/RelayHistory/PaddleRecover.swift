@@ -26,10 +26,7 @@ public struct PaddleHistoryCommands: Sendable {
         http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
         now: (@Sendable () -> Int64)? = nil
     ) throws(Failure) {
-        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
-            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
-        }
-        let app = configuration.apps[index]
+        let (app, index) = try HistoryRun.app(configuration, key: appKey)
         guard let paddle = app.paddle else {
             throw Failure(.configuration, "app \(appKey) has no paddle section (apps[\(index)].paddle); the Paddle commands need one")
         }
@@ -38,9 +35,7 @@ public struct PaddleHistoryCommands: Sendable {
                 .configuration,
                 "app \(appKey) has no Paddle API key: set apps[\(index)].paddle.api {apiKey} to a key that may read and replay notifications")
         }
-        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
-            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
-        }
+        self.backend = try HistoryRun.backend(configuration, url: backendURL, http: http, logger: logger)
         guard let settingId = api.notificationSettingId else {
             throw Failure(
                 .configuration,
@@ -49,8 +44,7 @@ public struct PaddleHistoryCommands: Sendable {
         self.settingId = settingId
         self.app = app
         self.client = PaddleClient(configuration: api, http: http, logger: logger)
-        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
-        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.now = HistoryRun.clock(now)
     }
 
     /// What `recover paddle` did.
@@ -77,9 +71,7 @@ public struct PaddleHistoryCommands: Sendable {
     /// state does not remember it), asks Paddle to replay its first notification, oldest first. Paddle sends
     /// replays asynchronously: the summary counts requests, and a run right after may find them unprocessed yet.
     public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
-        let now = self.now()
-        let end = min(until ?? now, now)
-        guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
+        let end = try HistoryRun.window(since: since, until: until, now: now(), days: nil, what: "notifications")
         var summary = RecoverSummary()
         var events: [String: (notification: String, occurredAt: String, subject: String)] = [:]
         var after: String?

@@ -35,10 +35,7 @@ public struct StripeHistoryCommands: Sendable {
         http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
         now: (@Sendable () -> Int64)? = nil
     ) throws(Failure) {
-        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
-            throw Failure(.badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
-        }
-        let app = configuration.apps[index]
+        let (app, index) = try HistoryRun.app(configuration, key: appKey)
         guard let stripe = app.stripe else {
             throw Failure(.configuration, "app \(appKey) has no stripe section (apps[\(index)].stripe); the Stripe commands need one")
         }
@@ -47,50 +44,24 @@ public struct StripeHistoryCommands: Sendable {
                 .configuration,
                 "app \(appKey) has no Stripe API key: set apps[\(index)].stripe.api {secretKey} to a restricted key that may read events")
         }
-        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
-            throw Failure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
-        }
+        self.backend = try HistoryRun.backend(configuration, url: backendURL, http: http, logger: logger)
         self.app = app
         self.client = StripeClient(configuration: api, http: http, logger: logger)
         self.producer = producer
         self.topic = configuration.topics.notifications
-        self.backend = HistoryBackend(configuration: configuration.backend, url: backendURL ?? configuration.backend.url, http: http, logger: logger)
-        self.now = now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+        self.now = HistoryRun.clock(now)
         self.logger = logger
     }
 
-    /// What `recover stripe` did.
-    public struct RecoverSummary: Sendable, Equatable {
-        /// Events Stripe listed for the period (of the types the relay maps).
-        public var found = 0
-        /// Of those, events the relay already processed (events recorded for them, or remembered by their
-        /// subscription's state).
-        public var alreadyProcessed = 0
-        /// Appended to the notifications topic for the worker.
-        public var reingested = 0
-
-        public init(found: Int = 0, alreadyProcessed: Int = 0, reingested: Int = 0) {
-            self.found = found
-            self.alreadyProcessed = alreadyProcessed
-            self.reingested = reingested
-        }
-    }
+    /// What the recover command did.
+    public typealias RecoverSummary = RecoveredSummary
 
     /// Lists the events Stripe created in [`since`, `until`) (Unix ms; `until` nil: now) of the types the
     /// relay maps, and appends each one the relay never processed, oldest first. Processed means events
     /// recorded for its id, or its id among its subscription's remembered notifications (an event that
     /// changed a state without events). Run again, it appends nothing more once the worker has caught up.
     public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
-        let now = self.now()
-        let oldest = now - Self.eventDays * 86_400_000
-        guard since >= oldest else {
-            throw Failure(
-                .badArguments,
-                "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the \(Self.eventDays) days of events Stripe keeps;"
-                    + " use --since \(Timestamp.rfc3339(milliseconds: oldest + 60_000)) or later")
-        }
-        let end = min(until ?? now, now)
-        guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
+        let end = try HistoryRun.window(since: since, until: until, now: now(), days: Self.eventDays, what: "events Stripe keeps")
         var summary = RecoverSummary()
         // Stripe lists newest first: the missed ones are gathered, then appended in the order they happened.
         var missed: [(id: String, type: String, subject: String)] = []

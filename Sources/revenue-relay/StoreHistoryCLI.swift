@@ -1,7 +1,22 @@
 import ArgumentParser
 import Foundation
 import RelayCore
+import RelayConfig
 import RelayHistory
+import Logging
+
+/// A store history command's run: opens the log and the commands `make` builds (exit with the problem
+/// otherwise), runs `body` with a progress line on a terminal, closes the log, and ends the progress line.
+func runHistory<Commands, Summary>(
+    _ options: AppleCommandOptions, clientID: String, _ make: (RelayConfiguration, any RecordProducer, Logger) throws(CommandFailure) -> Commands,
+    _ body: (Commands, @escaping @Sendable (String) -> Void) async throws(CommandFailure) -> Summary
+) async throws -> Summary {
+    let (log, commands) = try await options.open(clientID: clientID, make)
+    let progress = progressLine()
+    let summary = try await running(log) { () async throws(CommandFailure) in try await body(commands, progress) }
+    if isatty(2) != 0 { stderrLine("") }
+    return summary
+}
 
 struct RecoverStripe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -33,14 +48,9 @@ struct RecoverStripe: AsyncParsableCommand {
         let until = try time(until, option: "until")
         let app = options.app
         let backendURL = options.backendURL
-        let (log, commands) = try await options.open(clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
+        let summary = try await runHistory(options, clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
             try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        }
-        let progress = progressLine()
-        let summary = try await running(log) { () async throws(CommandFailure) in
-            try await commands.recover(since: since, until: until, progress: progress)
-        }
-        if isatty(2) != 0 { stderrLine("") }
+        } _: { commands, progress throws(CommandFailure) in try await commands.recover(since: since, until: until, progress: progress) }
         printLine("found: \(summary.found)")
         printLine("already processed: \(summary.alreadyProcessed)")
         printLine("re-ingested: \(summary.reingested)")
@@ -77,14 +87,9 @@ struct RecoverGoogle: AsyncParsableCommand {
         let until = try time(until, option: "until")
         let app = options.app
         let backendURL = options.backendURL
-        let (log, commands) = try await options.open(clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
+        let summary = try await runHistory(options, clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
             try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        }
-        let progress = progressLine()
-        let summary = try await running(log) { () async throws(CommandFailure) in
-            try await commands.recover(since: since, until: until, progress: progress)
-        }
-        if isatty(2) != 0 { stderrLine("") }
+        } _: { commands, progress throws(CommandFailure) in try await commands.recover(since: since, until: until, progress: progress) }
         printLine("found: \(summary.found)")
         printLine("already recorded: \(summary.alreadyProcessed)")
         printLine("re-ingested: \(summary.reingested)")
@@ -121,14 +126,9 @@ struct RecoverPaddle: AsyncParsableCommand {
         let backendURL = options.backendURL
         // Nothing is appended to the log: Paddle sends the replays to the ingest. The log is opened (and
         // closed at once) only so the options mean what they mean for the other stores.
-        let (log, commands) = try await options.open(clientID: "revenue-relay-recover") { configuration, _, logger throws(CommandFailure) in
+        let summary = try await runHistory(options, clientID: "revenue-relay-recover") { configuration, _, logger throws(CommandFailure) in
             try PaddleHistoryCommands(configuration: configuration, appKey: app, backendURL: backendURL, logger: logger)
-        }
-        let progress = progressLine()
-        let summary = try await running(log) { () async throws(CommandFailure) in
-            try await commands.recover(since: since, until: until, progress: progress)
-        }
-        if isatty(2) != 0 { stderrLine("") }
+        } _: { commands, progress throws(CommandFailure) in try await commands.recover(since: since, until: until, progress: progress) }
         printLine("found: \(summary.found)")
         printLine("already processed: \(summary.alreadyProcessed)")
         printLine("replayed: \(summary.replayed)")
@@ -172,15 +172,10 @@ struct ImportGoogle: AsyncParsableCommand {
         }
         let app = options.app
         let backendURL = options.backendURL
-        let (log, commands) = try await options.open(clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
-            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        }
-        let progress = progressLine()
         let deliver = deliver
-        let summary = try await running(log) { () async throws(CommandFailure) in
-            try await commands.importPurchases(purchases, deliver: deliver, progress: progress)
-        }
-        if isatty(2) != 0 { stderrLine("") }
+        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
+            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in try await commands.importPurchases(purchases, deliver: deliver, progress: progress) }
         printLine("purchases: \(summary.purchases)")
         printLine("imported: \(summary.imported)")
         printLine("already known: \(summary.alreadyKnown)")

@@ -1,0 +1,64 @@
+import Foundation
+import Logging
+
+import RelayConfig
+import RelayCore
+import RelayHTTPClient
+
+/// What every store history command shares: the app it runs for, the backend it reads, and the time
+/// window it may ask its store for.
+enum HistoryRun {
+    /// The app with key `appKey` and its index in `apps` (for the keys errors name).
+    static func app(_ configuration: RelayConfiguration, key appKey: String) throws(CommandFailure) -> (app: RelayConfiguration.App, index: Int) {
+        guard let index = configuration.apps.firstIndex(where: { $0.key == appKey }) else {
+            throw CommandFailure(
+                .badArguments, "no app with key \(appKey) in the configuration; apps are \(configuration.apps.map(\.key).joined(separator: ", "))")
+        }
+        return (configuration.apps[index], index)
+    }
+
+    /// The backend the commands read (events, states) with `backend.apiKey`.
+    static func backend(_ configuration: RelayConfiguration, url: String?, http: HTTPClient, logger: Logger) throws(CommandFailure) -> HistoryBackend {
+        guard let apiKey = configuration.backend.clientKey, !apiKey.isEmpty else {
+            throw CommandFailure(.configuration, "backend.apiKey is not set: the commands read the backend's events and subscriptions with it")
+        }
+        return HistoryBackend(configuration: configuration.backend, url: url ?? configuration.backend.url, http: http, logger: logger)
+    }
+
+    /// The end of the window [`since`, `until` or now), checked: `since` within the `days` the store keeps
+    /// (`what` names them), and before the end.
+    static func window(since: Int64, until: Int64?, now: Int64, days: Int64?, what: String) throws(CommandFailure) -> Int64 {
+        if let days {
+            let oldest = now - days * 86_400_000
+            guard since >= oldest else {
+                throw CommandFailure(
+                    .badArguments,
+                    "--since \(Timestamp.rfc3339(milliseconds: since)) is older than the \(days) days of \(what);"
+                        + " use --since \(Timestamp.rfc3339(milliseconds: oldest + 60_000)) or later")
+            }
+        }
+        let end = min(until ?? now, now)
+        guard since < end else { throw CommandFailure(.badArguments, "--since must be before --until (and before now)") }
+        return end
+    }
+
+    static func clock(_ now: (@Sendable () -> Int64)?) -> @Sendable () -> Int64 {
+        now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
+    }
+}
+
+/// What a recover command that appends records did (`recover stripe`, `recover google`).
+public struct RecoveredSummary: Sendable, Equatable {
+    /// What the store listed for the period (events, voided purchases).
+    public var found = 0
+    /// Of those, what the relay already processed (or recorded).
+    public var alreadyProcessed = 0
+    /// Appended to the notifications topic for the worker.
+    public var reingested = 0
+
+    public init(found: Int = 0, alreadyProcessed: Int = 0, reingested: Int = 0) {
+        self.found = found
+        self.alreadyProcessed = alreadyProcessed
+        self.reingested = reingested
+    }
+}
