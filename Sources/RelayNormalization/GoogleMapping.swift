@@ -84,6 +84,8 @@ enum GoogleMapping {
 
         var state = facts.state(token: token, applicationId: input.app.applicationId, prior: prior, eventTime: eventTime)
         markReplacement(&mapping, purchase: purchase, token: token, facts: facts, api: input.api)
+        // A plan change of a purchase an app bound to a user (a transfer) stays that user's.
+        if code == 4, let owner = input.api?.replacedOwner { state.ownerAppUserId = owner }
 
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {

@@ -236,7 +236,7 @@ public struct NotificationMapping: Sendable {
         state.expirationSent = current?.expirationSent ?? false
         state.replacedBy = current?.replacedBy
         // Who an app bound it to stays until a hand-over binds it again: store notifications never name it.
-        state.ownerAppUserId = current?.ownerAppUserId
+        state.ownerAppUserId = current?.ownerAppUserId ?? state.ownerAppUserId
         state.version = current?.version ?? 0
         if let current {
             if mapping.eventTime < current.sourceTimestamp {

@@ -93,6 +93,9 @@ struct StoreAPIData {
     /// Google: the `productId:basePlanId` of the purchase that a plan change replaced (`linkedPurchaseToken`),
     /// from its stored state or the Play Developer API.
     var replacedProductId: String?
+    /// Google: the app user an app bound the replaced purchase to (`ownerAppUserId`): the plan change's
+    /// purchase is that user's too.
+    var replacedOwner: String?
     /// Stripe: the refunded charge, its `invoice` expanded.
     var charge: JSON?
     /// A Stripe or Paddle purchase an app handed over, as the store's API answered
@@ -114,12 +117,13 @@ extension StoreAPIData {
             subscription: json.present("subscription"), product: json.present("product"), replacedProductId: json.text("replacedProductId"),
             charge: json.present("charge"))
         purchase = json.present("purchase")
+        replacedOwner = json.text("replacedOwner")
     }
 
     var json: JSON {
         [
             "subscription": subscription ?? .null, "product": product ?? .null, "replacedProductId": replacedProductId.map(JSON.string) ?? .null,
-            "charge": charge ?? .null, "purchase": purchase ?? .null,
+            "charge": charge ?? .null, "purchase": purchase ?? .null, "replacedOwner": replacedOwner.map(JSON.string) ?? .null,
         ]
     }
 }

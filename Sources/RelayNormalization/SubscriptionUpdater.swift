@@ -259,8 +259,13 @@ public final class SubscriptionUpdater: Sendable {
         case .subscription(let token):
             let purchase = try await playCall(app) { () async throws(StoreAPIError) in try await client.subscription(packageName: packageName, purchaseToken: token) }
             var data = StoreAPIData(subscription: purchase)
-            if GoogleMapping.isPurchase(notification), let linked = purchase.text("linkedPurchaseToken"), GoogleMapping.replacedProductId(purchase) == nil {
-                data.replacedProductId = try await replacedProduct(linked, client: client, packageName: packageName, app: app)
+            if GoogleMapping.isPurchase(notification), let linked = purchase.text("linkedPurchaseToken") {
+                if GoogleMapping.replacedProductId(purchase) == nil {
+                    data.replacedProductId = try await replacedProduct(linked, client: client, packageName: packageName, app: app)
+                }
+                data.replacedOwner = try await backend { () async throws(BackendError) in
+                    try await stateStore.subscription(store: .google, originalTransactionId: linked)
+                }?.ownerAppUserId
             }
             return data
         case .product(let productId, let token):

@@ -153,6 +153,13 @@ import Testing
             return try SubscriptionState(json: try JSON.parse(response.body))
         }
 
+        func entitlements(_ user: String) async throws -> [String] {
+            let response = try await relay.http.send(
+                "GET", backendURL + "/subscriptions-api/public/v1/users/\(user)/entitlements",
+                headers: [("Authorization", "Bearer \(GooglePurchaseTests.publicKey)")])
+            return try JSON.parse(response.body)["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } ?? []
+        }
+
         /// Play's own SUBSCRIPTION_PURCHASED of `token`, pushed through the ingest.
         func playNotification(token: String, messageId: String) async throws {
             var notification = GooglePushSigner.developerNotification()
@@ -295,6 +302,33 @@ import Testing
         #expect(harness.play.subscriptions.value["token-9"]?["acknowledgementState"] == "ACKNOWLEDGEMENT_STATE_PENDING")
         let metrics = String(decoding: try await harness.relay.get("/metrics").body, as: UTF8.self)
         #expect(metrics.contains(#"relay_play_api_errors_total{kind="rejected"}"#), "\(metrics.split(separator: "\n").filter { $0.contains("play") })")
+        try await harness.stop()
+    }
+
+    @Test func aPlanChangeOfATransferredSubscriptionStaysWithTheUserItWasTransferredTo() async throws {
+        // Bought by user-0 (Play carries user-0), restored by user-1: under `transfer` it is user-1's.
+        var upgraded = Self.subscription(user: "user-0", acknowledged: true, order: "GPA.11")
+        if case .object(var members) = upgraded {
+            members["linkedPurchaseToken"] = "token-10"
+            members["lineItems"] = [[
+                "productId": "pro_monthly", "expiryTime": "2099-03-01T00:00:00Z", "offerDetails": ["basePlanId": "monthly"],
+                "autoRenewingPlan": ["autoRenewEnabled": true], "latestSuccessfulOrderId": "GPA.11",
+            ]]
+            upgraded = .object(members)
+        }
+        let harness = try await Self.start(subscriptions: ["token-10": Self.subscription(user: "user-0", order: "GPA.10"), "token-11": upgraded])
+        try await harness.playNotification(token: "token-10", messageId: "m-10")
+        try await waitUntil("Play's notification applied") { try await harness.state("token-10") != nil }
+        #expect(try await harness.entitlements("user-0") == ["pro"])
+        #expect(try await harness.hand("user-1", token: "token-10").0 == 200)
+        #expect(try await harness.entitlements("user-0") == [])
+        // The plan change: a new token whose linkedPurchaseToken is the transferred one. Play still names
+        // user-0, but the subscription is user-1's.
+        try await harness.playNotification(token: "token-11", messageId: "m-11")
+        try await waitUntil("the plan change applied") { try await harness.state("token-11") != nil }
+        #expect(try await harness.state("token-11")?.ownerAppUserId == "user-1")
+        #expect(try await harness.entitlements("user-1") == ["pro"])
+        #expect(try await harness.entitlements("user-0") == [])
         try await harness.stop()
     }
 
