@@ -1,3 +1,5 @@
+public import RelayCore
+
 /// Why a call to the App Store Server API failed. `isRetriable` says whether trying again later can
 /// help. Messages say what to do and never contain the private key or a bearer token.
 ///
@@ -55,4 +57,8 @@ public struct AppStoreAPIError: Error, Sendable, CustomStringConvertible {
         let cleaned = String(String.UnicodeScalarView(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }))
         return cleaned.count > 200 ? cleaned.prefix(200) + "…" : cleaned
     }
+}
+
+extension AppStoreAPIError: StoreCallFailure {
+    public var apiName: String { "App Store Server API" }
 }

@@ -11,8 +11,9 @@ public import RelayHTTPClient
 /// Access tokens come from the service-account JWT bearer grant and are cached until 60 s before they
 /// expire; concurrent callers share one token request. A 401 from the API discards the cached token
 /// and tries once more with a fresh one. Connection errors, timeouts, 5xx and 429 (from the API or
-/// the token endpoint) are tried up to three times in all, 100 ms and then 200 ms apart, before they
-/// surface as `.unavailable`.
+/// the token endpoint) are tried up to three times in all, 100 ms and then 200 ms apart (or after the
+/// answer's `Retry-After` when longer, up to `StoreAPIError.maximumRetryAfter`), before they surface as
+/// `.unavailable`.
 public final class GooglePlayClient: Sendable {
     /// Waits before the second and third attempt of an `.unavailable` failure.
     static let retryDelays: [Duration] = [.milliseconds(100), .milliseconds(200)]
@@ -81,7 +82,7 @@ public final class GooglePlayClient: Sendable {
         if let pageToken { query.append(("token", pageToken)) }
         let url = baseURL + "/androidpublisher/v3/applications/" + PercentEncoding.pathSegment(packageName) + "/purchases/voidedpurchases?"
             + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug(
                 "Play Developer API call failed; retrying",
                 metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
@@ -103,7 +104,7 @@ public final class GooglePlayClient: Sendable {
         let url = baseURL + "/androidpublisher/v3/" + segments.map(PercentEncoding.pathSegment).joined(separator: "/") + "/"
             + PercentEncoding.pathSegment(purchaseToken) + ":acknowledge"
         let what = "acknowledging the purchase of \(productId)"
-        _ = try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        _ = try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug(
                 "Play Developer API call failed; retrying",
                 metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
@@ -119,7 +120,7 @@ public final class GooglePlayClient: Sendable {
         guard !packageName.isEmpty else { throw StoreAPIError(.play, kind: .rejected, message: "the package name is empty") }
         guard !purchaseToken.isEmpty else { throw StoreAPIError(.play, kind: .rejected, message: "the purchase token is empty") }
         let url = baseURL + "/androidpublisher/v3/" + segments.map(PercentEncoding.pathSegment).joined(separator: "/")
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug(
                 "Play Developer API call failed; retrying",
                 metadata: [PlayLogKey.packageName: "\(packageName)", PlayLogKey.attempt: "\(retry)", LogKey.error: "\(error)"])
@@ -177,7 +178,9 @@ public final class GooglePlayClient: Sendable {
                 message: "the Play Developer API refused a fresh access token for \(serviceAccount) (HTTP 401"
                     + Self.googleError(response.body) + "); check that the service account is enabled")
         case 429, 500...:
-            throw StoreAPIError(.play, kind: .unavailable, message: "the Play Developer API answered HTTP \(status) for \(what) in \(packageName)")
+            throw StoreAPIError.unavailable(
+                .play, status: status, retryAfterHeader: response.header("retry-after"),
+                message: "the Play Developer API answered HTTP \(status) for \(what) in \(packageName)")
         case 400..<500:
             let hint =
                 status == 403

@@ -40,6 +40,8 @@ public struct AppleHistoryCommands: Sendable {
     let backend: HistoryBackend
     let now: @Sendable () -> Int64
     let logger: Logger
+    /// How the commands wait out Apple's rate limits and outages.
+    public var pacing = HistoryLoop.Pacing.standard
 
     /// - Parameters:
     ///   - appKey: the `apps[].key` whose `apple.serverApi` is used.

@@ -54,20 +54,26 @@ extension AppleHistoryCommands {
     /// - Throws: only when nothing can go on (the key refused, the log or the backend unreachable);
     ///   an id Apple does not know, or whose history cannot be read, is a failure in the summary.
     public func importHistory(
-        originalTransactionIds ids: [String], deliver: Bool, progress: @Sendable (String) -> Void = { _ in }
+        originalTransactionIds ids: [String], deliver: Bool, progress: @escaping @Sendable (String) -> Void = { _ in }
     ) async throws(Failure) -> ImportSummary {
         var summary = ImportSummary()
         var seenTransactions = Set<String>()
         var seenSubjects = Set<String>()
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
         for (position, id) in ids.enumerated() {
-            progress("[\(position + 1)/\(ids.count)] \(id): reading the transaction history")
+            loop.report(position, of: ids.count, "customers", "\(id): reading the transaction history")
             // Get Transaction History answers the customer's whole history in the app: several ids of
             // one customer return the same transactions, read once.
             var transactions: [(payload: JSON, signed: String)] = []
-            do {
-                var pages = 0
-                for try await page in client.transactionHistory(transactionId: id) {
-                    pages += 1
+            var failed: AppStoreAPIError?
+            do throws(CommandFailure) {
+                try await loop.pages("the transaction history of \(id)") { revision throws(AppStoreAPIError) in
+                    let page = try await client.transactionHistoryPage(transactionId: id, revision: revision)
+                    return (page, page.hasMore ? page.revision : nil)
+                } failure: { error in
+                    failed = error
+                    return Failure(.unavailable, error.message)
+                } each: { page, number throws(Failure) in
                     for signed in page.signedTransactions {
                         do {
                             transactions.append((try verifier.verifySignedData(signed), signed))
@@ -75,9 +81,10 @@ extension AppleHistoryCommands {
                             summary.failures.append((id, "a signed transaction was rejected (\(error)); it is not imported"))
                         }
                     }
-                    progress("[\(position + 1)/\(ids.count)] \(id): page \(pages), \(transactions.count) transactions")
+                    loop.report(position, of: ids.count, "customers", "\(id): page \(number), \(transactions.count) transactions")
                 }
             } catch {
+                guard let error = failed else { throw error }
                 if error.kind == .keyRefused || error.kind == .configuration { throw Failure(.configuration, error.message) }
                 summary.failures.append((id, "\(error.message)\(error.isRetriable ? "; run the import again later" : "")"))
                 continue

@@ -35,10 +35,11 @@ extension AppleHistoryCommands {
     /// the same on every run until Apple's answer changes (Apple signs each answer when it answers), so a
     /// run repeated before the worker caught up yields the same event ids and is absorbed.
     public func reconcile(
-        since: Int64?, progress: @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
+        since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
         var summary = ReconcileSummary()
         var cursor: String?
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
         let environment = client.environment == .production ? "PRODUCTION" : "SANDBOX"
         repeat {
             let page = try await backend.subscriptions(applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
@@ -54,8 +55,10 @@ extension AppleHistoryCommands {
                 }
                 summary.checked += 1
                 let statuses: SubscriptionStatusesResponse
-                do {
-                    statuses = try await client.subscriptionStatuses(transactionId: state.originalTransactionId)
+                do throws(AppStoreAPIError) {
+                    statuses = try await loop.call("the subscription's statuses") { () async throws(AppStoreAPIError) in
+                        try await client.subscriptionStatuses(transactionId: state.originalTransactionId)
+                    }
                 } catch {
                     if error.kind == .keyRefused || error.kind == .configuration { throw Failure(.configuration, error.message) }
                     summary.failures.append("\(state.originalTransactionId): \(error.message)")
@@ -96,7 +99,7 @@ extension AppleHistoryCommands {
                 summary.corrections.append(correction)
                 corrected(correction)
             }
-            progress("\(summary.checked) checked, \(summary.corrections.count) corrected")
+            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
         } while cursor != nil
         return summary
     }

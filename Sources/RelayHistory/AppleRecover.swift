@@ -27,7 +27,7 @@ extension AppleHistoryCommands {
     /// appended it (`{"signedPayload": ...}`, no relay headers beyond the ingest's). One that yields no
     /// events (TEST, CONSUMPTION_REQUEST) is skipped: the events store cannot tell whether it was
     /// processed, and the worker would answer a CONSUMPTION_REQUEST again with today's state.
-    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+    public func recover(since: Int64, until: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let now = self.now()
         let days = Self.notificationHistoryDays(client.environment)
         let oldest = now - days * 86_400_000
@@ -42,52 +42,48 @@ extension AppleHistoryCommands {
         guard since < end else { throw Failure(.badArguments, "--since must be before --until (and before now)") }
         var summary = RecoverSummary()
         var seen = Set<String>()
-        var pages = 0
-        do {
-            for try await page in client.notificationHistory(NotificationHistoryRequest(startDate: since, endDate: end)) {
-                pages += 1
-                var outgoing: [OutgoingRecord] = []
-                for item in page.notificationHistory {
-                    summary.found += 1
-                    guard let payload = JWSPayload.decode(item.signedPayload), let uuid = payload["notificationUUID"]?.stringValue, !uuid.isEmpty else {
-                        summary.unreadable += 1
-                        logger.warning("a notification of Apple's history has no readable notificationUUID; not re-ingested")
-                        continue
-                    }
-                    if let type = payload["notificationType"]?.stringValue, Self.yieldsNoEvents.contains(type) {
-                        summary.skipped += 1
-                        continue
-                    }
-                    guard seen.insert(uuid).inserted else {
-                        summary.alreadyProcessed += 1
-                        continue
-                    }
-                    if try await backend.hasEvents(notificationId: uuid) {
-                        summary.alreadyProcessed += 1
-                        continue
-                    }
-                    let body = JSON.object(["signedPayload": .string(item.signedPayload)]).serialized()
-                    let notification = RawNotification(store: .apple, app: app.key, receivedAtMilliseconds: self.now(), body: body, requestHeaders: [:])
-                    outgoing.append(notification.record(topic: topic))
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
+        try await loop.pages("the notification history") { token throws(AppStoreAPIError) in
+            let page = try await client.notificationHistoryPage(NotificationHistoryRequest(startDate: since, endDate: end), paginationToken: token)
+            return (page, page.hasMore ? page.paginationToken : nil)
+        } failure: { error in
+            Self.failure(error, what: "reading the notification history", done: "\(summary.reingested) notifications were re-ingested before")
+        } each: { page, number throws(Failure) in
+            var outgoing: [OutgoingRecord] = []
+            for item in page.notificationHistory {
+                summary.found += 1
+                guard let payload = JWSPayload.decode(item.signedPayload), let uuid = payload["notificationUUID"]?.stringValue, !uuid.isEmpty else {
+                    summary.unreadable += 1
+                    logger.warning("a notification of Apple's history has no readable notificationUUID; not re-ingested")
+                    continue
                 }
-                if !outgoing.isEmpty {
-                    do {
-                        _ = try await producer.produce(outgoing)
-                    } catch {
-                        throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
-                    }
-                    summary.reingested += outgoing.count
+                if let type = payload["notificationType"]?.stringValue, Self.yieldsNoEvents.contains(type) {
+                    summary.skipped += 1
+                    continue
                 }
-                progress(
-                    "page \(pages): \(summary.found) found, \(summary.alreadyProcessed) already processed, \(summary.reingested) re-ingested,"
-                        + " \(summary.skipped) skipped (no events)")
+                guard seen.insert(uuid).inserted else {
+                    summary.alreadyProcessed += 1
+                    continue
+                }
+                if try await backend.hasEvents(notificationId: uuid) {
+                    summary.alreadyProcessed += 1
+                    continue
+                }
+                let body = JSON.object(["signedPayload": .string(item.signedPayload)]).serialized()
+                let notification = RawNotification(store: .apple, app: app.key, receivedAtMilliseconds: self.now(), body: body, requestHeaders: [:])
+                outgoing.append(notification.record(topic: topic))
             }
-        } catch let failure as Failure {
-            throw failure
-        } catch let error as AppStoreAPIError {
-            throw Self.failure(error, what: "reading the notification history", done: "\(summary.reingested) notifications were re-ingested before")
-        } catch {
-            throw Failure(.unavailable, "\(error)")
+            if !outgoing.isEmpty {
+                do {
+                    _ = try await producer.produce(outgoing)
+                } catch {
+                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
+                }
+                summary.reingested += outgoing.count
+            }
+            loop.report(
+                summary.found, "notifications",
+                "page \(number), \(summary.alreadyProcessed) already processed, \(summary.reingested) re-ingested, \(summary.skipped) skipped (no events)")
         }
         return summary
     }

@@ -72,11 +72,11 @@ extension GoogleHistoryCommands {
     /// Imports `purchases` (see the type's comment); `deliver` sends their events to the endpoints too.
     /// A purchase whose state the relay holds is skipped, so a rerun (or a resumed run) appends nothing
     /// twice. `progress` gets a line every 50 purchases: counts, rate and what remains.
-    public func importPurchases(_ purchases: [ImportLine], deliver: Bool, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure)
+    public func importPurchases(_ purchases: [ImportLine], deliver: Bool, progress: @escaping @Sendable (String) -> Void = { _ in }) async throws(Failure)
         -> ImportSummary
     {
         var summary = ImportSummary(purchases: purchases.count)
-        let started = ContinuousClock.now
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
         var batch: [OutgoingRecord] = []
         func flush() async throws(Failure) {
             guard !batch.isEmpty else { return }
@@ -94,18 +94,22 @@ extension GoogleHistoryCommands {
             } else {
                 var kind = "subscription"
                 var purchasedAt: Int64?
-                do {
-                    let purchase = try await client.subscription(packageName: packageName, purchaseToken: line.purchaseToken)
+                do throws(StoreAPIError) {
+                    let purchase = try await loop.call("a purchase") { () async throws(StoreAPIError) in
+                        try await client.subscription(packageName: packageName, purchaseToken: line.purchaseToken)
+                    }
                     purchasedAt = Timestamp.milliseconds(purchase["startTime"]?.stringValue)
                 } catch {
                     // Not a subscription's token: 404, or 400 for a one-time product's.
-                    guard error.kind == .notFound || error.status == 400 else { throw Self.failure(error) }
-                    do {
-                        let purchase = try await client.product(packageName: packageName, productId: line.productId, purchaseToken: line.purchaseToken)
+                    guard error.kind == .notFound || error.status == 400 else { throw Self.failure(error, reading: "a purchase from the Play Developer API") }
+                    do throws(StoreAPIError) {
+                        let purchase = try await loop.call("a purchase") { () async throws(StoreAPIError) in
+                            try await client.product(packageName: packageName, productId: line.productId, purchaseToken: line.purchaseToken)
+                        }
                         purchasedAt = Self.milliseconds(purchase["purchaseTimeMillis"])
                         kind = "product"
                     } catch {
-                        guard error.kind == .notFound || error.status == 400 else { throw Self.failure(error) }
+                        guard error.kind == .notFound || error.status == 400 else { throw Self.failure(error, reading: "a purchase from the Play Developer API") }
                         kind = ""
                     }
                 }
@@ -125,10 +129,9 @@ extension GoogleHistoryCommands {
                 }
             }
             if (index + 1) % 50 == 0 || index + 1 == purchases.count {
-                let seconds = max(Double((ContinuousClock.now - started).components.seconds), 0.001)
-                let rate = Double(index + 1) / seconds
-                let remaining = rate > 0 ? Int(Double(purchases.count - index - 1) / rate) : 0
-                progress("\(index + 1)/\(purchases.count) purchases (\(Int(rate))/s, about \(remaining) s left): \(summary.imported + batch.count) imported, \(summary.alreadyKnown) known, \(summary.unknown) unknown")
+                loop.report(
+                    index + 1, of: purchases.count, "purchases",
+                    "\(summary.imported + batch.count) imported, \(summary.alreadyKnown) known, \(summary.unknown) unknown")
             }
         }
         try await flush()

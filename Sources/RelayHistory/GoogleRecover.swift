@@ -24,6 +24,8 @@ public struct GoogleHistoryCommands: Sendable {
     let producer: any RecordProducer
     let topic: String
     let backend: HistoryBackend
+    /// How the commands wait out the Play Developer API's quotas and outages.
+    public var pacing = HistoryLoop.Pacing.standard
 
     public init(
         configuration: RelayConfiguration, appKey: String, producer: any RecordProducer, backendURL: String? = nil,
@@ -58,21 +60,18 @@ public struct GoogleHistoryCommands: Sendable {
     /// Lists the voided purchases of [`since`, `until`) (Unix ms; `until` nil: now) and appends each the relay
     /// never recorded, oldest first. Recorded means a refund (a `cancellation` with reason CUSTOMER_SUPPORT)
     /// of the order among the purchase token's events, or `voided:<orderId>` remembered by its state.
-    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+    public func recover(since: Int64, until: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let now = self.now()
         let end = try HistoryRun.window(since: since, until: until, now: now, days: Self.voidedDays, what: "voided purchases Google lists")
         var summary = RecoverSummary()
         var missed: [(voided: JSON, time: Int64)] = []
-        var pageToken: String?
-        var pages = 0
-        repeat {
-            let page: JSON
-            do {
-                page = try await client.voidedPurchases(packageName: packageName, startTime: since, endTime: end, pageToken: pageToken)
-            } catch {
-                throw Self.failure(error)
-            }
-            pages += 1
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
+        try await loop.pages("the voided purchases") { pageToken throws(StoreAPIError) in
+            let page = try await client.voidedPurchases(packageName: packageName, startTime: since, endTime: end, pageToken: pageToken)
+            return (page, page["tokenPagination"]?["nextPageToken"]?.stringValue)
+        } failure: { error in
+            Self.failure(error)
+        } each: { page, number throws(Failure) in
             for voided in page["voidedPurchases"]?.arrayValue ?? [] {
                 guard let token = voided["purchaseToken"]?.stringValue, let order = voided["orderId"]?.stringValue else { continue }
                 summary.found += 1
@@ -87,16 +86,15 @@ public struct GoogleHistoryCommands: Sendable {
                 }
                 missed.append((voided, Self.milliseconds(voided["voidedTimeMillis"]) ?? now))
             }
-            pageToken = page["tokenPagination"]?["nextPageToken"]?.stringValue
-            progress("page \(pages): \(summary.found) voided purchases, \(summary.alreadyProcessed) already recorded, \(missed.count) missed")
-        } while pageToken != nil
+            loop.report(summary.found, "voided purchases", "page \(number), \(summary.alreadyProcessed) already recorded, \(missed.count) missed")
+        }
         var records: [OutgoingRecord] = []
         for (voided, time) in missed.sorted(by: { $0.time < $1.time }) {
             guard let token = voided["purchaseToken"]?.stringValue else { continue }
             let notification: JSON = [
                 "version": "1.0", "packageName": .string(packageName), "eventTimeMillis": .string(String(time)),
                 "voidedPurchaseNotification": [
-                    "purchaseToken": .string(token), "orderId": voided["orderId"] ?? .null, "productType": .integer(try await productType(token)),
+                    "purchaseToken": .string(token), "orderId": voided["orderId"] ?? .null, "productType": .integer(try await productType(token, loop: loop)),
                     // A quantity-based partial refund names its quantity; anything else voids the whole order.
                     "refundType": .integer(voided["voidedQuantity"].map { $0.isNull ? 1 : 2 } ?? 1),
                 ],
@@ -121,10 +119,12 @@ public struct GoogleHistoryCommands: Sendable {
     /// Play's `productType` of a voided purchase, which the Voided Purchases API does not say: 1 for a
     /// subscription (a stored state that expires, or one the Play API knows as a subscription), else 2. The
     /// worker decides it again from what it holds and Google answers; this only keys the record.
-    private func productType(_ token: String) async throws(Failure) -> Int64 {
+    private func productType(_ token: String, loop: HistoryLoop) async throws(Failure) -> Int64 {
         if let state = try await backend.subscription(store: .google, id: token) { return state.expiresAt == nil && !state.autoRenew ? 2 : 1 }
         do {
-            _ = try await client.subscription(packageName: packageName, purchaseToken: token)
+            _ = try await loop.call("a voided purchase's subscription") { () async throws(StoreAPIError) in
+                try await client.subscription(packageName: packageName, purchaseToken: token)
+            }
             return 1
         } catch {
             // Not a subscription's token: 404, or 400 for a one-time product's.
@@ -137,10 +137,10 @@ public struct GoogleHistoryCommands: Sendable {
         value?.int64Value ?? value?.stringValue.flatMap { Int64($0) }
     }
 
-    static func failure(_ error: StoreAPIError) -> Failure {
+    static func failure(_ error: StoreAPIError, reading what: String = "Google's voided purchases") -> Failure {
         switch error.kind {
         case .configuration, .rejected: Failure(.configuration, "the Play Developer API refused the request: \(error.message)")
-        default: Failure(.unavailable, "reading Google's voided purchases failed (\(error.message)); run the same command again")
+        default: Failure(.unavailable, "reading \(what) failed (\(error.message)); run the same command again: what was done is skipped")
         }
     }
 }

@@ -89,12 +89,12 @@ struct HistoryBackend: Sendable {
         }
     }
 
-    /// One page of the backend's list of the application's Apple subscriptions.
-    func subscriptions(applicationId: Int, activeOrChangedSince since: Int64?, cursor: String?) async throws(CommandFailure)
+    /// One page of the backend's list of the application's subscriptions of `store`.
+    func subscriptions(store: Store = .apple, applicationId: Int, activeOrChangedSince since: Int64?, cursor: String?) async throws(CommandFailure)
         -> (states: [SubscriptionState], next: String?)
     {
         do {
-            return try await client.subscriptions(store: .apple, applicationId: applicationId, activeOrChangedSince: since, cursor: cursor)
+            return try await client.subscriptions(store: store, applicationId: applicationId, activeOrChangedSince: since, cursor: cursor)
         } catch {
             throw CommandFailure(error, backendURL: url)
         }

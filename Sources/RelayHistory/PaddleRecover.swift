@@ -20,6 +20,8 @@ public struct PaddleHistoryCommands: Sendable {
     let client: any PaddleReads
     let backend: HistoryBackend
     let now: @Sendable () -> Int64
+    /// How the commands wait out Paddle's rate limits and outages.
+    public var pacing = HistoryLoop.Pacing.standard
 
     public init(
         configuration: RelayConfiguration, appKey: String, backendURL: String? = nil,
@@ -70,23 +72,20 @@ public struct PaddleHistoryCommands: Sendable {
     /// the relay maps that it never processed (no events recorded for its `event_id`, and its subscription's
     /// state does not remember it), asks Paddle to replay its first notification, oldest first. Paddle sends
     /// replays asynchronously: the summary counts requests, and a run right after may find them unprocessed yet.
-    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+    public func recover(since: Int64, until: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let end = try HistoryRun.window(since: since, until: until, now: now(), days: nil, what: "notifications")
         var summary = RecoverSummary()
         var events: [String: (notification: String, occurredAt: String, subject: String)] = [:]
-        var after: String?
-        var pages = 0
-        repeat {
-            let page: JSON
-            do {
-                page = try await client.notifications(
-                    settingId: settingId, from: Timestamp.rfc3339(milliseconds: since), to: Timestamp.rfc3339(milliseconds: end), after: after)
-            } catch {
-                throw Self.failure(error, done: "nothing was replayed yet")
-            }
-            pages += 1
-            let notifications = page["data"]?.arrayValue ?? []
-            for notification in notifications {
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
+        try await loop.pages("the notifications list") { after throws(StoreAPIError) in
+            let page = try await client.notifications(
+                settingId: settingId, from: Timestamp.rfc3339(milliseconds: since), to: Timestamp.rfc3339(milliseconds: end), after: after)
+            let more = page["meta"]?["pagination"]?["has_more"]?.boolValue == true
+            return (page, more ? page["data"]?.arrayValue?.last?["id"]?.stringValue : nil)
+        } failure: { error in
+            Self.failure(error, done: "nothing was replayed yet")
+        } each: { page, number throws(Failure) in
+            for notification in page["data"]?.arrayValue ?? [] {
                 guard let id = notification["id"]?.stringValue, let payload = notification["payload"],
                     let eventId = payload["event_id"]?.stringValue, PaddleEventTypes.mapped.contains(payload["event_type"]?.stringValue ?? "")
                 else { continue }
@@ -96,10 +95,8 @@ public struct PaddleHistoryCommands: Sendable {
                 if events[eventId] == nil { summary.found += 1 }
                 events[eventId] = (id, occurred, NotificationSubject.extract(store: .paddle, body: payload.serialized()))
             }
-            let pagination = page["meta"]?["pagination"]
-            after = pagination?["has_more"]?.boolValue == true ? notifications.last?["id"]?.stringValue : nil
-            progress("page \(pages): \(summary.found) events")
-        } while after != nil
+            loop.report(summary.found, "events", "page \(number)")
+        }
         var missed: [(notification: String, occurredAt: String)] = []
         for (eventId, notification) in events {
             var processed = false
@@ -114,8 +111,10 @@ public struct PaddleHistoryCommands: Sendable {
             }
         }
         for notification in missed.sorted(by: { ($0.occurredAt, $0.notification) < ($1.occurredAt, $1.notification) }) {
-            do {
-                _ = try await client.replayNotification(notification.notification)
+            do throws(StoreAPIError) {
+                _ = try await loop.call("replaying a notification") { () async throws(StoreAPIError) in
+                    try await client.replayNotification(notification.notification)
+                }
             } catch {
                 // The key refused, or Paddle unreachable: stop. Paddle refusing this one notification: go on.
                 guard error.kind == .rejected, error.status != 401, error.status != 403 else {
@@ -126,7 +125,7 @@ public struct PaddleHistoryCommands: Sendable {
                 continue
             }
             summary.replayed += 1
-            progress("replayed \(summary.replayed) of \(missed.count)")
+            loop.report(summary.replayed, of: missed.count, "replayed", "")
         }
         return summary
     }

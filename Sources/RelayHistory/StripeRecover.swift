@@ -24,6 +24,8 @@ public struct StripeHistoryCommands: Sendable {
     let backend: HistoryBackend
     let now: @Sendable () -> Int64
     let logger: Logger
+    /// How the commands wait out Stripe's rate limits and outages.
+    public var pacing = HistoryLoop.Pacing.standard
 
     /// - Parameters:
     ///   - appKey: the `apps[].key` whose `stripe.api` is read.
@@ -60,24 +62,19 @@ public struct StripeHistoryCommands: Sendable {
     /// relay maps, and appends each one the relay never processed, oldest first. Processed means events
     /// recorded for its id, or its id among its subscription's remembered notifications (an event that
     /// changed a state without events). Run again, it appends nothing more once the worker has caught up.
-    public func recover(since: Int64, until: Int64?, progress: @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+    public func recover(since: Int64, until: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
         let end = try HistoryRun.window(since: since, until: until, now: now(), days: Self.eventDays, what: "events Stripe keeps")
         var summary = RecoverSummary()
         // Stripe lists newest first: the missed ones are gathered, then appended in the order they happened.
         var missed: [(id: String, type: String, subject: String)] = []
-        var cursor: String?
-        var pages = 0
-        let started = ContinuousClock.now
-        repeat {
-            let page: JSON
-            do {
-                page = try await client.events(createdFrom: since / 1000, createdBefore: (end + 999) / 1000, types: StripeEventTypes.mapped, startingAfter: cursor)
-            } catch {
-                throw Self.failure(error, done: "nothing was appended yet")
-            }
-            pages += 1
-            let events = page["data"]?.arrayValue ?? []
-            for event in events {
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
+        try await loop.pages("the events list") { cursor throws(StoreAPIError) in
+            let page = try await client.events(createdFrom: since / 1000, createdBefore: (end + 999) / 1000, types: StripeEventTypes.mapped, startingAfter: cursor)
+            return (page, page["has_more"]?.boolValue == true ? page["data"]?.arrayValue?.last?["id"]?.stringValue : nil)
+        } failure: { error in
+            Self.failure(error, done: "nothing was appended yet")
+        } each: { page, number throws(Failure) in
+            for event in page["data"]?.arrayValue ?? [] {
                 guard let id = event["id"]?.stringValue, let type = event["type"]?.stringValue else { continue }
                 summary.found += 1
                 let subject = NotificationSubject.extract(store: .stripe, body: event.serialized())
@@ -87,10 +84,8 @@ public struct StripeHistoryCommands: Sendable {
                     missed.append((id, type, subject))
                 }
             }
-            cursor = page["has_more"]?.boolValue == true ? events.last?["id"]?.stringValue : nil
-            let seconds = max((ContinuousClock.now - started).components.seconds, 1)
-            progress("page \(pages): \(summary.found) events (\(Int64(summary.found) / seconds)/s), \(summary.alreadyProcessed) already processed, \(missed.count) missed")
-        } while cursor != nil
+            loop.report(summary.found, "events", "page \(number), \(summary.alreadyProcessed) already processed, \(missed.count) missed")
+        }
         let records = missed.reversed().map { event in
             RawNotification(
                 store: .stripe, app: app.key, receivedAtMilliseconds: self.now(),

@@ -423,3 +423,40 @@ private struct SubscriptionFacts {
             expirationAt: expiresAt, offerCode: offerCode, amount: amount)
     }
 }
+
+
+extension StripeMapping {
+    /// The event Stripe would have sent for a subscription or invoice `reconcile stripe` found out of step
+    /// with `prior`, the stored state, named `id`:
+    /// - a paid invoice: `invoice.paid` at its payment time (a renewal the relay missed);
+    /// - a subscription Stripe ended (`canceled`, `incomplete_expired`): `customer.subscription.deleted`;
+    /// - otherwise `customer.subscription.updated`, whose `previous_attributes` hold what the stored state
+    ///   says of what changed (auto-renewal, the price), so the mapping sends the missed cancellation,
+    ///   uncancellation or product change; status and period end are taken from Stripe's answer.
+    static func reconciledEvent(_ object: JSON, prior: SubscriptionState?, id: String) -> JSON {
+        var event: [String: JSON] = ["id": .string(id), "object": "event", "livemode": object["livemode"] ?? true]
+        if object.text("object") == "invoice" {
+            event["type"] = "invoice.paid"
+            event["created"] = object["status_transitions"]?["paid_at"] ?? object["created"] ?? .null
+            event["data"] = ["object": object]
+            return .object(event)
+        }
+        let facts = SubscriptionFacts(object)
+        if ["canceled", "incomplete_expired"].contains(facts.stripeStatus) {
+            event["type"] = "customer.subscription.deleted"
+            event["created"] = object["ended_at"] ?? object["canceled_at"] ?? .null
+            event["data"] = ["object": object]
+            return .object(event)
+        }
+        var previous: [String: JSON] = [:]
+        if let prior {
+            if prior.autoRenew != facts.autoRenew { previous["cancel_at_period_end"] = .bool(!prior.autoRenew) }
+            if let price = facts.priceId, !prior.productId.isEmpty, prior.productId != price {
+                previous["items"] = ["data": [["price": ["id": .string(prior.productId)]]]]
+            }
+        }
+        event["type"] = "customer.subscription.updated"
+        event["data"] = ["object": object, "previous_attributes": .object(previous)]
+        return .object(event)
+    }
+}

@@ -91,6 +91,10 @@ public final class SubscriptionUpdater: Sendable {
         // A voided purchase `recover google` re-ingested: applied only once Google's Voided Purchases API
         // lists it, with what that API and the stored state say (after the dedup check below).
         var voidedConfirmed = !notification.playVoided
+        // A subscription `reconcile stripe` found out of step: read from Stripe after the dedup check, and
+        // applied as the event Stripe would have sent given the stored state.
+        let reconcileSubject = notification.stripeReconcile != nil ? notification.payload.text("subject") : nil
+        var reconciled = reconcileSubject == nil
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
         // A Stripe or Paddle purchase an app handed over is read from the store's API, as the route did. The
         // route names its subscription (`subject`), so that a repeat replays what was recorded without
@@ -103,7 +107,7 @@ public final class SubscriptionUpdater: Sendable {
 
         // Google's subject (the purchase token) is in the notification; its Play data is fetched only
         // after the dedup check below, so a repeat replays what was recorded without calling Google.
-        let knownSubject = handOverSubject ?? stripeSubject
+        let knownSubject = handOverSubject ?? stripeSubject ?? reconcileSubject
         let first = knownSubject.map { StoreMapping(subject: $0, environment: "PRODUCTION", eventTime: receivedAt) } ?? mapping.map(input, prior: nil)
         if let detail = first.malformed { throw .rejected(Rejection(.malformed, detail)) }
         guard first.recognized else {
@@ -151,6 +155,11 @@ public final class SubscriptionUpdater: Sendable {
                 notification = try await stripeEvent(eventId, notification, app: app)
                 input.notification = notification
                 stripeFetched = true
+            }
+            if !reconciled, let object = notification.stripeReconcile {
+                notification = try await stripeReconcile(object, notification, prior: current, app: app)
+                input.notification = notification
+                reconciled = true
             }
             if !voidedConfirmed {
                 notification = try await confirmVoided(notification, state: current, app: app)
@@ -505,6 +514,36 @@ public final class SubscriptionUpdater: Sendable {
             store: .stripe, app: notification.app, payload: event, notificationId: id, type: event["type"]?.stringValue,
             environment: event["livemode"]?.boolValue.map { $0 ? "PRODUCTION" : "SANDBOX" })
         verified.stripeEventId = nil
+        return verified
+    }
+
+    /// The subscription or invoice `reconcile stripe` named, read from Stripe's API with the app's key, as
+    /// the event Stripe would have sent for what changed (`StripeMapping.reconciledEvent`). Stripe not
+    /// knowing it (for this key), an invoice of another subscription or one not paid rejects the record.
+    private func stripeReconcile(_ id: String, _ notification: VerifiedNotification, prior: SubscriptionState?, app: RelayConfiguration.App)
+        async throws(NormalizationError) -> VerifiedNotification
+    {
+        guard let client = stripe[app.key] else {
+            throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no stripe.api configured; the reconciled subscription cannot be read"))
+        }
+        let object: JSON
+        do {
+            object = id.hasPrefix("in_") ? try await client.invoice(id) : try await client.subscription(id)
+        } catch {
+            throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
+        }
+        guard object["id"]?.stringValue == id else { throw .rejected(Rejection(.malformed, "Stripe answered another object for \(id)")) }
+        let subject = notification.payload.text("subject")
+        if id.hasPrefix("in_") {
+            guard (object.text("subscription") ?? object["subscription"]?.text("id")) == subject, object.text("status") == "paid" else {
+                throw .rejected(Rejection(.malformed, "invoice \(id) is not a paid invoice of \(subject ?? "-")"))
+            }
+        }
+        let event = StripeMapping.reconciledEvent(object, prior: prior, id: notification.notificationId ?? id)
+        var verified = VerifiedNotification(
+            store: .stripe, app: notification.app, payload: event, notificationId: notification.notificationId, type: event["type"]?.stringValue,
+            environment: object["livemode"]?.boolValue.map { $0 ? "PRODUCTION" : "SANDBOX" })
+        verified.stripeReconcile = nil
         return verified
     }
 

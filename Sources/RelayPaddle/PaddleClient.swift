@@ -7,7 +7,8 @@ public import RelayHTTPClient
 /// The few Paddle Billing API reads the relay needs, over libcurl with the configured API key: a
 /// transaction and a subscription, for the purchases apps hand over. Paddle answers `{"data": {...},
 /// "meta": {...}}`; these return `data`. Connection errors, timeouts, 5xx and 429 are tried three times in
-/// all, 100 ms and 200 ms apart.
+/// all, 100 ms and 200 ms apart, or after the answer's `Retry-After` when longer (up to
+/// `StoreAPIError.maximumRetryAfter`; a longer one is returned in the error).
 public final class PaddleClient: Sendable {
     static let retryDelays: [Duration] = [.milliseconds(100), .milliseconds(200)]
 
@@ -40,7 +41,7 @@ public final class PaddleClient: Sendable {
     }
 
     private func call(_ method: String, _ url: String, what: String, whole: Bool) async throws(StoreAPIError) -> JSON {
-        try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug("Paddle API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
             try await send(method, url, what: what, whole: whole)
@@ -50,7 +51,7 @@ public final class PaddleClient: Sendable {
     private func read(_ prefix: String, _ id: String, what: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.paddle, kind: .rejected, message: "the \(what) id is empty") }
         let url = baseURL + prefix + PercentEncoding.pathSegment(id)
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug("Paddle API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
             try await get(url, what: "\(what) \(id)")
@@ -81,7 +82,8 @@ public final class PaddleClient: Sendable {
         case 404:
             throw StoreAPIError(.paddle, kind: .notFound, message: "Paddle does not know \(what) (HTTP 404): it belongs to another account or environment")
         case 429, 500...:
-            throw StoreAPIError(.paddle, kind: .unavailable, message: "the Paddle API answered HTTP \(status) for \(what)")
+            throw StoreAPIError.unavailable(
+                .paddle, status: status, retryAfterHeader: response.header("retry-after"), message: "the Paddle API answered HTTP \(status) for \(what)")
         default:
             let hint = status == 401 || status == 403 ? "; check paddle.api.apiKey (it needs read access to transactions and subscriptions)" : ""
             throw StoreAPIError(.paddle, kind: .rejected, message: "the Paddle API refused the request for \(what) (HTTP \(status))\(hint)")

@@ -10,7 +10,8 @@ public import RelayHTTPClient
 /// Requests pin `Stripe-Version` to 2024-06-20, the last version whose charges still name their invoice
 /// (2025-03-31.basil moved that to invoice payments), so the answer's shape does not follow the account's
 /// default version. Connection errors, timeouts, 5xx and 429 are tried three times in all, 100 ms and
-/// 200 ms apart.
+/// 200 ms apart, or after the answer's `Retry-After` when longer (up to `StoreAPIError.maximumRetryAfter`;
+/// a longer one is returned in the error).
 public final class StripeClient: Sendable {
     static let apiVersion = "2024-06-20"
     static let retryDelays: [Duration] = [.milliseconds(100), .milliseconds(200)]
@@ -37,7 +38,7 @@ public final class StripeClient: Sendable {
     public func charge(_ id: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.stripe, kind: .rejected, message: "the charge id is empty") }
         let url = baseURL + "/v1/charges/" + PercentEncoding.pathSegment(id) + "?expand%5B%5D=invoice"
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
             try await get(url, what: "charge \(id)")
@@ -61,7 +62,7 @@ public final class StripeClient: Sendable {
         query += types.map { ("types[]", $0) }
         if let startingAfter { query.append(("starting_after", startingAfter)) }
         let url = baseURL + "/v1/events?" + query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
             try await get(url, what: "the events list")
@@ -71,6 +72,11 @@ public final class StripeClient: Sendable {
     /// `GET /v1/events/{id}`: one event, as Stripe sent (or would have sent) it to a webhook.
     public func event(_ id: String) async throws(StoreAPIError) -> JSON {
         try await read("/v1/events/", id, what: "event")
+    }
+
+    /// `GET /v1/invoices/{id}`: the Invoice (`reconcile stripe`'s missed renewal).
+    public func invoice(_ id: String) async throws(StoreAPIError) -> JSON {
+        try await read("/v1/invoices/", id, what: "invoice")
     }
 
     /// `GET /v1/prices/{id}`: the Price (its `type`, `recurring`), for a Checkout Session's mode.
@@ -83,7 +89,7 @@ public final class StripeClient: Sendable {
     public func createCheckoutSession(_ form: [(String, String)], idempotencyKey: String) async throws(StoreAPIError) -> JSON {
         let body = Array(form.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&").utf8)
         let url = baseURL + "/v1/checkout/sessions"
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
             try await send("POST", url, what: "a new checkout session", body: body, extraHeaders: [
@@ -95,7 +101,7 @@ public final class StripeClient: Sendable {
     private func read(_ prefix: String, _ id: String, what: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.stripe, kind: .rejected, message: "the \(what) id is empty") }
         let url = baseURL + prefix + PercentEncoding.pathSegment(id)
-        return try await withRetries(delays: Self.retryDelays, isRetriable: \.isRetriable) { error, retry in
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
             logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
         } _: { () async throws(StoreAPIError) in
             try await get(url, what: "\(what) \(id)")
@@ -128,7 +134,8 @@ public final class StripeClient: Sendable {
         case 404:
             throw StoreAPIError(.stripe, kind: .notFound, message: "Stripe does not know \(what) (HTTP 404): it belongs to another account or mode")
         case 429, 500...:
-            throw StoreAPIError(.stripe, kind: .unavailable, message: "the Stripe API answered HTTP \(status) for \(what)")
+            throw StoreAPIError.unavailable(
+                .stripe, status: status, retryAfterHeader: response.header("retry-after"), message: "the Stripe API answered HTTP \(status) for \(what)")
         default:
             let hint = status == 401 || status == 403
                 ? "; check stripe.api.secretKey (it needs read access to charges, invoices, subscriptions, prices and Checkout Sessions, and write access to Checkout Sessions for web checkout)"

@@ -53,7 +53,9 @@ public struct GoogleVerifier: Sendable {
     ///
     /// An import's record (`relay-source: play-api` with a `purchaseToken`, `import google`) has the same
     /// shape without a purchaser: `{"productId", "purchaseToken", "kind", "appUserId"?}`, id `import:<token>`;
-    /// with `appUserId` it binds the purchase to that user as a hand-over does.
+    /// with `appUserId` it binds the purchase to that user as a hand-over does. A `reconcile google` record adds
+    /// `"notificationType"` (one of `reconcileCodes`) and `"reconcile"` (what names the change): it becomes that
+    /// subscription notification, id `reconcile:<token>:<reconcile>`, dated when the relay received it.
     public func verify(purchaseRecord body: [UInt8], receivedAt: Int64, imported: Bool = false) throws(Rejection) -> VerifiedNotification {
         guard let document = try? JSON.parse(body), let productId = document["productId"]?.stringValue, !productId.isEmpty,
             let token = document["purchaseToken"]?.stringValue, !token.isEmpty
@@ -67,7 +69,19 @@ public struct GoogleVerifier: Sendable {
         guard imported || purchaser != nil else {
             throw Rejection(.malformed, #"an app-purchase record's body is not {"productId", "purchaseToken", "kind", "appUserId", "purchaseId", "transferPolicy"}"#)
         }
-        let id = imported ? "import:\(token)" : AppPurchase.notificationId(purchaser?.purchaseId ?? "")
+        // `reconcile google`'s correction: the subscription notification Play would have pushed for a change
+        // the relay missed, named by the change (the same on every run until Play's answer changes).
+        var code: Int64 = 4
+        var id = imported ? "import:\(token)" : AppPurchase.notificationId(purchaser?.purchaseId ?? "")
+        if imported, let reconcile = document["reconcile"]?.stringValue {
+            guard let type = document["notificationType"]?.int64Value, Self.reconcileCodes.contains(type), document["kind"]?.stringValue == "subscription",
+                purchaser == nil
+            else {
+                throw Rejection(.malformed, #"a reconcile record is {"purchaseToken", "productId", "kind": "subscription", "notificationType", "reconcile"}"#)
+            }
+            code = type
+            id = "reconcile:\(token):\(reconcile)"
+        }
         // An import is dated when the purchase happened (the command read it from the Play API).
         let eventTime = imported ? document["eventTime"]?.int64Value ?? receivedAt : receivedAt
         var notification: [String: JSON] = [
@@ -79,7 +93,7 @@ public struct GoogleVerifier: Sendable {
             ]
         } else {
             notification["subscriptionNotification"] = [
-                "version": "1.0", "notificationType": 4, "purchaseToken": .string(token), "subscriptionId": .string(productId),
+                "version": "1.0", "notificationType": .integer(code), "purchaseToken": .string(token), "subscriptionId": .string(productId),
             ]
         }
         let payload = JSON.object(notification)
@@ -88,6 +102,10 @@ public struct GoogleVerifier: Sendable {
         verified.purchaser = purchaser
         return verified
     }
+
+    /// The notifications `reconcile google` appends: RECOVERED, RENEWED, CANCELED, ON_HOLD, IN_GRACE_PERIOD,
+    /// RESTARTED, PAUSED, EXPIRED.
+    static let reconcileCodes: Set<Int64> = [1, 2, 3, 5, 6, 7, 10, 13]
 
     /// Verifies a voided purchase `recover google` re-ingested (`relay-source: play-api`): a DeveloperNotification
     /// of this app's package with a `voidedPurchaseNotification` (`purchaseToken`, `orderId`), id

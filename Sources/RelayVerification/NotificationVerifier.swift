@@ -174,7 +174,24 @@ public final class NotificationVerifier: Sendable {
     /// authentic is Stripe's API, which the normalizer reads the event from with the app's key (an id Stripe
     /// does not know for that key is rejected there). Its id is the webhook's, so its events are the ones the
     /// webhook would have made.
+    ///
+    /// A `reconcile stripe` record is `{"objectId": "sub_…" | "in_…", "subject": "sub_…", "reconcile"}`: the
+    /// subscription (or its latest invoice) Stripe's API answers differently from the stored state, read
+    /// again by the normalizer; its id `reconcile:<objectId>:<reconcile>` stays the same until Stripe's
+    /// answer changes.
     static func stripeAPIEvent(_ notification: RawNotification) throws(Rejection) -> VerifiedNotification {
+        if let document = try? JSON.parse(notification.body), let key = document["reconcile"]?.stringValue {
+            guard let object = document["objectId"]?.stringValue, object.hasPrefix("sub_") || object.hasPrefix("in_"),
+                document["subject"]?.stringValue?.hasPrefix("sub_") == true, !key.isEmpty
+            else {
+                throw Rejection(.malformed, #"a stripe-api reconcile record is {"objectId": "sub_…" | "in_…", "subject": "sub_…", "reconcile"}"#)
+            }
+            var verified = VerifiedNotification(
+                store: .stripe, app: notification.app, payload: document, notificationId: "reconcile:\(object):\(key)",
+                type: object.hasPrefix("in_") ? "invoice.paid" : "customer.subscription.updated")
+            verified.stripeReconcile = object
+            return verified
+        }
         guard let document = try? JSON.parse(notification.body), let id = document["eventId"]?.stringValue, id.hasPrefix("evt_") else {
             throw Rejection(.malformed, #"a stripe-api record's body is not {"eventId": "evt_…", "type"}"#)
         }

@@ -12,17 +12,17 @@ struct Import: AsyncParsableCommand {
         abstract: "Import a store's purchase history through the pipeline as historical events.", subcommands: [ImportApple.self, ImportGoogle.self])
 }
 
-/// `revenue-relay recover`: notifications a store sent and the relay missed (today: `recover apple`).
+/// `revenue-relay recover`: notifications a store sent and the relay missed (every store).
 struct Recover: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Re-ingest store notifications the relay missed, from the store's notification history.", subcommands: [RecoverApple.self, RecoverGoogle.self, RecoverPaddle.self, RecoverStripe.self])
 }
 
-/// `revenue-relay reconcile`: stored states against the store's own (today: `reconcile apple`).
+/// `revenue-relay reconcile`: stored states against the store's own (Apple, Google, Stripe).
 struct Reconcile: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Compare stored subscription states with the store's and correct drift through the pipeline.",
-        subcommands: [ReconcileApple.self])
+        subcommands: [ReconcileApple.self, ReconcileGoogle.self, ReconcileStripe.self])
 }
 
 /// The options every store history command takes: the configuration, the app, the log and the backend.

@@ -182,3 +182,83 @@ struct ImportGoogle: AsyncParsableCommand {
         printLine("unknown to Google Play: \(summary.unknown)")
     }
 }
+
+struct ReconcileGoogle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "google",
+        abstract: "Correct stored Google Play subscription states that differ from Play's (subscriptionsv2.get).",
+        discussion: """
+            Lists the app's Google Play subscriptions the backend holds as active (or written since --since), reads \
+            each from the Play Developer API with apps[].google.playApi, and where Play's subscriptionState, expiry \
+            or auto-renewal differs from the stored state, appends the Real-time Developer Notification Play would \
+            have pushed for the change (SUBSCRIPTION_RENEWED, _RECOVERED, _CANCELED, _RESTARTED, _IN_GRACE_PERIOD, \
+            _ON_HOLD, _PAUSED or _EXPIRED) as a relay-source: play-api record. The worker reads the subscription \
+            from Play again and applies it: these are missed events, delivered to the endpoints. The id is \
+            reconcile:<token>:<type>:<Play's expiry>, the same on every run until Play's answer changes. One line \
+            per corrected subscription (stored → Google: action), then a summary. Exit 0: done; 64: bad arguments; \
+            69: the log, the backend or the Play Developer API unreachable; 78: bad configuration (no playApi) or \
+            the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Also check subscriptions written at or after this time that are no longer active.")
+    var since: String?
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since")
+        let app = options.app
+        let backendURL = options.backendURL
+        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile") { configuration, producer, logger throws(CommandFailure) in
+            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in
+            try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
+        }
+        printLine("checked: \(summary.checked)")
+        printLine("in sync: \(summary.inSync)")
+        printLine("corrected: \(summary.corrections.count)")
+        printLine("failures: \(summary.failures.count)")
+        for failure in summary.failures { printLine("  \(failure)") }
+    }
+}
+
+struct ReconcileStripe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stripe",
+        abstract: "Correct stored Stripe subscription states that differ from Stripe's (GET /v1/subscriptions/{id}).",
+        discussion: """
+            Lists the app's Stripe subscriptions the backend holds as active (or written since --since), reads each \
+            from Stripe with apps[].stripe.api, and where Stripe's status, period end, auto-renewal (cancel_at_period_end, \
+            cancel_at) or price differs from the stored state, appends relay-source: stripe-api records: the latest \
+            paid invoice when the period moved on without it (a missed renewal, with its money), then the \
+            subscription. The worker reads each from Stripe again and applies it as the event Stripe would have sent \
+            (invoice.paid, customer.subscription.updated with what changed, or customer.subscription.deleted): these \
+            are missed events, delivered to the endpoints. Ids are reconcile:<id>:<what Stripe answered>, the same on \
+            every run until Stripe's answer changes. One line per corrected subscription, then a summary. Exit 0: \
+            done; 64: bad arguments; 69: the log, the backend or Stripe unreachable; 78: bad configuration (no \
+            stripe.api) or the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Also check subscriptions written at or after this time that are no longer active.")
+    var since: String?
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since")
+        let app = options.app
+        let backendURL = options.backendURL
+        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile") { configuration, producer, logger throws(CommandFailure) in
+            try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in
+            try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
+        }
+        printLine("checked: \(summary.checked)")
+        printLine("in sync: \(summary.inSync)")
+        printLine("corrected: \(summary.corrections.count)")
+        printLine("failures: \(summary.failures.count)")
+        for failure in summary.failures { printLine("  \(failure)") }
+    }
+}

@@ -91,6 +91,13 @@ import Testing
         let paddle = try await run(["recover", "paddle", "--config", "config/dev.yaml", "--app", "demo", "--since", yesterday])
         #expect(paddle.status == 78, "\(paddle.stderr)")
         #expect(paddle.stderr.contains("apps[0].paddle.api"), "\(paddle.stderr)")
+        // Reconcile, the same.
+        let reconcileGoogle = try await run(["reconcile", "google", "--config", "config/dev.yaml", "--app", "demo"])
+        #expect(reconcileGoogle.status == 78, "\(reconcileGoogle.stderr)")
+        #expect(reconcileGoogle.stderr.contains("apps[0].google.playApi"), "\(reconcileGoogle.stderr)")
+        let reconcileStripe = try await run(["reconcile", "stripe", "--config", "config/dev.yaml", "--app", "demo"])
+        #expect(reconcileStripe.status == 78, "\(reconcileStripe.stderr)")
+        #expect(reconcileStripe.stderr.contains("apps[0].stripe.api"), "\(reconcileStripe.stderr)")
     }
 
     @Test func badArgumentsExit64() async throws {

@@ -23,6 +23,8 @@ import Testing
         /// The Voided Purchases API's list, served two a page; its first call answers 429.
         let voided = LockedBox<[JSON]>([])
         let voidedCalls = LockedBox<[String]>([])
+        /// Tokens whose next `subscriptionsv2.get` answers 429 with `Retry-After: 120` (a quota), once.
+        let throttled = LockedBox<Set<String>>([])
 
         init(subscriptions: [String: JSON], products: [String: JSON] = [:]) {
             self.subscriptions = LockedBox(subscriptions)
@@ -44,6 +46,11 @@ import Testing
             let rest = request.path.dropFirst(prefix.count).split(separator: "/").map { String($0).removingPercentEncoding ?? String($0) }
             switch (request.method, rest.count) {
             case ("GET", 3) where rest[0] == "subscriptionsv2":
+                if throttled.withLock({ $0.remove(rest[2]) != nil }) {
+                    var response = Self.error(429, "RESOURCE_EXHAUSTED", "Quota exceeded")
+                    response.headers.append(("Retry-After", "120"))
+                    return response
+                }
                 guard let purchase = subscriptions.value[rest[2]] else { return Self.error(404, "NOT_FOUND") }
                 return TestHTTPResponse(body: purchase.serialized())
             case ("GET", 4) where rest[0] == "products":

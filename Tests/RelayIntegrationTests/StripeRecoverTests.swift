@@ -27,7 +27,7 @@ import Testing
                     calls.append(request.path)
                     return calls.count
                 }
-                // Stripe's rate limit, once: the client asks again (it does not read Retry-After).
+                // Stripe's rate limit, once, with Retry-After: 0: the client asks again after its own short wait.
                 if calls == 1 { return TestHTTPResponse(status: 429, headers: [("Retry-After", "0")], text: #"{"error": {"type": "rate_limit_error"}}"#) }
                 let items = url.queryItems ?? []
                 func value(_ name: String) -> String? { items.first { $0.name == name }?.value }

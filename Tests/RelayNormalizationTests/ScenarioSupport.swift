@@ -446,6 +446,10 @@ struct MemoryStripe: StripeCharges {
         throw StoreAPIError(.stripe, kind: .notFound, message: "No such price", status: 404)
     }
 
+    func invoice(_ id: String) async throws(StoreAPIError) -> JSON {
+        throw StoreAPIError(.stripe, kind: .notFound, message: "No such invoice", status: 404)
+    }
+
     func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON {
         ["data": [], "has_more": false]
     }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Why a call to a store's API (Google's Play Developer API, Stripe's API, the App Store Server API) failed. `isRetriable` says
 /// whether trying again later can help. Messages say what to do and never contain a key, a signed
 /// assertion or an access token.
@@ -30,6 +32,8 @@ public struct StoreAPIError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// The HTTP status, when the store answered (a 401 tells a refused key from other refusals).
     public var status: Int?
+    /// How long the store asked to be left alone (`Retry-After` of a 429 or 5xx), when it said.
+    public var retryAfter: Duration?
 
     public init(_ api: API, kind: Kind, message: String, status: Int? = nil) {
         self.api = api
@@ -42,4 +46,44 @@ public struct StoreAPIError: Error, Sendable, CustomStringConvertible {
     public var isRetriable: Bool { kind == .unavailable }
 
     public var description: String { "\(api.rawValue) \(kind.rawValue): \(message)" }
+
+    /// The longest `Retry-After` a client waits for inside one call; a longer one ends the call with the
+    /// error, for the caller to schedule (the worker's backoff, a history command's `HistoryLoop`).
+    public static let maximumRetryAfter: Duration = .seconds(10)
+
+    /// `.unavailable` for a 429 or 5xx answer, with its `Retry-After` (seconds or an HTTP date).
+    public static func unavailable(_ api: API, status: Int, retryAfterHeader: String?, message: String) -> StoreAPIError {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var error = StoreAPIError(api, kind: .unavailable, message: message, status: status)
+        if let milliseconds = RetryAfter.milliseconds(retryAfterHeader, now: now) {
+            error.retryAfter = .milliseconds(milliseconds)
+            error.message += "; it asked to wait \(milliseconds / 1000) s (Retry-After)"
+        }
+        return error
+    }
+}
+
+/// A failed call to a store's API that a long-running command can wait out: `isRetriable` with the
+/// store's `Retry-After`, when it gave one.
+public protocol StoreCallFailure: Error {
+    var isRetriable: Bool { get }
+    var retryAfter: Duration? { get }
+    var status: Int? { get }
+    /// The API's name for messages ("Stripe API").
+    var apiName: String { get }
+}
+
+extension StoreAPIError: StoreCallFailure {
+    public var apiName: String { api.rawValue }
+}
+
+/// `withRetries` for one store API call: `.unavailable` failures are tried again after `delays`, or after
+/// the store's `Retry-After` when that is longer. A `Retry-After` beyond `StoreAPIError.maximumRetryAfter`
+/// is not waited for: the error carries it.
+public func withStoreRetries<Value>(
+    delays: [Duration], onRetry: (StoreAPIError, Int) -> Void, _ operation: () async throws(StoreAPIError) -> Value
+) async throws(StoreAPIError) -> Value {
+    try await withRetries(
+        delays: delays, isRetriable: { $0.isRetriable && ($0.retryAfter.map { $0 <= StoreAPIError.maximumRetryAfter } ?? true) }, onRetry: onRetry,
+        wait: { max($1, $0.retryAfter ?? .zero) }, operation)
 }

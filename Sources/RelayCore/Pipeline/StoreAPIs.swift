@@ -23,6 +23,8 @@ public protocol StripeCharges: Sendable {
     func checkoutSession(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /v1/prices/{id}`.
     func price(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/invoices/{id}`.
+    func invoice(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /v1/events?created[gte]=&created[lt]=&types[]=…&limit=100[&starting_after=]`: one page of the
     /// account's events (newest first; Stripe keeps 30 days), `{"data": [...], "has_more"}`.
     func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON

@@ -1,0 +1,149 @@
+import Foundation
+public import RelayCore
+
+/// `revenue-relay reconcile stripe`: each Stripe subscription the backend lists as active or changed since
+/// `since` is read from Stripe (`GET /v1/subscriptions/{id}`); where Stripe's status, period end, auto-renewal
+/// or price differs from the stored state, a `relay-source: stripe-api` record `{"objectId", "subject",
+/// "reconcile"}` is appended. A period that moved on with an invoice the state never recorded appends
+/// that paid invoice first (the missed renewal, with its money), then the subscription. The worker reads
+/// each from Stripe again and applies it as the event Stripe would have sent (`invoice.paid`,
+/// `customer.subscription.updated` or `.deleted`), delivered like a live one. Ids are
+/// `reconcile:<objectId>:<what Stripe answered>`: a repeat before the worker caught up is absorbed.
+extension StripeHistoryCommands {
+    /// One subscription whose stored state differed from Stripe's, and what was appended for it.
+    public struct Correction: Sendable, Equatable {
+        public var subscriptionId: String
+        public var stored: String
+        public var stripe: String
+        /// The events the records stand for (`invoice.paid, customer.subscription.updated`).
+        public var action: String
+
+        public var line: String { "\(subscriptionId): \(stored) → Stripe \(stripe): \(action) appended" }
+    }
+
+    /// What `reconcile stripe` did.
+    public struct ReconcileSummary: Sendable, Equatable {
+        public var checked = 0
+        public var inSync = 0
+        public var corrections: [Correction] = []
+        /// Subscriptions Stripe could not answer for, with the reason.
+        public var failures: [String] = []
+
+        public init() {}
+    }
+
+    /// Checks each of the app's Stripe subscriptions that the backend lists as active (or able to regain
+    /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
+    public func reconcile(
+        since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
+    ) async throws(Failure) -> ReconcileSummary {
+        var summary = ReconcileSummary()
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
+        var cursor: String?
+        repeat {
+            let page = try await backend.subscriptions(store: .stripe, applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
+            cursor = page.next
+            // A one-time purchase (keyed by its PaymentIntent) has no subscription to compare.
+            for state in page.states where state.originalTransactionId.hasPrefix("sub_") {
+                summary.checked += 1
+                let subscription: JSON
+                do throws(StoreAPIError) {
+                    subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
+                } catch {
+                    if error.kind == .notFound {
+                        summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                        continue
+                    }
+                    throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                }
+                let stripe = Self.Observed(subscription)
+                guard stripe.status != "incomplete", !Self.agrees(state, stripe) else {
+                    summary.inSync += 1
+                    continue
+                }
+                var records: [OutgoingRecord] = []
+                var actions: [String] = []
+                let key = "\(stripe.status):\(stripe.periodEnd ?? 0):\(stripe.autoRenew):\(stripe.priceId ?? "-")"
+                // The period moved on with an invoice the state never recorded: the renewal first.
+                if let invoice = stripe.latestInvoice, invoice != state.lastTransactionId, (stripe.periodEnd ?? 0) > (state.expiresAt ?? 0) {
+                    let paid: Bool
+                    do throws(StoreAPIError) {
+                        paid = try await loop.call("an invoice") { () async throws(StoreAPIError) in try await client.invoice(invoice) }["status"]?.stringValue == "paid"
+                    } catch {
+                        throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                    }
+                    if paid {
+                        records.append(record(objectId: invoice, subject: state.originalTransactionId, key: "paid"))
+                        actions.append("invoice.paid")
+                    }
+                }
+                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, key: key))
+                actions.append(["canceled", "incomplete_expired"].contains(stripe.status) ? "customer.subscription.deleted" : "customer.subscription.updated")
+                do {
+                    _ = try await producer.produce(records)
+                } catch {
+                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+                }
+                let correction = Correction(
+                    subscriptionId: state.originalTransactionId,
+                    stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                    stripe: Self.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
+                    action: actions.joined(separator: ", "))
+                summary.corrections.append(correction)
+                corrected(correction)
+            }
+            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+        } while cursor != nil
+        return summary
+    }
+
+    private func record(objectId: String, subject: String, key: String) -> OutgoingRecord {
+        RawNotification(
+            store: .stripe, app: app.key, receivedAtMilliseconds: now(),
+            body: JSON.object(["objectId": .string(objectId), "subject": .string(subject), "reconcile": .string(key)]).serialized(), requestHeaders: [:],
+            source: RawNotification.stripeAPISource
+        ).record(topic: topic, subject: subject)
+    }
+
+    /// What reconcile compares of a Stripe Subscription (API version 2024-06-20, which the client pins).
+    struct Observed {
+        var status: String
+        var periodEnd: Int64?
+        var autoRenew: Bool
+        var priceId: String?
+        var latestInvoice: String?
+
+        init(_ subscription: JSON) {
+            status = subscription["status"]?.stringValue ?? ""
+            let item = subscription["items"]?["data"]?.arrayValue?.first
+            periodEnd = (subscription["current_period_end"] ?? item?["current_period_end"])?.int64Value.map { $0 * 1000 }
+            autoRenew = subscription["cancel_at_period_end"]?.boolValue != true && (subscription["cancel_at"]?.isNull ?? true)
+            priceId = item?["price"]?["id"]?.stringValue ?? item?["price"]?.stringValue
+            latestInvoice = subscription["latest_invoice"]?.stringValue ?? subscription["latest_invoice"]?["id"]?.stringValue
+        }
+
+        /// The stored status Stripe's status maps to (as `StripeMapping` maps it).
+        var relayStatus: SubscriptionState.Status {
+            switch status {
+            case "trialing", "active": .active
+            case "past_due": .inGracePeriod
+            case "unpaid": .inBillingRetry
+            case "paused": .paused
+            default: .expired
+            }
+        }
+    }
+
+    /// Whether the stored state says what Stripe says: status, period end, auto-renewal and price. A stored
+    /// refund or revocation is the relay's own knowledge: Stripe's `canceled` agrees with it.
+    static func agrees(_ state: SubscriptionState, _ stripe: Observed) -> Bool {
+        if stripe.relayStatus == .expired { return [.expired, .revoked, .refunded].contains(state.status) }
+        return state.status == stripe.relayStatus && state.expiresAt == stripe.periodEnd && state.autoRenew == stripe.autoRenew
+            && (stripe.priceId == nil || stripe.priceId == state.productId)
+    }
+
+    static func describe(_ status: String, autoRenew: Bool, until: Int64?, price: String) -> String {
+        let expiry = until.map { " until \(Timestamp.rfc3339(milliseconds: $0))" } ?? ""
+        return "\(status) \(price)\(autoRenew ? "" : " (not renewing)")\(expiry)"
+    }
+}
