@@ -15,16 +15,20 @@ public struct PaddleHistoryCommands: Sendable {
     public typealias Failure = CommandFailure
 
     public let app: RelayConfiguration.App
-    /// The destination whose notifications are listed and replayed.
-    let settingId: String
+    let appIndex: Int
+    /// The destination whose notifications `recover` lists and replays.
+    let settingId: String?
     let client: any PaddleReads
     let backend: HistoryBackend
+    /// Where `reconcile` and `import` append (`recover` appends nothing: Paddle sends the replays).
+    let producer: (any RecordProducer)?
+    let topic: String
     let now: @Sendable () -> Int64
     /// How the commands wait out Paddle's rate limits and outages.
     public var pacing = HistoryLoop.Pacing.standard
 
     public init(
-        configuration: RelayConfiguration, appKey: String, backendURL: String? = nil,
+        configuration: RelayConfiguration, appKey: String, producer: (any RecordProducer)? = nil, backendURL: String? = nil,
         http: HTTPClient = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(30), maxConcurrentTransfers: 8), logger: Logger,
         now: (@Sendable () -> Int64)? = nil
     ) throws(Failure) {
@@ -35,15 +39,13 @@ public struct PaddleHistoryCommands: Sendable {
         guard let api = paddle.api else {
             throw Failure(
                 .configuration,
-                "app \(appKey) has no Paddle API key: set apps[\(index)].paddle.api {apiKey} to a key that may read and replay notifications")
+                "app \(appKey) has no Paddle API key: set apps[\(index)].paddle.api {apiKey} to a key that may read subscriptions, transactions and notifications")
         }
         self.backend = try HistoryRun.backend(configuration, url: backendURL, http: http, logger: logger)
-        guard let settingId = api.notificationSettingId else {
-            throw Failure(
-                .configuration,
-                "app \(appKey) names no notification destination: set apps[\(index)].paddle.api.notificationSettingId to the ntfset_… that sends to the relay's ingest (replays go to it)")
-        }
-        self.settingId = settingId
+        self.settingId = api.notificationSettingId
+        self.appIndex = index
+        self.producer = producer
+        self.topic = configuration.topics.notifications
         self.app = app
         self.client = PaddleClient(configuration: api, http: http, logger: logger)
         self.now = HistoryRun.clock(now)
@@ -73,6 +75,11 @@ public struct PaddleHistoryCommands: Sendable {
     /// state does not remember it), asks Paddle to replay its first notification, oldest first. Paddle sends
     /// replays asynchronously: the summary counts requests, and a run right after may find them unprocessed yet.
     public func recover(since: Int64, until: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }) async throws(Failure) -> RecoverSummary {
+        guard let settingId else {
+            throw Failure(
+                .configuration,
+                "app \(app.key) names no notification destination: set apps[\(appIndex)].paddle.api.notificationSettingId to the ntfset_… that sends to the relay's ingest (replays go to it)")
+        }
         let end = try HistoryRun.window(since: since, until: until, now: now(), days: nil, what: "notifications")
         var summary = RecoverSummary()
         var events: [String: (notification: String, occurredAt: String, subject: String)] = [:]

@@ -276,3 +276,41 @@ enum PaddleMapping {
         mapping.state = state
     }
 }
+
+extension PaddleMapping {
+    /// The event Paddle would have sent for an object `reconcile paddle` found out of step with `prior`, the
+    /// stored state, or `import paddle` brings in (`kind`), named `id`:
+    /// - a completed transaction: `transaction.completed` at its billing time (a payment the relay missed);
+    /// - an imported subscription's purchase (`kind` "created"): `subscription.created` at its start, as it
+    ///   was then (trialing when it began with a trial, else active, renewing);
+    /// - a subscription Paddle canceled: `subscription.canceled` at its cancellation;
+    /// - otherwise `subscription.updated` now, which the mapping compares with the stored state (a missed
+    ///   cancellation, uncancellation, product change or billing issue).
+    static func storeObjectEvent(_ object: JSON, prior: SubscriptionState?, id: String, kind: String? = nil) -> JSON {
+        var event: [String: JSON] = ["event_id": .string(id), "notification_id": .string(id)]
+        if object.text("id")?.hasPrefix("txn_") == true {
+            event["event_type"] = "transaction.completed"
+            event["occurred_at"] = object["billed_at"] ?? object["created_at"] ?? .null
+            event["data"] = object
+            return .object(event)
+        }
+        if kind == "created", case .object(var then) = object {
+            let trial = object["items"]?.arrayValue?.first?.present("trial_dates") != nil
+            then["status"] = .string(trial ? "trialing" : "active")
+            then["scheduled_change"] = .null
+            then["canceled_at"] = .null
+            event["event_type"] = "subscription.created"
+            event["occurred_at"] = object["started_at"] ?? object["created_at"] ?? .null
+            event["data"] = .object(then)
+            return .object(event)
+        }
+        if object.text("status") == "canceled" {
+            event["event_type"] = "subscription.canceled"
+            event["occurred_at"] = object["canceled_at"] ?? object["updated_at"] ?? .null
+        } else {
+            event["event_type"] = "subscription.updated"
+        }
+        event["data"] = object
+        return .object(event)
+    }
+}

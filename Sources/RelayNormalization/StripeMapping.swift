@@ -426,22 +426,45 @@ private struct SubscriptionFacts {
 
 
 extension StripeMapping {
-    /// The event Stripe would have sent for a subscription or invoice `reconcile stripe` found out of step
-    /// with `prior`, the stored state, named `id`:
+    /// The event Stripe would have sent for an object `reconcile stripe` found out of step with `prior`, the
+    /// stored state, or `import stripe` brings in (`kind`), named `id`:
     /// - a paid invoice: `invoice.paid` at its payment time (a renewal the relay missed);
+    /// - a refunded charge: `charge.refunded` of its whole refunded amount, at its last refund;
+    /// - an imported subscription's purchase (`kind` "created"): `customer.subscription.created` at its start,
+    ///   as it was then (trialing when it began with a trial, else active);
     /// - a subscription Stripe ended (`canceled`, `incomplete_expired`): `customer.subscription.deleted`;
     /// - otherwise `customer.subscription.updated`, whose `previous_attributes` hold what the stored state
     ///   says of what changed (auto-renewal, the price), so the mapping sends the missed cancellation,
     ///   uncancellation or product change; status and period end are taken from Stripe's answer.
-    static func reconciledEvent(_ object: JSON, prior: SubscriptionState?, id: String) -> JSON {
+    static func storeObjectEvent(_ object: JSON, prior: SubscriptionState?, id: String, kind: String? = nil) -> JSON {
         var event: [String: JSON] = ["id": .string(id), "object": "event", "livemode": object["livemode"] ?? true]
-        if object.text("object") == "invoice" {
+        switch object.text("object") {
+        case "invoice":
             event["type"] = "invoice.paid"
             event["created"] = object["status_transitions"]?["paid_at"] ?? object["created"] ?? .null
             event["data"] = ["object": object]
             return .object(event)
+        case "charge":
+            event["type"] = "charge.refunded"
+            let refunds = object["refunds"]?["data"]?.arrayValue ?? []
+            event["created"] = refunds.compactMap { $0["created"]?.int64Value }.max().map(JSON.integer) ?? object["created"] ?? .null
+            event["data"] = ["object": object, "previous_attributes": ["amount_refunded": 0]]
+            return .object(event)
+        default:
+            break
         }
         let facts = SubscriptionFacts(object)
+        if kind == "created", case .object(var then) = object {
+            let trial = object["trial_start"]?.int64Value != nil && object["trial_start"]?.int64Value == object["start_date"]?.int64Value
+            then["status"] = .string(trial ? "trialing" : "active")
+            if trial, let end = object["trial_end"], !end.isNull { then["current_period_end"] = end }
+            then["cancel_at_period_end"] = false
+            then["cancel_at"] = .null
+            event["type"] = "customer.subscription.created"
+            event["created"] = object["start_date"] ?? object["created"] ?? .null
+            event["data"] = ["object": .object(then)]
+            return .object(event)
+        }
         if ["canceled", "incomplete_expired"].contains(facts.stripeStatus) {
             event["type"] = "customer.subscription.deleted"
             event["created"] = object["ended_at"] ?? object["canceled_at"] ?? .null

@@ -93,7 +93,7 @@ public final class SubscriptionUpdater: Sendable {
         var voidedConfirmed = !notification.playVoided
         // A subscription `reconcile stripe` found out of step: read from Stripe after the dedup check, and
         // applied as the event Stripe would have sent given the stored state.
-        let reconcileSubject = notification.stripeReconcile != nil ? notification.payload.text("subject") : nil
+        let reconcileSubject = notification.reconcileObject != nil ? notification.payload.text("subject") : nil
         var reconciled = reconcileSubject == nil
         var input = MappingInput(notification: notification, app: app, receivedAt: receivedAt, api: nil)
         // A Stripe or Paddle purchase an app handed over is read from the store's API, as the route did. The
@@ -156,9 +156,11 @@ public final class SubscriptionUpdater: Sendable {
                 input.notification = notification
                 stripeFetched = true
             }
-            if !reconciled, let object = notification.stripeReconcile {
-                notification = try await stripeReconcile(object, notification, prior: current, app: app)
+            if !reconciled, let object = notification.reconcileObject {
+                let charge: JSON?
+                (notification, charge) = try await storeObject(object, notification, prior: current, app: app)
                 input.notification = notification
+                if let charge { input.api = StoreAPIData(charge: charge) }
                 reconciled = true
             }
             if !voidedConfirmed {
@@ -517,34 +519,71 @@ public final class SubscriptionUpdater: Sendable {
         return verified
     }
 
-    /// The subscription or invoice `reconcile stripe` named, read from Stripe's API with the app's key, as
-    /// the event Stripe would have sent for what changed (`StripeMapping.reconciledEvent`). Stripe not
-    /// knowing it (for this key), an invoice of another subscription or one not paid rejects the record.
-    private func stripeReconcile(_ id: String, _ notification: VerifiedNotification, prior: SubscriptionState?, app: RelayConfiguration.App)
-        async throws(NormalizationError) -> VerifiedNotification
+    /// The object `reconcile` or `import` named (`VerifiedNotification.reconcileObject`), read from the
+    /// store's API with the app's key, as the event the store would have sent for it: a Stripe subscription,
+    /// paid invoice or refunded charge (`StripeMapping.storeObjectEvent`), a Paddle subscription or completed
+    /// transaction (`PaddleMapping.storeObjectEvent`), with the refunded charge's trimmed answer for the refund
+    /// mapping. The store not knowing it (for this key), or an object of another subscription or not in the
+    /// state its record says (an unpaid invoice), rejects the record.
+    private func storeObject(_ id: String, _ notification: VerifiedNotification, prior: SubscriptionState?, app: RelayConfiguration.App)
+        async throws(NormalizationError) -> (VerifiedNotification, charge: JSON?)
     {
-        guard let client = stripe[app.key] else {
-            throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no stripe.api configured; the reconciled subscription cannot be read"))
-        }
-        let object: JSON
-        do {
-            object = id.hasPrefix("in_") ? try await client.invoice(id) : try await client.subscription(id)
-        } catch {
-            throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
-        }
-        guard object["id"]?.stringValue == id else { throw .rejected(Rejection(.malformed, "Stripe answered another object for \(id)")) }
         let subject = notification.payload.text("subject")
-        if id.hasPrefix("in_") {
-            guard (object.text("subscription") ?? object["subscription"]?.text("id")) == subject, object.text("status") == "paid" else {
-                throw .rejected(Rejection(.malformed, "invoice \(id) is not a paid invoice of \(subject ?? "-")"))
+        let kind = notification.payload.text("import")
+        func read(_ call: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+            let object: JSON
+            do {
+                object = try await call()
+            } catch {
+                throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
             }
+            guard object["id"]?.stringValue == id else { throw .rejected(Rejection(.malformed, "the store answered another object for \(id)")) }
+            return object
         }
-        let event = StripeMapping.reconciledEvent(object, prior: prior, id: notification.notificationId ?? id)
+        func refuse(_ what: String) -> NormalizationError { .rejected(Rejection(.malformed, "\(id) is not \(what) of \(subject ?? "-")")) }
+        let event: JSON
+        var charge: JSON?
+        var environment: String?
+        if notification.store == .paddle {
+            guard let client = paddle[app.key] else {
+                throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no paddle.api configured; \(id) cannot be read"))
+            }
+            if id.hasPrefix("txn_") {
+                let transaction = try await read { () async throws(StoreAPIError) in try await client.transaction(id) }
+                guard transaction.text("subscription_id") == subject, transaction.text("status") == "completed" else { throw refuse("a completed transaction") }
+                event = PaddleMapping.storeObjectEvent(HandedOverPurchase.trimmedTransaction(transaction), prior: prior, id: notification.notificationId ?? id, kind: kind)
+            } else {
+                let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(id) }
+                event = PaddleMapping.storeObjectEvent(subscription, prior: prior, id: notification.notificationId ?? id, kind: kind)
+            }
+        } else {
+            guard let client = stripe[app.key] else {
+                throw .rejected(Rejection(.storeAPIRejected, "app \(app.key) has no stripe.api configured; \(id) cannot be read"))
+            }
+            let object: JSON
+            if id.hasPrefix("in_") {
+                object = try await read { () async throws(StoreAPIError) in try await client.invoice(id) }
+                guard (object.text("subscription") ?? object["subscription"]?.text("id")) == subject, object.text("status") == "paid" else {
+                    throw refuse("a paid invoice")
+                }
+            } else if id.hasPrefix("ch_") {
+                object = try await read { () async throws(StoreAPIError) in try await client.charge(id) }
+                let invoice = object.present("invoice")
+                guard (invoice?.text("subscription") ?? invoice?["subscription"]?.text("id")) == subject, (object.integer("amount_refunded") ?? 0) > 0 else {
+                    throw refuse("a refunded charge")
+                }
+                charge = StripeMapping.trimmedCharge(object)
+            } else {
+                object = try await read { () async throws(StoreAPIError) in try await client.subscription(id) }
+            }
+            event = StripeMapping.storeObjectEvent(object, prior: prior, id: notification.notificationId ?? id, kind: kind)
+            environment = object["livemode"]?.boolValue.map { $0 ? "PRODUCTION" : "SANDBOX" }
+        }
         var verified = VerifiedNotification(
-            store: .stripe, app: notification.app, payload: event, notificationId: notification.notificationId, type: event["type"]?.stringValue,
-            environment: object["livemode"]?.boolValue.map { $0 ? "PRODUCTION" : "SANDBOX" })
-        verified.stripeReconcile = nil
-        return verified
+            store: notification.store, app: notification.app, payload: event, notificationId: notification.notificationId,
+            type: event["type"]?.stringValue ?? event["event_type"]?.stringValue, environment: environment)
+        verified.reconcileObject = nil
+        return (verified, charge)
     }
 
     /// The refunded charge with its invoice; nil when Stripe does not know it (the refund then stands alone).

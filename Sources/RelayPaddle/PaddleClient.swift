@@ -110,6 +110,18 @@ extension PaddleClient: PaddleReads {
         return try await call("GET", url, what: "the notifications list", whole: true)
     }
 
+    /// `GET /transactions?subscription_id=&status=completed&order_by=billed_at[…]&per_page=&after=`: a page,
+    /// with `meta.pagination` (`has_more`).
+    public func transactions(subscriptionId: String, newestFirst: Bool, perPage: Int, after: String?) async throws(StoreAPIError) -> JSON {
+        var query = [
+            ("subscription_id", subscriptionId), ("status", "completed"), ("order_by", newestFirst ? "billed_at[DESC]" : "billed_at[ASC]"),
+            ("per_page", String(perPage)),
+        ]
+        if let after { query.append(("after", after)) }
+        let url = baseURL + "/transactions?" + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        return try await call("GET", url, what: "the transactions of \(subscriptionId)", whole: true)
+    }
+
     /// `POST /notifications/{id}/replay`: Paddle sends it again to its notification destination.
     public func replayNotification(_ id: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.paddle, kind: .rejected, message: "the notification id is empty") }

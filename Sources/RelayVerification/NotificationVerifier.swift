@@ -91,6 +91,7 @@ public final class NotificationVerifier: Sendable {
                 case .promotional: [PromotionalGrant.source]
                 case .stripe: [AppPurchase.source, RawNotification.stripeAPISource]
                 case .google: [AppPurchase.source, RawNotification.playAPISource]
+                case .paddle: [AppPurchase.source, RawNotification.paddleAPISource]
                 default: [AppPurchase.source]
                 }
             guard known.contains(source) else {
@@ -140,6 +141,7 @@ public final class NotificationVerifier: Sendable {
             case .paddle:
                 guard let paddle = app.paddle else { return .rejected(unconfigured) }
                 if notification.source == AppPurchase.source { return .accepted(try Self.webPurchase(notification)) }
+                if notification.source == RawNotification.paddleAPISource { return .accepted(try Self.storeAPIObject(notification)) }
                 return .accepted(
                     try paddle.verify(body: notification.body, signatureHeader: notification.requestHeaders["paddle-signature"], receivedAtSeconds: receivedAt))
             }
@@ -150,6 +152,40 @@ public final class NotificationVerifier: Sendable {
         } catch {
             throw VerificationUnavailable("\(error)")
         }
+    }
+
+    /// A store object `reconcile` or `import` named (`relay-source: stripe-api` or `paddle-api`):
+    /// `{"objectId", "subject", "reconcile": KEY}` or `{"objectId", "subject", "import": KIND}`. Stripe's objects are
+    /// a subscription (`sub_`), an invoice (`in_`) or a charge (`ch_`); Paddle's a subscription (`sub_`) or a
+    /// transaction (`txn_`); the subject is the subscription. No signature: the normalizer reads the object
+    /// from the store's API with the app's key. Ids: `reconcile:<objectId>:<KEY>`, `import:<objectId>:<KIND>`.
+    static func storeAPIObject(_ notification: RawNotification) throws(Rejection) -> VerifiedNotification {
+        let prefixes = notification.store == .stripe ? ["sub_", "in_", "ch_"] : ["sub_", "txn_"]
+        let shape = #"{"objectId", "subject": "sub_…", "reconcile" | "import"}"#
+        guard let document = try? JSON.parse(notification.body), let object = document["objectId"]?.stringValue,
+            prefixes.contains(where: object.hasPrefix), document["subject"]?.stringValue?.hasPrefix("sub_") == true
+        else {
+            throw Rejection(.malformed, "a \(notification.source ?? "-") record is \(shape), its object one of \(prefixes.joined(separator: ", "))")
+        }
+        let id: String
+        if let key = document["reconcile"]?.stringValue, !key.isEmpty {
+            id = "reconcile:\(object):\(key)"
+        } else if let kind = document["import"]?.stringValue, ["created", "paid", "refunded", "current"].contains(kind) {
+            id = "import:\(object):\(kind)"
+        } else {
+            throw Rejection(.malformed, "a \(notification.source ?? "-") record is \(shape)")
+        }
+        let type: String =
+            switch (notification.store, String(object.prefix(3))) {
+            case (.stripe, "in_"): "invoice.paid"
+            case (.stripe, "ch_"): "charge.refunded"
+            case (.stripe, _): document["import"]?.stringValue == "created" ? "customer.subscription.created" : "customer.subscription.updated"
+            case (_, "txn"): "transaction.completed"
+            default: document["import"]?.stringValue == "created" ? "subscription.created" : "subscription.updated"
+            }
+        var verified = VerifiedNotification(store: notification.store, app: notification.app, payload: document, notificationId: id, type: type)
+        verified.reconcileObject = object
+        return verified
     }
 
     /// A Stripe or Paddle purchase an app handed over: `{"subscriptionId" | "checkoutSessionId"}` (Stripe) or
@@ -180,17 +216,8 @@ public final class NotificationVerifier: Sendable {
     /// again by the normalizer; its id `reconcile:<objectId>:<reconcile>` stays the same until Stripe's
     /// answer changes.
     static func stripeAPIEvent(_ notification: RawNotification) throws(Rejection) -> VerifiedNotification {
-        if let document = try? JSON.parse(notification.body), let key = document["reconcile"]?.stringValue {
-            guard let object = document["objectId"]?.stringValue, object.hasPrefix("sub_") || object.hasPrefix("in_"),
-                document["subject"]?.stringValue?.hasPrefix("sub_") == true, !key.isEmpty
-            else {
-                throw Rejection(.malformed, #"a stripe-api reconcile record is {"objectId": "sub_…" | "in_…", "subject": "sub_…", "reconcile"}"#)
-            }
-            var verified = VerifiedNotification(
-                store: .stripe, app: notification.app, payload: document, notificationId: "reconcile:\(object):\(key)",
-                type: object.hasPrefix("in_") ? "invoice.paid" : "customer.subscription.updated")
-            verified.stripeReconcile = object
-            return verified
+        if let document = try? JSON.parse(notification.body), document["reconcile"] != nil || document["import"] != nil {
+            return try storeAPIObject(notification)
         }
         guard let document = try? JSON.parse(notification.body), let id = document["eventId"]?.stringValue, id.hasPrefix("evt_") else {
             throw Rejection(.malformed, #"a stripe-api record's body is not {"eventId": "evt_…", "type"}"#)

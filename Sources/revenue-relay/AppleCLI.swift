@@ -18,11 +18,11 @@ struct Recover: AsyncParsableCommand {
         abstract: "Re-ingest store notifications the relay missed, from the store's notification history.", subcommands: [RecoverApple.self, RecoverGoogle.self, RecoverPaddle.self, RecoverStripe.self])
 }
 
-/// `revenue-relay reconcile`: stored states against the store's own (Apple, Google, Stripe).
+/// `revenue-relay reconcile`: stored states against the store's own (every store).
 struct Reconcile: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Compare stored subscription states with the store's and correct drift through the pipeline.",
-        subcommands: [ReconcileApple.self, ReconcileGoogle.self, ReconcileStripe.self])
+        subcommands: [ReconcileApple.self, ReconcileGoogle.self, ReconcilePaddle.self, ReconcileStripe.self])
 }
 
 /// The options every store history command takes: the configuration, the app, the log and the backend.

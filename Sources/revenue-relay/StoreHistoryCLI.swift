@@ -262,3 +262,43 @@ struct ReconcileStripe: AsyncParsableCommand {
         for failure in summary.failures { printLine("  \(failure)") }
     }
 }
+
+struct ReconcilePaddle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "paddle",
+        abstract: "Correct stored Paddle subscription states that differ from Paddle's (GET /subscriptions/{id}).",
+        discussion: """
+            Lists the app's Paddle subscriptions the backend holds as active (or written since --since), reads each \
+            from Paddle with apps[].paddle.api, and where Paddle's status, billing period end, scheduled cancellation \
+            or price differs from the stored state, appends relay-source: paddle-api records: the latest completed \
+            transaction when the period moved on without it (a missed renewal, with its money), then the \
+            subscription. The worker reads each from Paddle again and applies it as the event Paddle would have \
+            sent (transaction.completed, subscription.updated compared with the stored state, or \
+            subscription.canceled): these are missed events, delivered to the endpoints. Ids are \
+            reconcile:<id>:<what Paddle answered>, the same on every run until Paddle's answer changes. One line per \
+            corrected subscription, then a summary. Exit 0: done; 64: bad arguments; 69: the log, the backend or \
+            Paddle unreachable; 78: bad configuration (no paddle.api) or the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Also check subscriptions written at or after this time that are no longer active.")
+    var since: String?
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since")
+        let app = options.app
+        let backendURL = options.backendURL
+        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile") { configuration, producer, logger throws(CommandFailure) in
+            try PaddleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in
+            try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
+        }
+        printLine("checked: \(summary.checked)")
+        printLine("in sync: \(summary.inSync)")
+        printLine("corrected: \(summary.corrections.count)")
+        printLine("failures: \(summary.failures.count)")
+        for failure in summary.failures { printLine("  \(failure)") }
+    }
+}

@@ -98,6 +98,9 @@ import Testing
         let reconcileStripe = try await run(["reconcile", "stripe", "--config", "config/dev.yaml", "--app", "demo"])
         #expect(reconcileStripe.status == 78, "\(reconcileStripe.stderr)")
         #expect(reconcileStripe.stderr.contains("apps[0].stripe.api"), "\(reconcileStripe.stderr)")
+        let reconcilePaddle = try await run(["reconcile", "paddle", "--config", "config/dev.yaml", "--app", "demo"])
+        #expect(reconcilePaddle.status == 78, "\(reconcilePaddle.stderr)")
+        #expect(reconcilePaddle.stderr.contains("apps[0].paddle.api"), "\(reconcilePaddle.stderr)")
     }
 
     @Test func badArgumentsExit64() async throws {

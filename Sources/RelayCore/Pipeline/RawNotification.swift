@@ -49,6 +49,9 @@ public struct RawNotification: Sendable {
     /// The `relay-source` of voided purchases `recover google` re-ingests: a DeveloperNotification with a
     /// `voidedPurchaseNotification`, found again in the Voided Purchases API by the worker.
     public static let playAPISource = "play-api"
+    /// The `relay-source` of Paddle subscriptions and transactions `reconcile paddle` and `import paddle`
+    /// append: `{"objectId", "subject", "reconcile" | "import"}`, read again from Paddle's API by the worker.
+    public static let paddleAPISource = "paddle-api"
 
     public init(
         store: Store, app: String, receivedAtMilliseconds: Int64, body: [UInt8], requestHeaders: [String: String], source: String? = nil,

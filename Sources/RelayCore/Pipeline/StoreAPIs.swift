@@ -57,6 +57,9 @@ public protocol PaddleReads: Sendable {
     func notifications(settingId: String, from: String, to: String, after: String?) async throws(StoreAPIError) -> JSON
     /// `POST /notifications/{id}/replay`: Paddle sends the notification again, signed, to its destination.
     func replayNotification(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /transactions?subscription_id=&status=completed&order_by=billed_at[DESC|ASC]&per_page=&after=`: one page
+    /// of a subscription's completed transactions (the whole answer: `data` and `meta.pagination`).
+    func transactions(subscriptionId: String, newestFirst: Bool, perPage: Int, after: String?) async throws(StoreAPIError) -> JSON
 }
 
 /// The Paddle events the relay maps (`PaddleMapping`): what `recover paddle` replays.

@@ -86,10 +86,11 @@ public struct VerifiedNotification: Sendable {
     /// A voided purchase `recover google` re-ingested (`relay-source: play-api`): the normalizer finds it
     /// in the Voided Purchases API before anything else.
     public var playVoided = false
-    /// A Stripe subscription or invoice `reconcile stripe` found out of step (`relay-source: stripe-api`): its
-    /// id. The normalizer reads it from Stripe's API after the dedup check and applies it as the event Stripe
-    /// would have sent, given the stored state.
-    public var stripeReconcile: String?
+    /// A Stripe subscription or invoice, or a Paddle subscription or transaction, that `reconcile` found out
+    /// of step or `import` brings in (`relay-source: stripe-api` or `paddle-api`): its id. The normalizer reads
+    /// it from the store's API after the dedup check and applies it as the event the store would have sent,
+    /// given the stored state.
+    public var reconcileObject: String?
 
     public init(
         store: Store, app: String, payload: JSON, notificationId: String?, type: String?, subtype: String? = nil,

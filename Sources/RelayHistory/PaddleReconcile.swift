@@ -1,0 +1,151 @@
+import Foundation
+public import RelayCore
+
+/// `revenue-relay reconcile paddle`: each Paddle subscription the backend lists as active or changed since
+/// `since` is read from Paddle (`GET /subscriptions/{id}`); where Paddle's status, billing period end,
+/// scheduled cancellation or price differs from the stored state, `relay-source: paddle-api` records
+/// `{"objectId", "subject", "reconcile"}` are appended: the latest completed transaction when the period moved
+/// on without it (the missed renewal, with its money), then the subscription. The worker reads each from
+/// Paddle again and applies it as the event Paddle would have sent (`transaction.completed`,
+/// `subscription.updated` compared with the stored state, or `subscription.canceled`), delivered like a live
+/// one. Ids are `reconcile:<id>:<what Paddle answered>`: a repeat before the worker caught up is absorbed.
+extension PaddleHistoryCommands {
+    /// One subscription whose stored state differed from Paddle's, and what was appended for it.
+    public struct Correction: Sendable, Equatable {
+        public var subscriptionId: String
+        public var stored: String
+        public var paddle: String
+        /// The events the records stand for (`transaction.completed, subscription.updated`).
+        public var action: String
+
+        public var line: String { "\(subscriptionId): \(stored) → Paddle \(paddle): \(action) appended" }
+    }
+
+    /// What `reconcile paddle` did.
+    public struct ReconcileSummary: Sendable, Equatable {
+        public var checked = 0
+        public var inSync = 0
+        public var corrections: [Correction] = []
+        /// Subscriptions Paddle could not answer for, with the reason.
+        public var failures: [String] = []
+
+        public init() {}
+    }
+
+    /// Checks each of the app's Paddle subscriptions that the backend lists as active (or able to regain
+    /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
+    public func reconcile(
+        since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
+    ) async throws(Failure) -> ReconcileSummary {
+        let producer = try appender()
+        var summary = ReconcileSummary()
+        let loop = HistoryLoop(pacing: pacing, progress: progress)
+        var cursor: String?
+        repeat {
+            let page = try await backend.subscriptions(store: .paddle, applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
+            cursor = page.next
+            // A one-time purchase (keyed by its transaction) has no subscription to compare.
+            for state in page.states where state.originalTransactionId.hasPrefix("sub_") {
+                summary.checked += 1
+                let subscription: JSON
+                do throws(StoreAPIError) {
+                    subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
+                } catch {
+                    if error.kind == .notFound {
+                        summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                        continue
+                    }
+                    throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                }
+                let paddle = Observed(subscription)
+                guard !Self.agrees(state, paddle) else {
+                    summary.inSync += 1
+                    continue
+                }
+                var records: [OutgoingRecord] = []
+                var actions: [String] = []
+                // The period moved on with a payment the state never recorded: the renewal first.
+                if (paddle.periodEnd ?? 0) > (state.expiresAt ?? 0) {
+                    let latest: JSON?
+                    do throws(StoreAPIError) {
+                        latest = try await loop.call("a subscription's transactions") { () async throws(StoreAPIError) in
+                            try await client.transactions(subscriptionId: state.originalTransactionId, newestFirst: true, perPage: 1, after: nil)
+                        }["data"]?.arrayValue?.first
+                    } catch {
+                        throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                    }
+                    if let latest, let id = latest["id"]?.stringValue, id != state.lastTransactionId,
+                        ["subscription_recurring", "subscription_update"].contains(latest["origin"]?.stringValue ?? "")
+                    {
+                        records.append(record(objectId: id, subject: state.originalTransactionId, field: "reconcile", value: "completed"))
+                        actions.append("transaction.completed")
+                    }
+                }
+                let key = "\(paddle.status):\(paddle.periodEnd ?? 0):\(paddle.autoRenew):\(paddle.priceId ?? "-")"
+                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
+                actions.append(paddle.status == "canceled" ? "subscription.canceled" : "subscription.updated")
+                do {
+                    _ = try await producer.produce(records)
+                } catch {
+                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+                }
+                let correction = Correction(
+                    subscriptionId: state.originalTransactionId,
+                    stored: StripeHistoryCommands.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                    paddle: StripeHistoryCommands.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
+                    action: actions.joined(separator: ", "))
+                summary.corrections.append(correction)
+                corrected(correction)
+            }
+            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+        } while cursor != nil
+        return summary
+    }
+
+    /// The producer `reconcile` and `import` append with.
+    func appender() throws(Failure) -> any RecordProducer {
+        guard let producer else { throw Failure(.configuration, "no log to append to was given") }
+        return producer
+    }
+
+    func record(objectId: String, subject: String, field: String, value: String, historical: Bool = false, deliver: Bool = true) -> OutgoingRecord {
+        RawNotification(
+            store: .paddle, app: app.key, receivedAtMilliseconds: now(),
+            body: JSON.object(["objectId": .string(objectId), "subject": .string(subject), field: .string(value)]).serialized(), requestHeaders: [:],
+            source: RawNotification.paddleAPISource, historical: historical, deliver: deliver
+        ).record(topic: topic, subject: subject)
+    }
+
+    /// What reconcile compares of a Paddle Subscription.
+    struct Observed {
+        var status: String
+        var periodEnd: Int64?
+        var autoRenew: Bool
+        var priceId: String?
+
+        init(_ subscription: JSON) {
+            status = subscription["status"]?.stringValue ?? ""
+            periodEnd = Timestamp.milliseconds(subscription["current_billing_period"]?["ends_at"]?.stringValue)
+                ?? Timestamp.milliseconds(subscription["canceled_at"]?.stringValue)
+            autoRenew = status != "canceled" && subscription["scheduled_change"]?["action"]?.stringValue != "cancel"
+            priceId = subscription["items"]?.arrayValue?.first?["price"]?["id"]?.stringValue
+        }
+
+        /// The stored status Paddle's status maps to (as `PaddleMapping` maps it).
+        var relayStatus: SubscriptionState.Status {
+            switch status {
+            case "active", "trialing": .active
+            case "past_due": .inGracePeriod
+            case "paused": .paused
+            default: .expired
+            }
+        }
+    }
+
+    /// Whether the stored state says what Paddle says. A stored refund or revocation agrees with `canceled`.
+    static func agrees(_ state: SubscriptionState, _ paddle: Observed) -> Bool {
+        if paddle.relayStatus == .expired { return [.expired, .revoked, .refunded].contains(state.status) }
+        return state.status == paddle.relayStatus && state.autoRenew == paddle.autoRenew && (paddle.priceId == nil || paddle.priceId == state.productId)
+            && (paddle.periodEnd == nil || state.expiresAt == paddle.periodEnd)
+    }
+}
