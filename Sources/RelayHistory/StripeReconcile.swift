@@ -73,11 +73,11 @@ extension StripeHistoryCommands {
                         throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
                     }
                     if paid {
-                        records.append(record(objectId: invoice, subject: state.originalTransactionId, key: "paid"))
+                        records.append(record(objectId: invoice, subject: state.originalTransactionId, field: "reconcile", value: "paid"))
                         actions.append("invoice.paid")
                     }
                 }
-                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, key: key))
+                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
                 actions.append(["canceled", "incomplete_expired"].contains(stripe.status) ? "customer.subscription.deleted" : "customer.subscription.updated")
                 do {
                     _ = try await producer.produce(records)
@@ -95,14 +95,6 @@ extension StripeHistoryCommands {
             loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
         } while cursor != nil
         return summary
-    }
-
-    private func record(objectId: String, subject: String, key: String) -> OutgoingRecord {
-        RawNotification(
-            store: .stripe, app: app.key, receivedAtMilliseconds: now(),
-            body: JSON.object(["objectId": .string(objectId), "subject": .string(subject), "reconcile": .string(key)]).serialized(), requestHeaders: [:],
-            source: RawNotification.stripeAPISource
-        ).record(topic: topic, subject: subject)
     }
 
     /// What reconcile compares of a Stripe Subscription (API version 2024-06-20, which the client pins).

@@ -69,6 +69,37 @@ public final class StripeClient: Sendable {
         }
     }
 
+    /// `GET /v1/subscriptions?status=all&limit=100…`: one page of the account's subscriptions, newest first.
+    public func subscriptions(createdFrom: Int64?, startingAfter: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("status", "all"), ("limit", "100")]
+        if let createdFrom { query.append(("created[gte]", String(createdFrom))) }
+        if let startingAfter { query.append(("starting_after", startingAfter)) }
+        return try await list("/v1/subscriptions", query, what: "the subscriptions list")
+    }
+
+    /// `GET /v1/invoices?subscription=&status=paid&limit=100…`: one page of a subscription's paid invoices.
+    public func invoices(subscription: String, startingAfter: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("subscription", subscription), ("status", "paid"), ("limit", "100")]
+        if let startingAfter { query.append(("starting_after", startingAfter)) }
+        return try await list("/v1/invoices", query, what: "the invoices of \(subscription)")
+    }
+
+    /// `GET /v1/charges?customer=&limit=100…`: one page of a customer's charges.
+    public func charges(customer: String, startingAfter: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("customer", customer), ("limit", "100")]
+        if let startingAfter { query.append(("starting_after", startingAfter)) }
+        return try await list("/v1/charges", query, what: "the charges of \(customer)")
+    }
+
+    private func list(_ path: String, _ query: [(String, String)], what: String) async throws(StoreAPIError) -> JSON {
+        let url = baseURL + path + "?" + query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        return try await withStoreRetries(delays: Self.retryDelays) { error, retry in
+            logger.debug("Stripe API call failed; retrying", metadata: ["attempt": "\(retry)", LogKey.error: "\(error)"])
+        } _: { () async throws(StoreAPIError) in
+            try await get(url, what: what)
+        }
+    }
+
     /// `GET /v1/events/{id}`: one event, as Stripe sent (or would have sent) it to a webhook.
     public func event(_ id: String) async throws(StoreAPIError) -> JSON {
         try await read("/v1/events/", id, what: "event")

@@ -302,3 +302,43 @@ struct ReconcilePaddle: AsyncParsableCommand {
         for failure in summary.failures { printLine("  \(failure)") }
     }
 }
+
+struct ImportStripe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stripe",
+        abstract: "Import the account's Stripe subscriptions with their renewals and refunds as historical events.",
+        discussion: """
+            Lists the account's subscriptions (GET /v1/subscriptions?status=all, created at or after --since) with \
+            apps[].stripe.api; those whose price is one of the app's STRIPE products (all, when it lists none) and \
+            that the relay does not hold are imported: the purchase at its start, each paid renewal invoice with its \
+            money, each refund of those invoices' charges, then the subscription as it is now (its cancellation or \
+            end). Each is a relay-source: stripe-api record the worker reads again from Stripe and applies as the \
+            event Stripe would have sent, recorded as historical and, unless --deliver, not sent to endpoints. \
+            Subscriptions the relay holds are skipped, so running it again (or after an interruption) imports only \
+            the rest. Exit 0: done; 64: bad arguments; 69: the log, the backend or Stripe unreachable; 78: bad \
+            configuration (no stripe.api) or the key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "Only subscriptions created at or after this time (default: all).")
+    var since: String?
+
+    @Flag(help: "Send the imported events to the endpoints too (default: recorded only).")
+    var deliver = false
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let since = try time(since, option: "since")
+        let app = options.app
+        let backendURL = options.backendURL
+        let deliver = deliver
+        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
+            try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in try await commands.importSubscriptions(since: since, deliver: deliver, progress: progress) }
+        printLine("subscriptions: \(summary.subscriptions)")
+        printLine("imported: \(summary.imported) (\(summary.renewals) renewals, \(summary.refunds) refunds)")
+        printLine("already known: \(summary.alreadyKnown)")
+        printLine("other apps' prices: \(summary.otherApps)")
+    }
+}

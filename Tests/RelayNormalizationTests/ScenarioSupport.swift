@@ -450,6 +450,12 @@ struct MemoryStripe: StripeCharges {
         throw StoreAPIError(.stripe, kind: .notFound, message: "No such invoice", status: 404)
     }
 
+    func subscriptions(createdFrom: Int64?, startingAfter: String?) async throws(StoreAPIError) -> JSON { ["data": [], "has_more": false] }
+
+    func invoices(subscription: String, startingAfter: String?) async throws(StoreAPIError) -> JSON { ["data": [], "has_more": false] }
+
+    func charges(customer: String, startingAfter: String?) async throws(StoreAPIError) -> JSON { ["data": [], "has_more": false] }
+
     func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON {
         ["data": [], "has_more": false]
     }

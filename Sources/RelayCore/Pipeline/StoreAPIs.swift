@@ -25,6 +25,14 @@ public protocol StripeCharges: Sendable {
     func price(_ id: String) async throws(StoreAPIError) -> JSON
     /// `GET /v1/invoices/{id}`.
     func invoice(_ id: String) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/subscriptions?status=all&limit=100[&created[gte]=][&starting_after=]`: one page of the account's
+    /// subscriptions, newest first, `{"data": [...], "has_more"}`.
+    func subscriptions(createdFrom: Int64?, startingAfter: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/invoices?subscription=&status=paid&limit=100[&starting_after=]`: one page of a subscription's
+    /// paid invoices, newest first.
+    func invoices(subscription: String, startingAfter: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /v1/charges?customer=&limit=100[&starting_after=]`: one page of a customer's charges, newest first.
+    func charges(customer: String, startingAfter: String?) async throws(StoreAPIError) -> JSON
     /// `GET /v1/events?created[gte]=&created[lt]=&types[]=…&limit=100[&starting_after=]`: one page of the
     /// account's events (newest first; Stripe keeps 30 days), `{"data": [...], "has_more"}`.
     func events(createdFrom: Int64, createdBefore: Int64, types: [String], startingAfter: String?) async throws(StoreAPIError) -> JSON
