@@ -281,6 +281,7 @@ extension PaddleMapping {
     /// The event Paddle would have sent for an object `reconcile paddle` found out of step with `prior`, the
     /// stored state, or `import paddle` brings in (`kind`), named `id`:
     /// - a completed transaction: `transaction.completed` at its billing time (a payment the relay missed);
+    /// - an approved adjustment: `adjustment.updated` at its last change (a refund or chargeback, or its reversal);
     /// - an imported subscription's purchase (`kind` "created"): `subscription.created` at its start, as it
     ///   was then (trialing when it began with a trial, else active, renewing);
     /// - a subscription Paddle canceled: `subscription.canceled` at its cancellation;
@@ -288,6 +289,12 @@ extension PaddleMapping {
     ///   cancellation, uncancellation, product change or billing issue).
     static func storeObjectEvent(_ object: JSON, prior: SubscriptionState?, id: String, kind: String? = nil) -> JSON {
         var event: [String: JSON] = ["event_id": .string(id), "notification_id": .string(id)]
+        if object.text("id")?.hasPrefix("adj_") == true {
+            event["event_type"] = "adjustment.updated"
+            event["occurred_at"] = object["updated_at"] ?? object["created_at"] ?? .null
+            event["data"] = object
+            return .object(event)
+        }
         if object.text("id")?.hasPrefix("txn_") == true {
             event["event_type"] = "transaction.completed"
             event["occurred_at"] = object["billed_at"] ?? object["created_at"] ?? .null
@@ -312,5 +319,20 @@ extension PaddleMapping {
         }
         event["data"] = object
         return .object(event)
+    }
+}
+
+extension PaddleMapping {
+    /// What the adjustment mapping reads of an adjustment, and nothing else (its reason is free text a
+    /// customer or seller wrote).
+    static func trimmedAdjustment(_ adjustment: JSON) -> JSON {
+        var kept: [String: JSON] = [:]
+        for key in ["id", "action", "type", "status", "subscription_id", "transaction_id", "customer_id", "currency_code", "totals", "created_at", "updated_at"] {
+            if let value = adjustment[key] { kept[key] = value }
+        }
+        if let items = adjustment["items"]?.arrayValue {
+            kept["items"] = .array(items.map { ["item_id": $0["item_id"] ?? .null, "type": $0["type"] ?? .null, "amount": $0["amount"] ?? .null] })
+        }
+        return .object(kept)
     }
 }

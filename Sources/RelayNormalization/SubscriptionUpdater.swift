@@ -552,6 +552,10 @@ public final class SubscriptionUpdater: Sendable {
                 let transaction = try await read { () async throws(StoreAPIError) in try await client.transaction(id) }
                 guard transaction.text("subscription_id") == subject, transaction.text("status") == "completed" else { throw refuse("a completed transaction") }
                 event = PaddleMapping.storeObjectEvent(HandedOverPurchase.trimmedTransaction(transaction), prior: prior, id: notification.notificationId ?? id, kind: kind)
+            } else if id.hasPrefix("adj_") {
+                let adjustment = try await read { () async throws(StoreAPIError) in try await client.adjustment(id) }
+                guard adjustment.text("subscription_id") == subject, adjustment.text("status") == "approved" else { throw refuse("an approved adjustment") }
+                event = PaddleMapping.storeObjectEvent(PaddleMapping.trimmedAdjustment(adjustment), prior: prior, id: notification.notificationId ?? id, kind: kind)
             } else {
                 let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(id) }
                 event = PaddleMapping.storeObjectEvent(subscription, prior: prior, id: notification.notificationId ?? id, kind: kind)

@@ -122,6 +122,34 @@ extension PaddleClient: PaddleReads {
         return try await call("GET", url, what: "the transactions of \(subscriptionId)", whole: true)
     }
 
+    /// `GET /subscriptions?per_page=200[&after=]`: a page, with `meta.pagination` (`has_more`).
+    public func subscriptions(after: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("per_page", "200")]
+        if let after { query.append(("after", after)) }
+        return try await call("GET", baseURL + "/subscriptions?" + Self.query(query), what: "the subscriptions list", whole: true)
+    }
+
+    /// `GET /adjustments?subscription_id=&per_page=50[&after=]`: a page, with `meta.pagination` (`has_more`).
+    public func adjustments(subscriptionId: String, after: String?) async throws(StoreAPIError) -> JSON {
+        var query = [("subscription_id", subscriptionId), ("per_page", "50")]
+        if let after { query.append(("after", after)) }
+        return try await call("GET", baseURL + "/adjustments?" + Self.query(query), what: "the adjustments of \(subscriptionId)", whole: true)
+    }
+
+    /// `GET /adjustments?id=`: the adjustment, or `.notFound` when the list is empty.
+    public func adjustment(_ id: String) async throws(StoreAPIError) -> JSON {
+        guard !id.isEmpty else { throw StoreAPIError(.paddle, kind: .rejected, message: "the adjustment id is empty") }
+        let list = try await call("GET", baseURL + "/adjustments?" + Self.query([("id", id)]), what: "adjustment \(id)", whole: false)
+        guard let adjustment = list.arrayValue?.first(where: { $0["id"]?.stringValue == id }) else {
+            throw StoreAPIError(.paddle, kind: .notFound, message: "Paddle does not know adjustment \(id): it belongs to another account or environment")
+        }
+        return adjustment
+    }
+
+    static func query(_ items: [(String, String)]) -> String {
+        items.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+    }
+
     /// `POST /notifications/{id}/replay`: Paddle sends it again to its notification destination.
     public func replayNotification(_ id: String) async throws(StoreAPIError) -> JSON {
         guard !id.isEmpty else { throw StoreAPIError(.paddle, kind: .rejected, message: "the notification id is empty") }

@@ -156,11 +156,11 @@ public final class NotificationVerifier: Sendable {
 
     /// A store object `reconcile` or `import` named (`relay-source: stripe-api` or `paddle-api`):
     /// `{"objectId", "subject", "reconcile": KEY}` or `{"objectId", "subject", "import": KIND}`. Stripe's objects are
-    /// a subscription (`sub_`), an invoice (`in_`) or a charge (`ch_`); Paddle's a subscription (`sub_`) or a
-    /// transaction (`txn_`); the subject is the subscription. No signature: the normalizer reads the object
+    /// a subscription (`sub_`), an invoice (`in_`) or a charge (`ch_`); Paddle's a subscription (`sub_`), a
+    /// transaction (`txn_`) or an adjustment (`adj_`); the subject is the subscription. No signature: the normalizer reads the object
     /// from the store's API with the app's key. Ids: `reconcile:<objectId>:<KEY>`, `import:<objectId>:<KIND>`.
     static func storeAPIObject(_ notification: RawNotification) throws(Rejection) -> VerifiedNotification {
-        let prefixes = notification.store == .stripe ? ["sub_", "in_", "ch_"] : ["sub_", "txn_"]
+        let prefixes = notification.store == .stripe ? ["sub_", "in_", "ch_"] : ["sub_", "txn_", "adj_"]
         let shape = #"{"objectId", "subject": "sub_…", "reconcile" | "import"}"#
         guard let document = try? JSON.parse(notification.body), let object = document["objectId"]?.stringValue,
             prefixes.contains(where: object.hasPrefix), document["subject"]?.stringValue?.hasPrefix("sub_") == true
@@ -181,6 +181,7 @@ public final class NotificationVerifier: Sendable {
             case (.stripe, "ch_"): "charge.refunded"
             case (.stripe, _): document["import"]?.stringValue == "created" ? "customer.subscription.created" : "customer.subscription.updated"
             case (_, "txn"): "transaction.completed"
+            case (_, "adj"): "adjustment.updated"
             default: document["import"]?.stringValue == "created" ? "subscription.created" : "subscription.updated"
             }
         var verified = VerifiedNotification(store: notification.store, app: notification.app, payload: document, notificationId: id, type: type)

@@ -342,3 +342,39 @@ struct ImportStripe: AsyncParsableCommand {
         printLine("other apps' prices: \(summary.otherApps)")
     }
 }
+
+struct ImportPaddle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "paddle",
+        abstract: "Import the account's Paddle subscriptions with their renewals and refunds as historical events.",
+        discussion: """
+            Lists the account's subscriptions (GET /subscriptions) with apps[].paddle.api; those whose price is one \
+            of the app's PADDLE products (all, when it lists none) and that the relay does not hold are imported: \
+            the purchase at its start, each completed renewal transaction with its money, each approved refund or \
+            chargeback, then the subscription as it is now (its cancellation or end). Each is a relay-source: \
+            paddle-api record the worker reads again from Paddle and applies as the event Paddle would have sent, \
+            recorded as historical and, unless --deliver, not sent to endpoints. Subscriptions the relay holds are \
+            skipped, so running it again (or after an interruption) imports only the rest. Exit 0: done; 64: bad \
+            arguments; 69: the log, the backend or Paddle unreachable; 78: bad configuration (no paddle.api) or the \
+            key refused.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Flag(help: "Send the imported events to the endpoints too (default: recorded only).")
+    var deliver = false
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        let app = options.app
+        let backendURL = options.backendURL
+        let deliver = deliver
+        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
+            try PaddleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in try await commands.importSubscriptions(deliver: deliver, progress: progress) }
+        printLine("subscriptions: \(summary.subscriptions)")
+        printLine("imported: \(summary.imported) (\(summary.renewals) renewals, \(summary.refunds) refunds)")
+        printLine("already known: \(summary.alreadyKnown)")
+        printLine("other apps' prices: \(summary.otherApps)")
+    }
+}

@@ -101,6 +101,8 @@ import Testing
         let importStripe = try await run(["import", "stripe", "--config", "config/dev.yaml", "--app", "demo"])
         #expect(importStripe.status == 78, "\(importStripe.stderr)")
         #expect(importStripe.stderr.contains("apps[0].stripe.api"), "\(importStripe.stderr)")
+        let importPaddle = try await run(["import", "paddle", "--config", "config/dev.yaml", "--app", "demo"])
+        #expect(importPaddle.status == 78, "\(importPaddle.stderr)")
         let reconcilePaddle = try await run(["reconcile", "paddle", "--config", "config/dev.yaml", "--app", "demo"])
         #expect(reconcilePaddle.status == 78, "\(reconcilePaddle.stderr)")
         #expect(reconcilePaddle.stderr.contains("apps[0].paddle.api"), "\(reconcilePaddle.stderr)")

@@ -68,6 +68,12 @@ public protocol PaddleReads: Sendable {
     /// `GET /transactions?subscription_id=&status=completed&order_by=billed_at[DESC|ASC]&per_page=&after=`: one page
     /// of a subscription's completed transactions (the whole answer: `data` and `meta.pagination`).
     func transactions(subscriptionId: String, newestFirst: Bool, perPage: Int, after: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /subscriptions?per_page=200[&after=]`: one page of the account's subscriptions (the whole answer).
+    func subscriptions(after: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /adjustments?subscription_id=&per_page=50[&after=]`: one page of a subscription's adjustments (the whole answer).
+    func adjustments(subscriptionId: String, after: String?) async throws(StoreAPIError) -> JSON
+    /// `GET /adjustments?id=`: one adjustment (`data`), which Paddle reads only through its list.
+    func adjustment(_ id: String) async throws(StoreAPIError) -> JSON
 }
 
 /// The Paddle events the relay maps (`PaddleMapping`): what `recover paddle` replays.
