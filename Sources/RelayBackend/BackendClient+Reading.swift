@@ -51,6 +51,23 @@ extension BackendClient {
         return user
     }
 
+    /// Links `aliases` to the app user `id` in an application (`POST .../public/v1/users/{id}/aliases` with the
+    /// secret key): true when linked, false when an alias belongs to another user and the app keeps
+    /// ownership (409 `owned_by_another_user`).
+    public func linkAliases(_ aliases: [String], to id: String, applicationId: Int) async throws(BackendError) -> Bool {
+        let path = "/subscriptions-api/public/v1/users/\(PercentEncoding.pathSegment(id))/aliases?applicationId=\(applicationId)"
+        let body = JSON.object(["aliasIds": .array(aliases.map(JSON.string))]).serialized()
+        let response = try await send("POST", path, headers: [("Content-Type", "application/json")], body: body)
+        switch response.status {
+        case 200: return true
+        case 409: return false
+        case 401, 403: throw Self.error(response, what: "the aliases route")
+        default:
+            let detail = (try? JSON.parse(response.body))?["detail"]?.stringValue.map { ": \($0)" } ?? ""
+            throw BackendError(kind: .invalidResponse, message: "it answered HTTP \(response.status) for the aliases route\(detail)")
+        }
+    }
+
     /// Whether any event was recorded for this store notification id.
     public func hasEvents(notificationId: String) async throws(BackendError) -> Bool {
         let page = try await read("/subscriptions-api/internal/v1/events", [("notificationId", notificationId), ("environment", "ALL"), ("limit", "1")])

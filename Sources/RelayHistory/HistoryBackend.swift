@@ -80,6 +80,15 @@ struct HistoryBackend: Sendable {
         return recorded
     }
 
+    /// Links `aliases` to `user` (false: an alias belongs to another user, and the app keeps ownership).
+    func linkAliases(_ aliases: [String], to user: String, applicationId: Int) async throws(CommandFailure) -> Bool {
+        do {
+            return try await client.linkAliases(aliases, to: user, applicationId: applicationId)
+        } catch {
+            throw CommandFailure(error, backendURL: url)
+        }
+    }
+
     /// A subscription's stored state, or nil.
     func subscription(store: Store, id: String) async throws(CommandFailure) -> SubscriptionState? {
         do {

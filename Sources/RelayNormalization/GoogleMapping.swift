@@ -36,6 +36,15 @@ enum GoogleMapping {
         DeveloperNotificationKind(notification) == .subscription(code: 4)
     }
 
+    /// The first order id of a SubscriptionPurchaseV2: its latest order's (`latestOrderId`, else a line
+    /// item's `latestSuccessfulOrderId`) without the renewal suffix (`GPA.1234-5678-9012-34567..2` →
+    /// `GPA.1234-5678-9012-34567`), which RevenueCat's export names the subscription by.
+    static func firstOrderId(_ purchase: JSON) -> String? {
+        guard let order = purchase.text("latestOrderId") ?? purchase["lineItems"]?.arrayValue?.first?.text("latestSuccessfulOrderId") else { return nil }
+        guard let range = order.range(of: "..", options: .backwards), order[range.upperBound...].allSatisfy(\.isNumber) else { return order }
+        return String(order[..<range.lowerBound])
+    }
+
     /// A SubscriptionPurchaseV2's `productId:basePlanId` (its first line item).
     static func productId(ofPurchase purchase: JSON) -> String? {
         SubscriptionFacts(purchase, eventTime: 0)?.productId
@@ -86,6 +95,15 @@ enum GoogleMapping {
         markReplacement(&mapping, purchase: purchase, token: token, facts: facts, api: input.api)
         // A plan change of a purchase an app bound to a user (a transfer) stays that user's.
         if code == 4, let owner = input.api?.replacedOwner { state.ownerAppUserId = owner }
+        // The first notification of a token continuing an imported subscription: it replaces it, for its users.
+        if prior == nil, let imported = input.api?.imported.flatMap({ try? SubscriptionState(json: $0) }), imported.originalTransactionId != token {
+            mapping.replaces = imported.originalTransactionId
+            state.ownerAppUserId = state.ownerAppUserId ?? imported.ownerAppUserId
+            if facts.appUserId == nil, let user = imported.originalAppUserId {
+                state.originalAppUserId = user
+                mapping.appUserId = user
+            }
+        }
 
         var draft = facts.draft(.renewal, purchasedAt: eventTime)
         switch code {

@@ -84,6 +84,8 @@ public struct NotificationMapping: Sendable {
             input.notification.payload = HandedOverPurchase.event(
                 store: input.notification.store, purchase: input.api?.purchase, notificationId: input.notification.notificationId)
         }
+        // A moment of a RevenueCat export's transaction (`import revenuecat`), in any store.
+        if input.notification.type?.hasPrefix(RevenueCatRecord.typePrefix) == true { return RevenueCatMapping.map(input, prior: prior) }
         return switch input.notification.store {
         case .apple:
             // A grandfathering grant from the local backend, else an App Store notification.
@@ -195,7 +197,8 @@ public struct NotificationMapping: Sendable {
     /// billing issue still counts (it happened).
     func mapAgainst(_ input: MappingInput, prior: SubscriptionState?) -> StoreMapping {
         var input = input
-        input.history = prior?.transactions ?? []
+        // A Play token taking over an imported subscription (`StoreAPIData.imported`): its payments count as seen.
+        input.history = prior?.transactions ?? input.api?.imported.flatMap { try? SubscriptionState(json: $0) }?.transactions ?? []
         var mapping = map(input, prior: prior)
         if let prior, mapping.eventTime < prior.sourceTimestamp {
             input.late = true

@@ -96,6 +96,9 @@ struct StoreAPIData {
     /// Google: the app user an app bound the replaced purchase to (`ownerAppUserId`): the plan change's
     /// purchase is that user's too.
     var replacedOwner: String?
+    /// Google: the stored subscription a new purchase token continues, `import revenuecat`'s, keyed by its
+    /// first order id (`GoogleMapping.firstOrderId`): its state as stored.
+    var imported: JSON?
     /// Stripe: the refunded charge, its `invoice` expanded.
     var charge: JSON?
     /// A Stripe or Paddle purchase an app handed over, as the store's API answered
@@ -118,12 +121,14 @@ extension StoreAPIData {
             charge: json.present("charge"))
         purchase = json.present("purchase")
         replacedOwner = json.text("replacedOwner")
+        imported = json.present("imported")
     }
 
     var json: JSON {
         [
             "subscription": subscription ?? .null, "product": product ?? .null, "replacedProductId": replacedProductId.map(JSON.string) ?? .null,
             "charge": charge ?? .null, "purchase": purchase ?? .null, "replacedOwner": replacedOwner.map(JSON.string) ?? .null,
+            "imported": imported ?? .null,
         ]
     }
 }

@@ -169,7 +169,7 @@ public final class SubscriptionUpdater: Sendable {
                 voidedConfirmed = true
             }
             if !fetched {
-                input.api = try await fetchPlay(app: app, notification: notification.payload)
+                input.api = try await fetchPlay(app: app, notification: notification.payload, known: current != nil)
                 fetched = true
             }
             if !purchaseFetched {
@@ -258,7 +258,7 @@ public final class SubscriptionUpdater: Sendable {
 
     // MARK: Google Play Developer API
 
-    private func fetchPlay(app: RelayConfiguration.App, notification: JSON) async throws(NormalizationError) -> StoreAPIData? {
+    private func fetchPlay(app: RelayConfiguration.App, notification: JSON, known: Bool) async throws(NormalizationError) -> StoreAPIData? {
         let fetch = GoogleMapping.fetch(for: notification)
         guard fetch != .none else { return nil }
         guard let client = play[app.key], let packageName = app.google?.packageName else {
@@ -277,6 +277,13 @@ public final class SubscriptionUpdater: Sendable {
                 data.replacedOwner = try await backend { () async throws(BackendError) in
                     try await stateStore.subscription(store: .google, originalTransactionId: linked)
                 }?.ownerAppUserId
+            }
+            // A token the relay has not seen may continue a subscription `import revenuecat` brought in, which the
+            // export keys by its first order id (it carries no purchase token): the token takes it over.
+            if !known, let base = GoogleMapping.firstOrderId(purchase), base != token,
+                let imported = try await backend({ () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: base) })
+            {
+                data.imported = imported.json
             }
             return data
         case .product(let productId, let token):

@@ -87,10 +87,10 @@ public final class NotificationVerifier: Sendable {
         if let source = notification.source {
             let known =
                 switch notification.store {
-                case .apple: [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source]
+                case .apple: [RawNotification.appleAPISource, AppTransactionGrant.source, AppPurchase.source, RevenueCatRecord.source]
                 case .promotional: [PromotionalGrant.source]
-                case .stripe: [AppPurchase.source, RawNotification.stripeAPISource]
-                case .google: [AppPurchase.source, RawNotification.playAPISource]
+                case .stripe: [AppPurchase.source, RawNotification.stripeAPISource, RevenueCatRecord.source]
+                case .google: [AppPurchase.source, RawNotification.playAPISource, RevenueCatRecord.source]
                 case .paddle: [AppPurchase.source, RawNotification.paddleAPISource]
                 default: [AppPurchase.source]
                 }
@@ -100,6 +100,18 @@ public final class NotificationVerifier: Sendable {
                         .malformed,
                         "relay-source \"\(source)\" is not known for \(notification.store.rawValue) records; only \(known.joined(separator: ", ")) are"))
             }
+        }
+        if notification.source == RevenueCatRecord.source {
+            // What the operator's RevenueCat export says; nothing a store signed. Its store must be one the app takes.
+            let configured =
+                switch notification.store {
+                case .apple: app.apple != nil
+                case .google: app.google != nil
+                case .stripe: app.stripe != nil
+                default: false
+                }
+            guard configured else { return .rejected(unconfigured) }
+            return Self.revenueCatRecord(notification)
         }
         do {
             switch notification.store {
@@ -187,6 +199,20 @@ public final class NotificationVerifier: Sendable {
         var verified = VerifiedNotification(store: notification.store, app: notification.app, payload: document, notificationId: id, type: type)
         verified.reconcileObject = object
         return verified
+    }
+
+    /// A moment of a RevenueCat export's transaction (`import revenuecat`, `RevenueCatRecord`). Nothing signed
+    /// it: the operator's export is trusted as the operator's log is (only the command appends it), and only
+    /// its shape is checked. Type `revenuecat.<kind>`, id `revenuecat:<transactionId>:<kind>`.
+    static func revenueCatRecord(_ notification: RawNotification) -> Verdict {
+        guard let document = try? JSON.parse(notification.body), let record = RevenueCatRecord(json: document) else {
+            return .rejected(
+                Rejection(.malformed, #"a revenuecat record is {"kind", "transactionId", "originalTransactionId", "productId", "at", "purchasedAt", ...}"#))
+        }
+        return .accepted(
+            VerifiedNotification(
+                store: notification.store, app: notification.app, payload: document, notificationId: record.notificationId,
+                type: RevenueCatRecord.typePrefix + record.kind.rawValue, environment: record.sandbox ? "SANDBOX" : "PRODUCTION"))
     }
 
     /// A Stripe or Paddle purchase an app handed over: `{"subscriptionId" | "checkoutSessionId"}` (Stripe) or

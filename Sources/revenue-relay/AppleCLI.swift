@@ -9,7 +9,7 @@ import RelayCore
 /// `revenue-relay import`: a store's history through the pipeline (today: `import apple`).
 struct Import: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Import a store's purchase history through the pipeline as historical events.", subcommands: [ImportApple.self, ImportGoogle.self, ImportPaddle.self, ImportStripe.self])
+        abstract: "Import a store's purchase history through the pipeline as historical events.", subcommands: [ImportApple.self, ImportGoogle.self, ImportPaddle.self, ImportRevenueCat.self, ImportStripe.self])
 }
 
 /// `revenue-relay recover`: notifications a store sent and the relay missed (every store).

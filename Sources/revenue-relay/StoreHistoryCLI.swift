@@ -378,3 +378,62 @@ struct ImportPaddle: AsyncParsableCommand {
         printLine("other apps' prices: \(summary.otherApps)")
     }
 }
+
+struct ImportRevenueCat: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revenuecat",
+        abstract: "Import RevenueCat's Scheduled Data Export (the Transactions feed, CSV) as states and historical events.",
+        discussion: """
+            Reads RevenueCat's Transactions export (CSV with its header row; export versions 3 to 7; gunzip the \
+            .csv.gz files first, or pass - to read standard input). Give several --file in delivery order: a \
+            transaction sent again keeps its newest version (updated_at). Each transaction of the App Store, the \
+            Play Store or Stripe becomes records of its store (relay-source: revenuecat) for its payment, billing \
+            issue, cancellation of renewal, refund and, for a subscription that ended, its expiration; a \
+            promotional one becomes a promotional grant. The worker applies them: states and historical events, \
+            not sent to endpoints unless --deliver. The purchase belongs to rc_last_seen_app_user_id_alias, and \
+            rc_original_app_user_id is linked to it as an alias. What the relay recorded already (from the \
+            stores, or a previous run) is skipped, so a rerun appends only the rest. Other stores are counted and \
+            left out. Exit 0: done; 64: bad arguments or a file that is not the export; 69: the log or the \
+            backend unreachable; 78: bad configuration.
+            """)
+
+    @OptionGroup var options: AppleCommandOptions
+
+    @Option(help: "A Transactions export file (CSV), or - for standard input; repeat for several deliveries, oldest first.")
+    var file: [String]
+
+    @Flag(help: "Send the imported events to the endpoints too (default: recorded only).")
+    var deliver = false
+
+    func run() async throws {
+        bootstrapLogging(defaultLevel: .warning)
+        guard !file.isEmpty else { throw ValidationError("--file is required") }
+        var texts: [String] = []
+        for path in file {
+            let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : FileManager.default.contents(atPath: path)
+            guard let data else { throw ValidationError("cannot read --file \(path)") }
+            guard data.prefix(2) != Data([0x1F, 0x8B]) else { throw ValidationError("--file \(path) is gzip-compressed: gunzip it first (or gunzip -c \(path) | … --file -)") }
+            texts.append(String(decoding: data, as: UTF8.self))
+        }
+        let transactions: [RevenueCatHistoryCommands.Transaction]
+        do {
+            transactions = try RevenueCatHistoryCommands.parseExport(texts)
+        } catch {
+            FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
+            throw ExitCode(error.exitCode)
+        }
+        let app = options.app
+        let backendURL = options.backendURL
+        let deliver = deliver
+        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
+            try RevenueCatHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+        } _: { commands, progress throws(CommandFailure) in try await commands.importTransactions(transactions, deliver: deliver, progress: progress) }
+        printLine("transactions: \(summary.transactions)")
+        printLine("subscriptions: \(summary.subscriptions)")
+        printLine("records appended: \(summary.appended)")
+        printLine("already recorded: \(summary.alreadyRecorded)")
+        printLine("aliases linked: \(summary.aliasesLinked)\(summary.aliasConflicts > 0 ? " (\(summary.aliasConflicts) already another user's)" : "")")
+        let leftOut = summary.leftOut.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        printLine("left out: \(leftOut.isEmpty ? "none" : leftOut)")
+    }
+}
