@@ -38,69 +38,65 @@ extension AppleHistoryCommands {
         since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
         var summary = ReconcileSummary()
-        var cursor: String?
         let loop = HistoryLoop(pacing: pacing, progress: progress)
         let environment = client.environment == .production ? "PRODUCTION" : "SANDBOX"
-        repeat {
-            let page = try await backend.subscriptions(applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
-            cursor = page.next
-            for state in page.states {
-                // A grandfathering grant is no App Store subscription: Apple has no status for it. Nor has
-                // a one-time purchase (no renewal, no expiry; the backend no longer lists them).
-                if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { continue }
-                if !state.autoRenew, state.expiresAt == nil { continue }
-                guard state.environment == environment else {
-                    summary.otherEnvironment += 1
-                    continue
-                }
-                summary.checked += 1
-                let statuses: SubscriptionStatusesResponse
-                do throws(AppStoreAPIError) {
-                    statuses = try await loop.call("the subscription's statuses") { () async throws(AppStoreAPIError) in
-                        try await client.subscriptionStatuses(transactionId: state.originalTransactionId)
-                    }
-                } catch {
-                    if error.kind == .keyRefused || error.kind == .configuration { throw Failure(.configuration, error.message) }
-                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                    continue
-                }
-                guard let last = statuses.data.flatMap(\.lastTransactions).first(where: { $0.originalTransactionId == state.originalTransactionId })
-                else {
-                    summary.failures.append("\(state.originalTransactionId): Apple lists no status for this subscription")
-                    continue
-                }
-                let transaction: JSON
-                var renewal: JSON?
-                do {
-                    transaction = try verifier.verifySignedData(last.signedTransactionInfo)
-                    if let signed = last.signedRenewalInfo { renewal = try verifier.verifySignedData(signed) }
-                } catch {
-                    summary.failures.append("\(state.originalTransactionId): Apple's signed status was rejected (\(error))")
-                    continue
-                }
-                guard let fix = Self.correction(stored: state, appleStatus: last.status, transaction: transaction, renewal: renewal) else {
-                    summary.inSync += 1
-                    continue
-                }
-                let (type, subtype) = fix
-                let transactionId = transaction["transactionId"]?.stringValue ?? state.originalTransactionId
-                let record = apiRecord(
-                    subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(transactionId):\(last.status)",
-                    signedTransaction: last.signedTransactionInfo, signedRenewal: last.signedRenewalInfo, historical: false, deliver: true)
-                do {
-                    _ = try await producer.produce(record)
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-                }
-                let correction = Correction(
-                    originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
-                    apple: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
-                    action: subtype.map { "\(type)/\($0)" } ?? type)
-                summary.corrections.append(correction)
-                corrected(correction)
+        try await loop.stored(backend, store: .apple, applicationId: app.applicationId, since: since) { state throws(Failure) in
+            // A grandfathering grant is no App Store subscription: Apple has no status for it. Nor has
+            // a one-time purchase (no renewal, no expiry; the backend no longer lists them).
+            if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { return }
+            if !state.autoRenew, state.expiresAt == nil { return }
+            guard state.environment == environment else {
+                summary.otherEnvironment += 1
+                return
             }
+            summary.checked += 1
+            let statuses: SubscriptionStatusesResponse
+            do throws(AppStoreAPIError) {
+                statuses = try await loop.call("the subscription's statuses") { () async throws(AppStoreAPIError) in
+                    try await client.subscriptionStatuses(transactionId: state.originalTransactionId)
+                }
+            } catch {
+                if error.kind == .keyRefused || error.kind == .configuration { throw Failure(.configuration, error.message) }
+                summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                return
+            }
+            guard let last = statuses.data.flatMap(\.lastTransactions).first(where: { $0.originalTransactionId == state.originalTransactionId })
+            else {
+                summary.failures.append("\(state.originalTransactionId): Apple lists no status for this subscription")
+                return
+            }
+            let transaction: JSON
+            var renewal: JSON?
+            do {
+                transaction = try verifier.verifySignedData(last.signedTransactionInfo)
+                if let signed = last.signedRenewalInfo { renewal = try verifier.verifySignedData(signed) }
+            } catch {
+                summary.failures.append("\(state.originalTransactionId): Apple's signed status was rejected (\(error))")
+                return
+            }
+            guard let fix = Self.correction(stored: state, appleStatus: last.status, transaction: transaction, renewal: renewal) else {
+                summary.inSync += 1
+                return
+            }
+            let (type, subtype) = fix
+            let transactionId = transaction["transactionId"]?.stringValue ?? state.originalTransactionId
+            let record = apiRecord(
+                subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(transactionId):\(last.status)",
+                signedTransaction: last.signedTransactionInfo, signedRenewal: last.signedRenewalInfo, historical: false, deliver: true)
+            do {
+                _ = try await producer.produce(record)
+            } catch {
+                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+            }
+            let correction = Correction(
+                originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
+                apple: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
+                action: subtype.map { "\(type)/\($0)" } ?? type)
+            summary.corrections.append(correction)
+            corrected(correction)
+        } page: {
             loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
-        } while cursor != nil
+        }
         return summary
     }
 

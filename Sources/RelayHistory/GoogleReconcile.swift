@@ -40,57 +40,53 @@ extension GoogleHistoryCommands {
     ) async throws(Failure) -> ReconcileSummary {
         var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
-        var cursor: String?
-        repeat {
-            let page = try await backend.subscriptions(store: .google, applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
-            cursor = page.next
-            for state in page.states {
-                // A one-time product has no Play subscription; a token a plan change replaced is Play's
-                // EXPIRED by design, its access carried by the new token.
-                if state.replacedBy != nil || (!state.autoRenew && state.expiresAt == nil) { continue }
-                summary.checked += 1
-                let purchase: JSON
-                do throws(StoreAPIError) {
-                    purchase = try await loop.call("a subscription") { () async throws(StoreAPIError) in
-                        try await client.subscription(packageName: packageName, purchaseToken: state.originalTransactionId)
-                    }
-                } catch {
-                    if error.kind == .configuration || (error.kind == .rejected && [401, 403].contains(error.status ?? 0)) {
-                        throw Self.failure(error, reading: "the subscription")
-                    }
-                    if error.kind == .unavailable { throw Self.failure(error, reading: "the subscription") }
-                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                    continue
+        try await loop.stored(backend, store: .google, applicationId: app.applicationId, since: since) { state throws(Failure) in
+            // A one-time product has no Play subscription; a token a plan change replaced is Play's
+            // EXPIRED by design, its access carried by the new token.
+            if state.replacedBy != nil || (!state.autoRenew && state.expiresAt == nil) { return }
+            summary.checked += 1
+            let purchase: JSON
+            do throws(StoreAPIError) {
+                purchase = try await loop.call("a subscription") { () async throws(StoreAPIError) in
+                    try await client.subscription(packageName: packageName, purchaseToken: state.originalTransactionId)
                 }
-                guard let fix = Self.correction(stored: state, play: purchase) else {
-                    summary.inSync += 1
-                    continue
+            } catch {
+                if error.kind == .configuration || (error.kind == .rejected && [401, 403].contains(error.status ?? 0)) {
+                    throw Self.failure(error, reading: "the subscription")
                 }
-                let expiry = Self.lineItem(purchase, productId: state.productId).flatMap { Timestamp.milliseconds($0["expiryTime"]?.stringValue) } ?? 0
-                let productId = state.productId.split(separator: ":").first.map(String.init) ?? state.productId
-                let body: JSON = [
-                    "purchaseToken": .string(state.originalTransactionId), "productId": .string(productId), "kind": "subscription",
-                    "notificationType": .integer(fix.code), "reconcile": .string("\(fix.code):\(expiry)"),
-                ]
-                let record = RawNotification(
-                    store: .google, app: app.key, receivedAtMilliseconds: now(), body: body.serialized(), requestHeaders: [:],
-                    source: RawNotification.playAPISource
-                ).record(topic: topic, subject: state.originalTransactionId)
-                do {
-                    _ = try await producer.produce(record)
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-                }
-                let correction = Correction(
-                    purchaseToken: state.originalTransactionId, stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, expiresAt: state.expiresAt),
-                    google: Self.describe(
-                        purchase["subscriptionState"]?.stringValue ?? "?", autoRenew: Self.autoRenew(purchase, productId: state.productId), expiresAt: expiry == 0 ? nil : expiry),
-                    action: fix.name)
-                summary.corrections.append(correction)
-                corrected(correction)
+                if error.kind == .unavailable { throw Self.failure(error, reading: "the subscription") }
+                summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                return
             }
+            guard let fix = Self.correction(stored: state, play: purchase) else {
+                summary.inSync += 1
+                return
+            }
+            let expiry = Self.lineItem(purchase, productId: state.productId).flatMap { Timestamp.milliseconds($0["expiryTime"]?.stringValue) } ?? 0
+            let productId = state.productId.split(separator: ":").first.map(String.init) ?? state.productId
+            let body: JSON = [
+                "purchaseToken": .string(state.originalTransactionId), "productId": .string(productId), "kind": "subscription",
+                "notificationType": .integer(fix.code), "reconcile": .string("\(fix.code):\(expiry)"),
+            ]
+            let record = RawNotification(
+                store: .google, app: app.key, receivedAtMilliseconds: now(), body: body.serialized(), requestHeaders: [:],
+                source: RawNotification.playAPISource
+            ).record(topic: topic, subject: state.originalTransactionId)
+            do {
+                _ = try await producer.produce(record)
+            } catch {
+                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+            }
+            let correction = Correction(
+                purchaseToken: state.originalTransactionId, stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, expiresAt: state.expiresAt),
+                google: Self.describe(
+                    purchase["subscriptionState"]?.stringValue ?? "?", autoRenew: Self.autoRenew(purchase, productId: state.productId), expiresAt: expiry == 0 ? nil : expiry),
+                action: fix.name)
+            summary.corrections.append(correction)
+            corrected(correction)
+        } page: {
             loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
-        } while cursor != nil
+        }
         return summary
     }
 

@@ -89,6 +89,31 @@ struct HistoryBackend: Sendable {
         }
     }
 
+    /// The purchase token of each Google subscription the events store holds events of, by its first order id
+    /// (an order id without its renewal suffix `..N`): what `import revenuecat` keys a Play subscription by
+    /// when the relay knows its token already.
+    func googleTokensByFirstOrder(app: String) async throws(CommandFailure) -> [String: String] {
+        var tokens: [String: String] = [:]
+        do {
+            try await client.events([("app", app), ("store", Store.google.rawValue), ("environment", "ALL")]) { page in
+                for event in page {
+                    guard let order = event["data"]?["transactionId"]?.stringValue, let token = event["data"]?["originalTransactionId"]?.stringValue else { continue }
+                    let base = Self.firstOrderId(order)
+                    if base != token { tokens[base] = token }
+                }
+            }
+        } catch {
+            throw CommandFailure(error, backendURL: url)
+        }
+        return tokens
+    }
+
+    /// `GPA.1234-5678-9012-34567..3` → `GPA.1234-5678-9012-34567`.
+    static func firstOrderId(_ order: String) -> String {
+        guard let range = order.range(of: "..", options: .backwards), order[range.upperBound...].allSatisfy(\.isNumber) else { return order }
+        return String(order[..<range.lowerBound])
+    }
+
     /// A subscription's stored state, or nil.
     func subscription(store: Store, id: String) async throws(CommandFailure) -> SubscriptionState? {
         do {

@@ -85,6 +85,22 @@ public struct HistoryLoop: Sendable {
         } while cursor != nil
     }
 
+    /// Every subscription of `store` in the application that the backend lists as active (or able to regain
+    /// access), or written at or after `since`, page by page with the backend's cursor: `each` does the
+    /// command's work with one, `page` runs after each page (its progress line).
+    func stored(
+        _ backend: HistoryBackend, store: Store, applicationId: Int, since: Int64?, each: (SubscriptionState) async throws(CommandFailure) -> Void,
+        page: () -> Void
+    ) async throws(CommandFailure) {
+        var cursor: String?
+        repeat {
+            let answer = try await backend.subscriptions(store: store, applicationId: applicationId, activeOrChangedSince: since, cursor: cursor)
+            cursor = answer.next
+            for state in answer.states { try await each(state) }
+            page()
+        } while cursor != nil
+    }
+
     /// A progress line: `done` of `total` (when known) `unit`, the rate, the time left, then `detail`.
     public func report(_ done: Int, of total: Int? = nil, _ unit: String, _ detail: String) {
         let elapsed = ContinuousClock.now - started

@@ -56,14 +56,17 @@ extension PaddleHistoryCommands {
                     continue
                 }
                 summary.subscriptions += 1
-                if try await backend.subscription(store: .paddle, id: id) != nil {
-                    summary.alreadyKnown += 1
-                    continue
-                }
-                var records = [record(objectId: id, subject: id, field: "import", value: "created", historical: true, deliver: deliver)]
+                // A subscription the relay holds (from its notifications, or an earlier run) keeps its purchase and
+                // state; only the payments and refunds it never recorded are brought in.
+                let held = try await backend.subscription(store: .paddle, id: id) != nil
+                let recorded = held ? try await backend.recordedEvents(originalTransactionId: id, store: .paddle) : HistoryBackend.RecordedEvents()
+                if held { summary.alreadyKnown += 1 }
+                var records: [OutgoingRecord] = []
+                if !held { records.append(record(objectId: id, subject: id, field: "import", value: "created", historical: true, deliver: deliver)) }
                 var transactions: [JSON] = []
                 try await loop.pages("the transactions of \(id)") { after throws(StoreAPIError) in
-                    let page = try await client.transactions(subscriptionId: id, newestFirst: false, perPage: 200, after: after)
+                    // Paddle lists at most 30 transactions a page.
+                    let page = try await client.transactions(subscriptionId: id, newestFirst: false, perPage: 30, after: after)
                     return (page, next(page))
                 } failure: { error in
                     failure(error)
@@ -71,10 +74,8 @@ extension PaddleHistoryCommands {
                     transactions += page["data"]?.arrayValue ?? []
                 }
                 for transaction in transactions {
-                    guard let transactionId = transaction["id"]?.stringValue else { continue }
-                    let origin = transaction["origin"]?.stringValue
-                    let charged = (Int64(transaction["details"]?["totals"]?["total"]?.stringValue ?? "") ?? 0) > 0
-                    if origin == "subscription_recurring" || (origin == "subscription_update" && charged) {
+                    guard let transactionId = transaction["id"]?.stringValue, !recorded.paidTransactionIds.contains(transactionId) else { continue }
+                    if Self.isRenewal(transaction) {
                         records.append(record(objectId: transactionId, subject: id, field: "import", value: "paid", historical: true, deliver: deliver))
                         summary.renewals += 1
                     }
@@ -91,17 +92,20 @@ extension PaddleHistoryCommands {
                     }
                 }
                 for adjustment in adjustments.sorted(by: { ($0["created_at"]?.stringValue ?? "") < ($1["created_at"]?.stringValue ?? "") }) {
-                    guard let adjustmentId = adjustment["id"]?.stringValue else { continue }
+                    guard let adjustmentId = adjustment["id"]?.stringValue, !recorded.notificationIds.contains("import:\(adjustmentId):refunded"),
+                        !(held && recorded.revokedTransactionIds.contains(adjustment["transaction_id"]?.stringValue ?? ""))
+                    else { continue }
                     records.append(record(objectId: adjustmentId, subject: id, field: "import", value: "refunded", historical: true, deliver: deliver))
                     summary.refunds += 1
                 }
-                records.append(record(objectId: id, subject: id, field: "import", value: "current", historical: true, deliver: deliver))
+                if !held { records.append(record(objectId: id, subject: id, field: "import", value: "current", historical: true, deliver: deliver)) }
+                guard !records.isEmpty else { continue }
                 do {
                     _ = try await producer.produce(records)
                 } catch {
                     throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same import again: what was imported is skipped")
                 }
-                summary.imported += 1
+                if !held { summary.imported += 1 }
                 loop.report(
                     summary.subscriptions, "subscriptions",
                     "\(summary.imported) imported (\(summary.renewals) renewals, \(summary.refunds) refunds), \(summary.alreadyKnown) known")

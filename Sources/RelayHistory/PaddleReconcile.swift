@@ -40,66 +40,69 @@ extension PaddleHistoryCommands {
         let producer = try appender()
         var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
-        var cursor: String?
-        repeat {
-            let page = try await backend.subscriptions(store: .paddle, applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
-            cursor = page.next
-            // A one-time purchase (keyed by its transaction) has no subscription to compare.
-            for state in page.states where state.originalTransactionId.hasPrefix("sub_") {
-                summary.checked += 1
-                let subscription: JSON
-                do throws(StoreAPIError) {
-                    subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
-                } catch {
-                    if error.kind == .notFound {
-                        summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                        continue
-                    }
-                    throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+        try await loop.stored(backend, store: .paddle, applicationId: app.applicationId, since: since) { state throws(Failure) in
+            // One-time purchases (keyed by their payment) have no subscription to compare.
+            guard state.originalTransactionId.hasPrefix("sub_") else { return }
+            summary.checked += 1
+            let subscription: JSON
+            do throws(StoreAPIError) {
+                subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
+            } catch {
+                if error.kind == .notFound {
+                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                    return
                 }
-                let paddle = Observed(subscription)
-                guard !Self.agrees(state, paddle) else {
-                    summary.inSync += 1
-                    continue
-                }
-                var records: [OutgoingRecord] = []
-                var actions: [String] = []
-                // The period moved on with a payment the state never recorded: the renewal first.
-                if (paddle.periodEnd ?? 0) > (state.expiresAt ?? 0) {
-                    let latest: JSON?
-                    do throws(StoreAPIError) {
-                        latest = try await loop.call("a subscription's transactions") { () async throws(StoreAPIError) in
-                            try await client.transactions(subscriptionId: state.originalTransactionId, newestFirst: true, perPage: 1, after: nil)
-                        }["data"]?.arrayValue?.first
-                    } catch {
-                        throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
-                    }
-                    if let latest, let id = latest["id"]?.stringValue, id != state.lastTransactionId,
-                        ["subscription_recurring", "subscription_update"].contains(latest["origin"]?.stringValue ?? "")
-                    {
-                        records.append(record(objectId: id, subject: state.originalTransactionId, field: "reconcile", value: "completed"))
-                        actions.append("transaction.completed")
-                    }
-                }
+                throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+            }
+            let paddle = Observed(subscription)
+            var records: [OutgoingRecord] = []
+            var actions: [String] = []
+            // A renewal whose payment the state never recorded (its transaction.completed lost, whatever else
+            // arrived): the latest completed transaction, when it is a charged renewal.
+            let latest: JSON?
+            do throws(StoreAPIError) {
+                latest = try await loop.call("a subscription's transactions") { () async throws(StoreAPIError) in
+                    try await client.transactions(subscriptionId: state.originalTransactionId, newestFirst: true, perPage: 1, after: nil)
+                }["data"]?.arrayValue?.first
+            } catch {
+                throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+            }
+            if let latest, let id = latest["id"]?.stringValue, state.transaction(id) == nil, Self.isRenewal(latest) {
+                records.append(record(objectId: id, subject: state.originalTransactionId, field: "reconcile", value: "completed"))
+                actions.append("transaction.completed")
+            }
+            if !Self.agrees(state, paddle) {
                 let key = "\(paddle.status):\(paddle.periodEnd ?? 0):\(paddle.autoRenew):\(paddle.priceId ?? "-")"
                 records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
                 actions.append(paddle.status == "canceled" ? "subscription.canceled" : "subscription.updated")
-                do {
-                    _ = try await producer.produce(records)
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-                }
-                let correction = Correction(
-                    subscriptionId: state.originalTransactionId,
-                    stored: StripeHistoryCommands.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                    paddle: StripeHistoryCommands.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
-                    action: actions.joined(separator: ", "))
-                summary.corrections.append(correction)
-                corrected(correction)
             }
+            guard !records.isEmpty else {
+                summary.inSync += 1
+                return
+            }
+            do {
+                _ = try await producer.produce(records)
+            } catch {
+                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+            }
+            let correction = Correction(
+                subscriptionId: state.originalTransactionId,
+                stored: StripeHistoryCommands.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                paddle: StripeHistoryCommands.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
+                action: actions.joined(separator: ", "))
+            summary.corrections.append(correction)
+            corrected(correction)
+        } page: {
             loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
-        } while cursor != nil
+        }
         return summary
+    }
+
+    /// A completed transaction that pays a renewal: a recurring one, or a charged change of plan.
+    static func isRenewal(_ transaction: JSON) -> Bool {
+        let origin = transaction["origin"]?.stringValue
+        let charged = (Int64(transaction["details"]?["totals"]?["total"]?.stringValue ?? "") ?? 0) > 0
+        return origin == "subscription_recurring" || (origin == "subscription_update" && charged)
     }
 
     /// The producer `reconcile` and `import` append with.

@@ -106,7 +106,8 @@ public struct RevenueCatHistoryCommands: Sendable {
         var latest: [String: Transaction] = [:]
         var order: [String] = []
         for (fileIndex, text) in files.enumerated() {
-            let rows = CSV.rows(text)
+            // A byte order mark before the header would hide its first column.
+            let rows = CSV.rows(text.hasPrefix("\u{FEFF}") ? String(text.dropFirst()) : text)
             guard let header = rows.first?.map({ $0.trimmingCharacters(in: .whitespaces).lowercased() }) else { continue }
             func column(_ name: String) -> Int? { header.firstIndex(of: name) }
             let required = ["rc_original_app_user_id", "product_identifier", "start_time", "store", "store_transaction_id", "original_store_transaction_id"]
@@ -174,8 +175,15 @@ public struct RevenueCatHistoryCommands: Sendable {
         }
         var linked = Set<String>()
         let now = self.now()
+        // Play subscriptions the relay knows by their purchase token already (the stores' notifications during a
+        // dual-run): the export's rows go to that token's subscription, so no payment is counted twice.
+        let tokens = order.contains { $0.hasPrefix("play_store\u{1F}") } ? try await backend.googleTokensByFirstOrder(app: app.key) : [:]
         for (index, key) in order.enumerated() {
-            guard let group = groups[key]?.sorted(by: { ($0.start, $0.renewalNumber ?? 0) < ($1.start, $1.renewalNumber ?? 0) }), let first = group.first else { continue }
+            guard var group = groups[key]?.sorted(by: { ($0.start, $0.renewalNumber ?? 0) < ($1.start, $1.renewalNumber ?? 0) }), let base = group.first else { continue }
+            if base.store == "play_store", let token = tokens[base.originalTransactionId] {
+                for index in group.indices { group[index].originalTransactionId = token }
+            }
+            let first = group[0]
             guard let store = Self.store(first.store), storeConfigured(store) else {
                 summary.leftOut[first.store, default: 0] += group.count
                 continue
@@ -207,10 +215,21 @@ public struct RevenueCatHistoryCommands: Sendable {
                 records = kept
             } else {
                 let recorded = try await backend.recordedEvents(originalTransactionId: first.originalTransactionId, store: store)
+                // What its state remembers applying (moments that changed it without an event: a cancellation
+                // of renewal already off) counts as recorded too.
+                let applied = Set(try await backend.subscription(store: store, id: first.originalTransactionId)?.recentNotifications.map(\.id) ?? [])
+                let moments = Self.moments(group, user: user, now: now)
+                // RevenueCat's Stripe payments cannot be matched with Stripe's invoices (its ids repeat across
+                // renewals): a Stripe subscription the relay has from Stripe itself (its webhooks, `import
+                // stripe`) is left to that.
+                if store == .stripe, recorded.notificationIds.contains(where: { !$0.hasPrefix("revenuecat:") }) {
+                    summary.alreadyRecorded += moments.count
+                    continue
+                }
                 var kept: [(String, OutgoingRecord)] = []
-                for moment in Self.moments(group, user: user, now: now) {
+                for moment in moments {
                     let done =
-                        recorded.notificationIds.contains(moment.notificationId)
+                        recorded.notificationIds.contains(moment.notificationId) || applied.contains(moment.notificationId)
                         || (moment.kind == .purchase && recorded.paidTransactionIds.contains(moment.transactionId))
                         || (moment.kind == .refund && recorded.revokedTransactionIds.contains(moment.transactionId))
                     if done {
@@ -320,9 +339,19 @@ public struct RevenueCatHistoryCommands: Sendable {
         }
     }
 
-    /// RevenueCat's times: `2023-01-01 08:27:06` (UTC), also with fractional seconds, a `T` or a zone.
+    /// RevenueCat's times: `2023-01-01 08:27:06` (UTC), also with fractional seconds, a `T`, ` UTC`, `Z` or an
+    /// offset (`+00:00`, `+0000`, `+00`).
     static func milliseconds(_ text: String) -> Int64? {
-        var value = text.replacingOccurrences(of: " ", with: "T")
+        var value = text.trimmingCharacters(in: .whitespaces)
+        if value.uppercased().hasSuffix(" UTC") { value = String(value.dropLast(4)) + "Z" }
+        if value.hasSuffix("z") { value = String(value.dropLast()) + "Z" }
+        value = value.replacingOccurrences(of: " ", with: "T")
+        // +0000 and +00 as +00:00.
+        if let sign = value.dropFirst(19).lastIndex(where: { $0 == "+" || $0 == "-" }) {
+            let zone = value[value.index(after: sign)...]
+            if zone.count == 4, zone.allSatisfy(\.isNumber) { value = String(value[...sign]) + zone.prefix(2) + ":" + zone.suffix(2) }
+            if zone.count == 2, zone.allSatisfy(\.isNumber) { value += ":00" }
+        }
         if value.count == 10 { value += "T00:00:00" }
         let hasZone = value.hasSuffix("Z") || value.dropFirst(19).contains("+") || value.dropFirst(19).contains("-")
         if !hasZone { value += "Z" }

@@ -60,11 +60,12 @@ extension StripeHistoryCommands {
                 summary.subscriptions += 1
                 // Never paid (incomplete, incomplete_expired): no purchase to import.
                 if ["incomplete", "incomplete_expired"].contains(subscription["status"]?.stringValue ?? "") { continue }
-                if try await backend.subscription(store: .stripe, id: id) != nil {
-                    summary.alreadyKnown += 1
-                    continue
-                }
-                var records = [record(objectId: id, subject: id, field: "import", value: "created", historical: true, deliver: deliver)]
+                // A subscription the relay holds (from its webhooks, or an earlier run) keeps its purchase and
+                // state; only the payments and refunds it never recorded are brought in.
+                let held = try await backend.subscription(store: .stripe, id: id) != nil
+                let recorded = held ? try await backend.recordedEvents(originalTransactionId: id, store: .stripe) : HistoryBackend.RecordedEvents()
+                if held { summary.alreadyKnown += 1 }
+                var records: [OutgoingRecord] = []
                 // Its paid invoices, oldest first: the renewals (the first invoice is the purchase itself).
                 var invoices: [JSON] = []
                 try await loop.pages("the invoices of \(id)") { cursor throws(StoreAPIError) in
@@ -76,8 +77,14 @@ extension StripeHistoryCommands {
                     invoices += page["data"]?.arrayValue ?? []
                 }
                 invoices.sort { ($0["created"]?.int64Value ?? 0) < ($1["created"]?.int64Value ?? 0) }
+                if !held {
+                    // The purchase, paid by the subscription's first invoice.
+                    let first = invoices.first { $0["billing_reason"]?.stringValue == "subscription_create" }?["id"]?.stringValue
+                    records.append(
+                        record(objectId: id, subject: id, field: "import", value: "created", historical: true, deliver: deliver, extra: ["firstInvoice": first.map(JSON.string) ?? .null]))
+                }
                 for invoice in invoices {
-                    guard let invoiceId = invoice["id"]?.stringValue else { continue }
+                    guard let invoiceId = invoice["id"]?.stringValue, !recorded.paidTransactionIds.contains(invoiceId) else { continue }
                     let reason = invoice["billing_reason"]?.stringValue
                     if reason == "subscription_cycle" || (reason == "subscription_update" && (invoice["amount_paid"]?.int64Value ?? 0) > 0) {
                         records.append(record(objectId: invoiceId, subject: id, field: "import", value: "paid", historical: true, deliver: deliver))
@@ -100,18 +107,22 @@ extension StripeHistoryCommands {
                         }
                     }
                     for charge in refunded.sorted(by: { ($0["created"]?.int64Value ?? 0) < ($1["created"]?.int64Value ?? 0) }) {
-                        guard let chargeId = charge["id"]?.stringValue else { continue }
+                        let invoiceId = charge["invoice"]?.stringValue ?? charge["invoice"]?["id"]?.stringValue ?? ""
+                        guard let chargeId = charge["id"]?.stringValue, !recorded.revokedTransactionIds.contains(invoiceId),
+                            !recorded.notificationIds.contains("import:\(chargeId):refunded")
+                        else { continue }
                         records.append(record(objectId: chargeId, subject: id, field: "import", value: "refunded", historical: true, deliver: deliver))
                         summary.refunds += 1
                     }
                 }
-                records.append(record(objectId: id, subject: id, field: "import", value: "current", historical: true, deliver: deliver))
+                if !held { records.append(record(objectId: id, subject: id, field: "import", value: "current", historical: true, deliver: deliver)) }
+                guard !records.isEmpty else { continue }
                 do {
                     _ = try await producer.produce(records)
                 } catch {
                     throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same import again: what was imported is skipped")
                 }
-                summary.imported += 1
+                if !held { summary.imported += 1 }
                 loop.report(
                     summary.subscriptions, "subscriptions",
                     "\(summary.imported) imported (\(summary.renewals) renewals, \(summary.refunds) refunds), \(summary.alreadyKnown) known")
@@ -120,10 +131,13 @@ extension StripeHistoryCommands {
         return summary
     }
 
-    func record(objectId: String, subject: String, field: String, value: String, historical: Bool = false, deliver: Bool = true) -> OutgoingRecord {
-        RawNotification(
-            store: .stripe, app: app.key, receivedAtMilliseconds: now(),
-            body: JSON.object(["objectId": .string(objectId), "subject": .string(subject), field: .string(value)]).serialized(), requestHeaders: [:],
+    func record(
+        objectId: String, subject: String, field: String, value: String, historical: Bool = false, deliver: Bool = true, extra: [String: JSON] = [:]
+    ) -> OutgoingRecord {
+        var body: [String: JSON] = ["objectId": .string(objectId), "subject": .string(subject), field: .string(value)]
+        body.merge(extra) { $1 }
+        return RawNotification(
+            store: .stripe, app: app.key, receivedAtMilliseconds: now(), body: JSON.object(body).serialized(), requestHeaders: [:],
             source: RawNotification.stripeAPISource, historical: historical, deliver: deliver
         ).record(topic: topic, subject: subject)
     }

@@ -39,61 +39,68 @@ extension StripeHistoryCommands {
     ) async throws(Failure) -> ReconcileSummary {
         var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
-        var cursor: String?
-        repeat {
-            let page = try await backend.subscriptions(store: .stripe, applicationId: app.applicationId, activeOrChangedSince: since, cursor: cursor)
-            cursor = page.next
-            // A one-time purchase (keyed by its PaymentIntent) has no subscription to compare.
-            for state in page.states where state.originalTransactionId.hasPrefix("sub_") {
-                summary.checked += 1
-                let subscription: JSON
+        try await loop.stored(backend, store: .stripe, applicationId: app.applicationId, since: since) { state throws(Failure) in
+            // One-time purchases (keyed by their payment) have no subscription to compare.
+            guard state.originalTransactionId.hasPrefix("sub_") else { return }
+            summary.checked += 1
+            let subscription: JSON
+            do throws(StoreAPIError) {
+                subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
+            } catch {
+                if error.kind == .notFound {
+                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
+                    return
+                }
+                throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+            }
+            let stripe = Self.Observed(subscription)
+            guard stripe.status != "incomplete" else {
+                summary.inSync += 1
+                return
+            }
+            var records: [OutgoingRecord] = []
+            var actions: [String] = []
+            // A renewal whose payment the state never recorded (its invoice.paid lost, whatever else arrived):
+            // the latest invoice, when Stripe says it is a paid renewal.
+            if let invoiceId = stripe.latestInvoice, state.transaction(invoiceId) == nil {
+                let invoice: JSON
                 do throws(StoreAPIError) {
-                    subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
+                    invoice = try await loop.call("an invoice") { () async throws(StoreAPIError) in try await client.invoice(invoiceId) }
                 } catch {
-                    if error.kind == .notFound {
-                        summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                        continue
-                    }
                     throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
                 }
-                let stripe = Self.Observed(subscription)
-                guard stripe.status != "incomplete", !Self.agrees(state, stripe) else {
-                    summary.inSync += 1
-                    continue
+                let reason = invoice["billing_reason"]?.stringValue
+                if invoice["status"]?.stringValue == "paid",
+                    reason == "subscription_cycle" || (reason == "subscription_update" && (invoice["amount_paid"]?.int64Value ?? 0) > 0)
+                {
+                    records.append(record(objectId: invoiceId, subject: state.originalTransactionId, field: "reconcile", value: "paid"))
+                    actions.append("invoice.paid")
                 }
-                var records: [OutgoingRecord] = []
-                var actions: [String] = []
+            }
+            if !Self.agrees(state, stripe) {
                 let key = "\(stripe.status):\(stripe.periodEnd ?? 0):\(stripe.autoRenew):\(stripe.priceId ?? "-")"
-                // The period moved on with an invoice the state never recorded: the renewal first.
-                if let invoice = stripe.latestInvoice, invoice != state.lastTransactionId, (stripe.periodEnd ?? 0) > (state.expiresAt ?? 0) {
-                    let paid: Bool
-                    do throws(StoreAPIError) {
-                        paid = try await loop.call("an invoice") { () async throws(StoreAPIError) in try await client.invoice(invoice) }["status"]?.stringValue == "paid"
-                    } catch {
-                        throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
-                    }
-                    if paid {
-                        records.append(record(objectId: invoice, subject: state.originalTransactionId, field: "reconcile", value: "paid"))
-                        actions.append("invoice.paid")
-                    }
-                }
                 records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
                 actions.append(["canceled", "incomplete_expired"].contains(stripe.status) ? "customer.subscription.deleted" : "customer.subscription.updated")
-                do {
-                    _ = try await producer.produce(records)
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-                }
-                let correction = Correction(
-                    subscriptionId: state.originalTransactionId,
-                    stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                    stripe: Self.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
-                    action: actions.joined(separator: ", "))
-                summary.corrections.append(correction)
-                corrected(correction)
             }
+            guard !records.isEmpty else {
+                summary.inSync += 1
+                return
+            }
+            do {
+                _ = try await producer.produce(records)
+            } catch {
+                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
+            }
+            let correction = Correction(
+                subscriptionId: state.originalTransactionId,
+                stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                stripe: Self.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
+                action: actions.joined(separator: ", "))
+            summary.corrections.append(correction)
+            corrected(correction)
+        } page: {
             loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
-        } while cursor != nil
+        }
         return summary
     }
 

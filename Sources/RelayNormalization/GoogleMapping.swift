@@ -36,6 +36,21 @@ enum GoogleMapping {
         DeveloperNotificationKind(notification) == .subscription(code: 4)
     }
 
+    /// Whether Play's `subscriptionState` is still the one the `reconcile google` notification `code` stands for.
+    static func reconcileFits(code: Int64, purchase: JSON) -> Bool {
+        let state = purchase.text("subscriptionState") ?? ""
+        return switch code {
+        case 1, 7: state == "SUBSCRIPTION_STATE_ACTIVE"
+        case 2: ["SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_CANCELED"].contains(state)
+        case 3: state == "SUBSCRIPTION_STATE_CANCELED"
+        case 5: state == "SUBSCRIPTION_STATE_ON_HOLD"
+        case 6: state == "SUBSCRIPTION_STATE_IN_GRACE_PERIOD"
+        case 10: state == "SUBSCRIPTION_STATE_PAUSED"
+        case 13: state == "SUBSCRIPTION_STATE_EXPIRED"
+        default: false
+        }
+    }
+
     /// The first order id of a SubscriptionPurchaseV2: its latest order's (`latestOrderId`, else a line
     /// item's `latestSuccessfulOrderId`) without the renewal suffix (`GPA.1234-5678-9012-34567..2` →
     /// `GPA.1234-5678-9012-34567`), which RevenueCat's export names the subscription by.

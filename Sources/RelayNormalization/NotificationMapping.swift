@@ -180,7 +180,9 @@ public struct NotificationMapping: Sendable {
                 result, input: input, subject: subject, prior: current, after: written, others: others, othersAfter: othersAfter,
                 sequence: sequence, appUser: appUser, binding: step.binding, mapping: mapping)
         }
-        if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) {
+        // A plan change replaces the old token once the new one gives access; a token taking over an imported
+        // subscription replaces it whatever its state (else the import would grant on its own).
+        if let replaced = result.replaces, Self.beginsAccess(prior: current, after: state) || input.api?.imported != nil {
             applied.replaces = (replaced, result.replacedProductId, result.eventTime, state)
         }
         return applied

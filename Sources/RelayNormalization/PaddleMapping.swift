@@ -316,6 +316,8 @@ extension PaddleMapping {
             event["occurred_at"] = object["canceled_at"] ?? object["updated_at"] ?? .null
         } else {
             event["event_type"] = "subscription.updated"
+            // An import's current state: as of Paddle's last change of it, not the import's day.
+            if kind == "current" { event["occurred_at"] = object["updated_at"] ?? .null }
         }
         event["data"] = object
         return .object(event)

@@ -436,7 +436,7 @@ extension StripeMapping {
     /// - otherwise `customer.subscription.updated`, whose `previous_attributes` hold what the stored state
     ///   says of what changed (auto-renewal, the price), so the mapping sends the missed cancellation,
     ///   uncancellation or product change; status and period end are taken from Stripe's answer.
-    static func storeObjectEvent(_ object: JSON, prior: SubscriptionState?, id: String, kind: String? = nil) -> JSON {
+    static func storeObjectEvent(_ object: JSON, prior: SubscriptionState?, id: String, kind: String? = nil, firstInvoice: JSON? = nil) -> JSON {
         var event: [String: JSON] = ["id": .string(id), "object": "event", "livemode": object["livemode"] ?? true]
         switch object.text("object") {
         case "invoice":
@@ -460,6 +460,10 @@ extension StripeMapping {
             if trial, let end = object["trial_end"], !end.isNull { then["current_period_end"] = end }
             then["cancel_at_period_end"] = false
             then["cancel_at"] = .null
+            // Its payment is the first invoice, for the first invoice's period (not today's latest).
+            then["latest_invoice"] = firstInvoice?["id"] ?? .null
+            let firstEnd = firstInvoice?["lines"]?["data"]?.arrayValue?.first?["period"]?["end"]
+            if !trial, let firstEnd, !firstEnd.isNull { then["current_period_end"] = firstEnd }
             event["type"] = "customer.subscription.created"
             event["created"] = object["start_date"] ?? object["created"] ?? .null
             event["data"] = ["object": .object(then)]
@@ -479,6 +483,8 @@ extension StripeMapping {
             }
         }
         event["type"] = "customer.subscription.updated"
+        // An import's current state: a cancellation when it was made, not on the import's day.
+        if kind == "current", !facts.autoRenew { event["created"] = object["canceled_at"] ?? .null }
         event["data"] = ["object": object, "previous_attributes": .object(previous)]
         return .object(event)
     }

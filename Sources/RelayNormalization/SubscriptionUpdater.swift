@@ -170,6 +170,17 @@ public final class SubscriptionUpdater: Sendable {
             }
             if !fetched {
                 input.api = try await fetchPlay(app: app, notification: notification.payload, known: current != nil)
+                // `reconcile google` named the change it saw; Play's answer now must still be that change, or the
+                // record is stale (or forged) and applying its type would force a state Play does not have.
+                if notification.notificationId?.hasPrefix("reconcile:") == true, let purchase = input.api?.subscription,
+                    let code = notification.payload["subscriptionNotification"]?["notificationType"]?.int64Value,
+                    !GoogleMapping.reconcileFits(code: code, purchase: purchase)
+                {
+                    throw .rejected(
+                        Rejection(
+                            .staleTimestamp,
+                            "Play's subscription is \(purchase.text("subscriptionState") ?? "-") now, not what the reconcile record says; run reconcile google again"))
+                }
                 fetched = true
             }
             if !purchaseFetched {
@@ -283,7 +294,12 @@ public final class SubscriptionUpdater: Sendable {
             if !known, let base = GoogleMapping.firstOrderId(purchase), base != token,
                 let imported = try await backend({ () async throws(BackendError) in try await stateStore.subscription(store: .google, originalTransactionId: base) })
             {
-                data.imported = imported.json
+                // Only what the takeover reads: its key, its users and its payments.
+                data.imported = SubscriptionState(
+                    store: .google, originalTransactionId: imported.originalTransactionId, applicationId: imported.applicationId,
+                    originalAppUserId: imported.originalAppUserId, productId: imported.productId, status: imported.status, environment: imported.environment,
+                    sourceTimestamp: imported.sourceTimestamp, transactions: imported.transactions, ownerAppUserId: imported.ownerAppUserId
+                ).json
             }
             return data
         case .product(let productId, let token):
@@ -537,16 +553,18 @@ public final class SubscriptionUpdater: Sendable {
     {
         let subject = notification.payload.text("subject")
         let kind = notification.payload.text("import")
-        func read(_ call: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
+        func read(id wanted: String? = nil, _ call: () async throws(StoreAPIError) -> JSON) async throws(NormalizationError) -> JSON {
             let object: JSON
             do {
                 object = try await call()
             } catch {
                 throw storeAPIFailure(error, app: app) ?? .rejected(Rejection(.purchaseNotFound, error.message))
             }
-            guard object["id"]?.stringValue == id else { throw .rejected(Rejection(.malformed, "the store answered another object for \(id)")) }
+            let wanted = wanted ?? id
+            guard object["id"]?.stringValue == wanted else { throw .rejected(Rejection(.malformed, "the store answered another object for \(wanted)")) }
             return object
         }
+        var firstInvoice: JSON?
         func refuse(_ what: String) -> NormalizationError { .rejected(Rejection(.malformed, "\(id) is not \(what) of \(subject ?? "-")")) }
         let event: JSON
         var charge: JSON?
@@ -564,6 +582,7 @@ public final class SubscriptionUpdater: Sendable {
                 guard adjustment.text("subscription_id") == subject, adjustment.text("status") == "approved" else { throw refuse("an approved adjustment") }
                 event = PaddleMapping.storeObjectEvent(PaddleMapping.trimmedAdjustment(adjustment), prior: prior, id: notification.notificationId ?? id, kind: kind)
             } else {
+                guard id == subject else { throw refuse("the subscription") }
                 let subscription = try await read { () async throws(StoreAPIError) in try await client.subscription(id) }
                 event = PaddleMapping.storeObjectEvent(subscription, prior: prior, id: notification.notificationId ?? id, kind: kind)
             }
@@ -585,9 +604,16 @@ public final class SubscriptionUpdater: Sendable {
                 }
                 charge = StripeMapping.trimmedCharge(object)
             } else {
+                guard id == subject else { throw refuse("the subscription") }
                 object = try await read { () async throws(StoreAPIError) in try await client.subscription(id) }
+                // An imported purchase is its first invoice's payment, for that invoice's period.
+                if kind == "created", let first = notification.payload.text("firstInvoice") {
+                    let invoice = try await read(id: first) { () async throws(StoreAPIError) in try await client.invoice(first) }
+                    guard (invoice.text("subscription") ?? invoice["subscription"]?.text("id")) == subject else { throw refuse("the first invoice") }
+                    firstInvoice = invoice
+                }
             }
-            event = StripeMapping.storeObjectEvent(object, prior: prior, id: notification.notificationId ?? id, kind: kind)
+            event = StripeMapping.storeObjectEvent(object, prior: prior, id: notification.notificationId ?? id, kind: kind, firstInvoice: firstInvoice)
             environment = object["livemode"]?.boolValue.map { $0 ? "PRODUCTION" : "SANDBOX" }
         }
         var verified = VerifiedNotification(

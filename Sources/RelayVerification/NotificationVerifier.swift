@@ -179,6 +179,14 @@ public final class NotificationVerifier: Sendable {
         else {
             throw Rejection(.malformed, "a \(notification.source ?? "-") record is \(shape), its object one of \(prefixes.joined(separator: ", "))")
         }
+        // A subscription record names itself: another subscription's key would apply it to that one's state.
+        if object.hasPrefix("sub_"), document["subject"]?.stringValue != object {
+            throw Rejection(.malformed, "a \(notification.source ?? "-") record of subscription \(object) must have it as its subject")
+        }
+        // A refund is imported once, by its charge: each reconcile key would take its whole amount back again.
+        if object.hasPrefix("ch_"), document["import"]?.stringValue != "refunded" {
+            throw Rejection(.malformed, "a \(notification.source ?? "-") record of charge \(object) is an import's refund only")
+        }
         let id: String
         if let key = document["reconcile"]?.stringValue, !key.isEmpty {
             id = "reconcile:\(object):\(key)"

@@ -176,6 +176,35 @@ import Testing
         try await relay.stop()
     }
 
+    @Test func theDocumentedExportVersionsAreRead() throws {
+        let v5 = try String(contentsOfFile: Fixtures.path("revenuecat/transactions-v5.csv"), encoding: .utf8)
+        let v3 = try String(contentsOfFile: Fixtures.path("revenuecat/transactions-v3.csv"), encoding: .utf8)
+        let transactions = try RevenueCatHistoryCommands.parseExport([v3, "\u{FEFF}" + v5])
+        #expect(transactions.count == 6)
+        let trial = try #require(transactions.first { $0.transactionId == "2000000100000001" })
+        #expect(trial.trial && trial.autoRenewable && !trial.sandbox)
+        #expect(trial.appUserId == "user-42")
+        #expect(trial.originalAppUserId == "$RCAnonymousID:87c6049c58069238dce29853916d624c")
+        #expect(trial.start == Timestamp.milliseconds("2026-01-01T08:27:06Z"))
+        #expect(trial.entitlements == ["pro"])
+        let conversion = try #require(transactions.first { $0.transactionId == "2000000100000002" })
+        #expect(conversion.trialConversion && conversion.renewalNumber == 2 && conversion.price == "9.99" && conversion.currency == "GBP")
+        #expect(conversion.offer == "black_friday_discount")
+        // A refunded row's price is zeroed by RevenueCat; what was paid is purchase_price_in_purchased_currency.
+        let refunded = try #require(transactions.first { $0.transactionId == "2000000100000003" })
+        #expect(refunded.refundedAt == Timestamp.milliseconds("2026-02-10T12:00:00Z"))
+        #expect(refunded.price == "9.99")
+        let play = try #require(transactions.first { $0.store == "play_store" })
+        #expect(play.intro && play.sandbox)
+        #expect(play.gracePeriodEnd == Timestamp.milliseconds("2026-04-04T00:00:00Z"))
+        #expect(play.billingIssueAt == Timestamp.milliseconds("2026-04-01T00:05:00Z"))
+        // Version 3: t/f booleans, {pro} entitlements, no end for a lifetime grant.
+        let grant = try #require(transactions.first { $0.store == "promotional" })
+        #expect(!grant.autoRenewable && grant.end == nil && grant.entitlements == ["pro"])
+        let cancelled = try #require(transactions.first { $0.transactionId == "2000000200000001" })
+        #expect(cancelled.autoRenewable && cancelled.unsubscribedAt == Timestamp.milliseconds("2025-06-15T09:00:00Z"))
+    }
+
     @Test func aFileThatIsNotTheExportIsRefusedWithTheMissingColumn() throws {
         #expect(throws: CommandFailure.self) { try RevenueCatHistoryCommands.parseExport(["purchase_token,product_id\nabc,pro\n"]) }
         do {
@@ -236,6 +265,49 @@ import Testing
         #expect(try await harness.entitlements("user-rcg") == ["pro"])
         let renewals = try await harness.events("renewal").filter { $0["data"]?["transactionId"] == "GPA.5555-6666-7777-88888..0" }
         #expect(Set(renewals.compactMap { $0["data"]?["id"]?.stringValue }).count == 1, "the imported renewal is not counted again: \(renewals)")
+        try await harness.stop()
+    }
+
+    @Test func aTokenSeenDuringTheDualRunGetsTheExportsHistoryOnce() async throws {
+        var purchase = GooglePurchaseTests.subscription(user: "user-dual", acknowledged: true, order: "GPA.9999-0000-1111-22222..0")
+        if case .object(var members) = purchase {
+            members["latestOrderId"] = "GPA.9999-0000-1111-22222..0"
+            purchase = .object(members)
+        }
+        let harness = try await GooglePurchaseTests.start(subscriptions: ["token-dual": purchase], acknowledge: false)
+        // The dual-run: Play's renewal notification reaches the relay before the import.
+        let claims = GooglePushSigner.claims(issuedAt: Int64(Date().timeIntervalSince1970), overrides: ["aud": "https://relay.test/google"])
+        var notification = GooglePushSigner.developerNotification(code: 2)
+        if case .object(var members) = notification, case .object(var sub) = members["subscriptionNotification"] {
+            sub["purchaseToken"] = "token-dual"
+            members["subscriptionNotification"] = .object(sub)
+            notification = .object(members)
+        }
+        #expect(try await harness.relay.http.send(
+            "POST", harness.relay.baseURL + "/v1/notifications/google/demo",
+            headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(GooglePushSigner().token(claims))")],
+            body: GooglePushSigner.envelope(notification, messageId: "m-dual")
+        ).status == 200)
+        try await waitUntil("the live renewal") { try await harness.events("renewal").count == 1 }
+        // The export has the purchase and that same renewal, keyed by the first order id.
+        let export = [
+            RevenueCatImportTests.header,
+            RevenueCatImportTests.row(user: "user-dual", alias: "user-dual", product: "pro_monthly", start: -50, end: -20, store: "play_store",
+                transaction: "GPA.9999-0000-1111-22222", original: "GPA.9999-0000-1111-22222", price: "4.99", renewal: 1),
+            RevenueCatImportTests.row(user: "user-dual", alias: "user-dual", product: "pro_monthly", start: -20, end: 10, store: "play_store",
+                transaction: "GPA.9999-0000-1111-22222..0", original: "GPA.9999-0000-1111-22222", price: "4.99", renewal: 2),
+        ].joined(separator: "\n")
+        let commands = try RevenueCatHistoryCommands(
+            configuration: harness.relay.configuration, appKey: "demo", producer: try harness.relay.environment.process.log.producer,
+            backendURL: harness.backendURL, logger: Logger(label: "test"))
+        let summary = try await commands.importTransactions(try RevenueCatHistoryCommands.parseExport([export]), deliver: false)
+        // The renewal the relay recorded live is skipped; the purchase goes to the token's subscription.
+        #expect(summary.appended == 1, "\(summary)")
+        #expect(summary.alreadyRecorded == 1, "\(summary)")
+        try await waitUntil("the purchase imported") { try await harness.events("initial_purchase").count == 1 }
+        #expect(try await harness.events("initial_purchase").first?["data"]?["originalTransactionId"] == "token-dual")
+        #expect(try await harness.state("GPA.9999-0000-1111-22222") == nil, "no second subscription keyed by the order id")
+        #expect(Set(try await harness.events("renewal").compactMap { $0["data"]?["id"]?.stringValue }).count == 1)
         try await harness.stop()
     }
 }

@@ -121,6 +121,8 @@ import Testing
                 Self.invoice("in_I1c", subscription: "sub_I1", user: "user-i1", reason: "subscription_cycle", paidAt: start1 + 60 * Self.day, periodEnd: start1 + 90 * Self.day),
                 Self.invoice("in_I2a", subscription: "sub_I2", user: "user-i2", reason: "subscription_create", paidAt: now - 40 * Self.day, periodEnd: now - 10 * Self.day, amount: 0),
                 Self.invoice("in_I2b", subscription: "sub_I2", user: "user-i2", reason: "subscription_cycle", paidAt: now - 10 * Self.day, periodEnd: now + 20 * Self.day),
+                // K, which the relay holds, renewed once before its webhooks reached the relay: that payment is brought in.
+                Self.invoice("in_K2", subscription: "sub_K", user: "user-k", reason: "subscription_cycle", paidAt: now - 1800, periodEnd: now + 30 * Self.day),
             ]
         }
         stripe.charges.withLock {
@@ -175,7 +177,7 @@ import Testing
         #expect(summary.otherApps == 1)
         #expect(summary.alreadyKnown == 1)
         #expect(summary.imported == 2)
-        #expect(summary.renewals == 3)
+        #expect(summary.renewals == 4)
         #expect(summary.refunds == 1)
         #expect(stripe.lists.value.filter { $0.hasPrefix("/v1/subscriptions") }.count == 2, "pages of two: \(stripe.lists.value)")
 
@@ -184,7 +186,7 @@ import Testing
             let renewals = try await distinct("renewal").count
             let expirations = try await distinct("expiration").count
             let cancellations = try await distinct("cancellation").count
-            return purchases == 3 && renewals == 3 && expirations == 1 && cancellations == 2
+            return purchases == 3 && renewals == 4 && expirations == 1 && cancellations == 2
         }
         // The purchases at their start, the renewals with their money at their payment, the refund taken back.
         let purchases = try await events("initial_purchase").filter { $0["data"]?["originalTransactionId"] != "sub_K" }
@@ -192,7 +194,11 @@ import Testing
         #expect(purchases.first { $0["data"]?["originalTransactionId"] == "sub_I1" }?["data"]?["purchasedAt"]?.int64Value == start1 * 1000)
         #expect(purchases.first { $0["data"]?["originalTransactionId"] == "sub_I2" }?["data"]?["periodType"] == "TRIAL")
         let renewals = try await events("renewal")
-        #expect(Set(renewals.compactMap { $0["data"]?["transactionId"]?.stringValue }) == ["in_I1b", "in_I1c", "in_I2b"])
+        #expect(Set(renewals.compactMap { $0["data"]?["transactionId"]?.stringValue }) == ["in_I1b", "in_I1c", "in_I2b", "in_K2"])
+        // The purchase is the first invoice's payment, for its first period.
+        let first = try #require(purchases.first { $0["data"]?["originalTransactionId"] == "sub_I1" })
+        #expect(first["data"]?["transactionId"] == "in_I1a", "\(first)")
+        #expect(first["data"]?["expirationAt"]?.int64Value == (start1 + 30 * Self.day) * 1000, "\(first)")
         #expect(renewals.allSatisfy { $0["data"]?["price"]?.doubleValue == 9.99 }, "\(renewals)")
         #expect(renewals.first { $0["data"]?["transactionId"] == "in_I2b" }?["data"]?["isTrialConversion"] == true)
         let cancellations = try await events("cancellation")
@@ -203,7 +209,7 @@ import Testing
         #expect(try await events("expiration").first?["data"]?["originalTransactionId"] == "sub_I1")
         // Historical, and not delivered.
         let imported = try await relay.records(topic: configuration.topics.events).filter {
-            (try? JSON.parse($0.value))?["data"]?["originalTransactionId"] != "sub_K"
+            (try? JSON.parse($0.value))?["data"]?["originalTransactionId"] != "sub_K" || (try? JSON.parse($0.value))?["type"] == "renewal"
         }
         #expect(imported.allSatisfy { $0.headers.first(named: RelayHeaderName.historical)?.stringValue == "true" })
         #expect(try await relay.records(topic: configuration.topics.deliveries).count == deliveries)
@@ -214,6 +220,20 @@ import Testing
         let ended = try await relay.http.send(
             "GET", backendURL + "/subscriptions-api/public/v1/users/user-i1/entitlements", headers: [("Authorization", "Bearer pk_import_stripe_0123456789")])
         #expect(try JSON.parse(ended.body)["entitlements"]?.arrayValue?.isEmpty == true)
+
+        // RevenueCat's export of the same Stripe subscription adds nothing: its payments cannot be matched with
+        // Stripe's invoices, and the relay has the subscription from Stripe itself.
+        let export = [
+            RevenueCatImportTests.header,
+            RevenueCatImportTests.row(user: "user-i2", alias: "user-i2", product: "price_pro_monthly", start: -10, end: 20, store: "stripe",
+                transaction: "sub_I2", original: "sub_I2", price: "9.99", renewal: 2),
+        ].joined(separator: "\n")
+        let revenueCat = try RevenueCatHistoryCommands(
+            configuration: configuration, appKey: "demo", producer: try relay.environment.process.log.producer, backendURL: backendURL,
+            logger: Logger(label: "test"))
+        let fromRevenueCat = try await revenueCat.importTransactions(try RevenueCatHistoryCommands.parseExport([export]), deliver: false)
+        #expect(fromRevenueCat.appended == 0, "\(fromRevenueCat)")
+        #expect(fromRevenueCat.alreadyRecorded == 1)
 
         // Again: everything is known; nothing is appended.
         let appended = try await relay.records(topic: configuration.topics.notifications).count

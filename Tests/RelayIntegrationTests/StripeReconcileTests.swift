@@ -152,13 +152,43 @@ import Testing
             let c = try await state("sub_RC")
             return a?.autoRenew == false && b?.expiresAt == renewedEnd * 1000 && c?.status == .expired
         }
+        // A record that names one subscription as another's subject is refused (it would write one over the other).
+        _ = try await relay.environment.process.log.producer.produce(
+            RawNotification(
+                store: .stripe, app: "demo", receivedAtMilliseconds: now * 1000,
+                body: JSON.object(["objectId": "sub_RA", "subject": "sub_RD", "reconcile": "forged"]).serialized(), requestHeaders: [:],
+                source: RawNotification.stripeAPISource
+            ).record(topic: configuration.topics.notifications, subject: "sub_RD"))
+        try await waitUntil("the rejection") {
+            String(decoding: try await relay.get("/metrics").body, as: UTF8.self).contains(#"reason="malformed""#)
+        }
+        // Only the renewal's payment was lost (the subscription's update arrived): reconcile finds the invoice.
+        let lostEnd = now + 86_400 + 2 * 2_592_000
+        stripe.objects.withLock {
+            $0["sub_RD"] = Self.subscription("sub_RD", user: "user-3", periodEnd: lostEnd, invoice: "in_RD2")
+            $0["in_RD2"] = Self.invoice("in_RD2", subscription: "sub_RD", user: "user-3", paidAt: now - 60, periodEnd: lostEnd)
+        }
+        let update = StripeRecoverTests.event(
+            "evt_RD_updated", "customer.subscription.updated", stripe.objects.value["sub_RD"]!, created: now - 30,
+            previous: ["current_period_end": .integer(now + 86_400)]
+        ).serialized()
+        #expect(try await relay.http.send(
+            "POST", relay.baseURL + "/v1/notifications/stripe/demo",
+            headers: [("Content-Type", "application/json"), ("Stripe-Signature", WebhookSigning.stripeHeader(body: update, secret: "whsec_reconcile", timestamp: now))],
+            body: update
+        ).status == 200)
+        try await waitUntil("the update applied") { try await state("sub_RD")?.expiresAt == lostEnd * 1000 }
+        let lost = try await commands.reconcile(since: nil)
+        #expect(lost.corrections.map(\.action) == ["invoice.paid"], "\(lost.corrections)")
+        try await waitUntil("the lost renewal") { try await distinct("renewal") == 2 }
+
         // In step now: nothing is appended (RC has ended and is no longer listed).
         let appended = try await relay.records(topic: configuration.topics.notifications).count
         let again = try await commands.reconcile(since: nil)
         #expect(again.corrections.isEmpty, "\(again.corrections)")
         #expect(again.checked == 3)
         #expect(try await relay.records(topic: configuration.topics.notifications).count == appended)
-        #expect(try await distinct("renewal") == 1)
+        #expect(try await distinct("renewal") == 2)
         try await relay.stop()
         await api.stop()
     }

@@ -30,7 +30,7 @@ public struct RevenueCatRecord: Sendable, Equatable {
     public var appUserId: String?
     /// When this moment happened (Unix ms): the event's time.
     public var at: Int64
-    /// `start_time` and `end_time` (`effective_end_time` when later, a grace period's end) of the transaction.
+    /// `start_time` and `end_time` (else `effective_end_time`) of the transaction.
     public var purchasedAt: Int64
     public var expiresAt: Int64?
     public var renewalNumber: Int64?
