@@ -5,28 +5,9 @@ import RelayCore
 import RelayVerification
 
 extension AppleHistoryCommands {
-    /// One subscription whose stored state differed from Apple's, and what was appended for it.
-    public struct Correction: Sendable, Equatable {
-        public var originalTransactionId: String
-        public var stored: String
-        public var apple: String
-        /// The notification type (and subtype) appended.
-        public var action: String
+    public typealias Correction = ReconcileCorrection
 
-        public var line: String { "\(originalTransactionId): \(stored) → Apple \(apple): \(action) appended" }
-    }
 
-    /// What `reconcile apple` did.
-    public struct ReconcileSummary: Sendable, Equatable {
-        public var checked = 0
-        public var inSync = 0
-        public var corrections: [Correction] = []
-        /// Subscriptions in the other App Store environment than serverApi's: not checked.
-        public var otherEnvironment = 0
-        public var failures: [String] = []
-
-        public init() {}
-    }
 
     /// For each of the app's Apple subscriptions the backend lists as active or changed since `since`,
     /// Get All Subscription Statuses; where Apple's status or expiry differs from the stored state, an
@@ -90,8 +71,8 @@ extension AppleHistoryCommands {
             }
             let correction = Correction(
                 originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
-                apple: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
-                action: subtype.map { "\(type)/\($0)" } ?? type)
+                found: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
+                action: subtype.map { "\(type)/\($0)" } ?? type, storeName: "Apple")
             summary.corrections.append(correction)
             corrected(correction)
         } page: {

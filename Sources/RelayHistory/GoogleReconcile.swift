@@ -11,27 +11,9 @@ public import RelayCore
 /// `reconcile:<token>:<notificationType>:<Play's expiry>`, is the same on every run until Play's answer
 /// changes, so a run repeated before the worker caught up is absorbed.
 extension GoogleHistoryCommands {
-    /// One subscription whose stored state differed from Play's, and what was appended for it.
-    public struct Correction: Sendable, Equatable {
-        public var purchaseToken: String
-        public var stored: String
-        public var google: String
-        /// The notification appended (`SUBSCRIPTION_RENEWED`).
-        public var action: String
+    public typealias Correction = ReconcileCorrection
 
-        public var line: String { "\(purchaseToken): \(stored) → Google \(google): \(action) appended" }
-    }
 
-    /// What `reconcile google` did.
-    public struct ReconcileSummary: Sendable, Equatable {
-        public var checked = 0
-        public var inSync = 0
-        public var corrections: [Correction] = []
-        /// Subscriptions Play could not answer for (the token unknown to it, or a refusal), with the reason.
-        public var failures: [String] = []
-
-        public init() {}
-    }
 
     /// Checks each of the app's Google subscriptions that the backend lists as active (or able to regain
     /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
@@ -78,10 +60,10 @@ extension GoogleHistoryCommands {
                 throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
             }
             let correction = Correction(
-                purchaseToken: state.originalTransactionId, stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, expiresAt: state.expiresAt),
-                google: Self.describe(
+                originalTransactionId: state.originalTransactionId, stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, expiresAt: state.expiresAt),
+                found: Self.describe(
                     purchase["subscriptionState"]?.stringValue ?? "?", autoRenew: Self.autoRenew(purchase, productId: state.productId), expiresAt: expiry == 0 ? nil : expiry),
-                action: fix.name)
+                action: fix.name, storeName: "Google")
             summary.corrections.append(correction)
             corrected(correction)
         } page: {

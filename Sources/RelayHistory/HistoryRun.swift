@@ -62,3 +62,58 @@ public struct RecoveredSummary: Sendable, Equatable {
         self.reingested = reingested
     }
 }
+
+/// One subscription whose stored state differed from the store's, and what `reconcile` appended for it
+/// (every store's).
+public struct ReconcileCorrection: Sendable, Equatable {
+    /// The subscription's key (`originalTransactionId`: Apple's, a purchase token, a `sub_` id).
+    public var originalTransactionId: String
+    public var stored: String
+    /// What the store says, in the same words.
+    public var found: String
+    /// What was appended: the notification (`DID_RENEW`, `SUBSCRIPTION_RENEWED`) or the events the records
+    /// stand for (`invoice.paid, customer.subscription.updated`).
+    public var action: String
+    /// The store, for the line (`Apple`, `Google`, `Stripe`, `Paddle`).
+    public var storeName: String
+
+    public init(originalTransactionId: String, stored: String, found: String, action: String, storeName: String) {
+        self.originalTransactionId = originalTransactionId
+        self.stored = stored
+        self.found = found
+        self.action = action
+        self.storeName = storeName
+    }
+
+    public var line: String { "\(originalTransactionId): \(stored) → \(storeName) \(found): \(action) appended" }
+}
+
+/// What a `reconcile` command did.
+public struct ReconcileSummary: Sendable, Equatable {
+    public var checked = 0
+    public var inSync = 0
+    public var corrections: [ReconcileCorrection] = []
+    /// App Store subscriptions of the other environment than `serverApi`'s: not checked.
+    public var otherEnvironment = 0
+    /// Subscriptions the store could not answer for, with the reason.
+    public var failures: [String] = []
+
+    public init() {}
+}
+
+/// What `import stripe` or `import paddle` did.
+public struct SubscriptionImportSummary: Sendable, Equatable {
+    /// Subscriptions the store listed for the app.
+    public var subscriptions = 0
+    /// Of those, subscriptions the relay holds (from the store's notifications, or an earlier run): only their
+    /// unrecorded payments and refunds are brought in.
+    public var alreadyKnown = 0
+    /// Subscriptions imported, and the renewals and refunds appended.
+    public var imported = 0
+    public var renewals = 0
+    public var refunds = 0
+    /// Subscriptions of prices the app does not list: another app's.
+    public var otherApps = 0
+
+    public init() {}
+}

@@ -16,17 +16,8 @@ public import RelayCore
 /// `import:<id>:<kind>`; an adjustment's events are named by the adjustment, a renewal's payment counted
 /// once by its transaction, so Paddle's own late notifications add nothing.
 extension PaddleHistoryCommands {
-    /// What `import paddle` did.
-    public struct ImportSummary: Sendable, Equatable {
-        public var subscriptions = 0
-        public var alreadyKnown = 0
-        public var imported = 0
-        public var renewals = 0
-        public var refunds = 0
-        public var otherApps = 0
+    public typealias ImportSummary = SubscriptionImportSummary
 
-        public init() {}
-    }
 
     /// Imports the app's subscriptions, as the type's comment says; `deliver` sends their events to the
     /// endpoints too. A rerun (or a resumed run) appends nothing twice once the worker has applied what the

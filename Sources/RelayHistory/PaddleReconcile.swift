@@ -10,27 +10,9 @@ public import RelayCore
 /// `subscription.updated` compared with the stored state, or `subscription.canceled`), delivered like a live
 /// one. Ids are `reconcile:<id>:<what Paddle answered>`: a repeat before the worker caught up is absorbed.
 extension PaddleHistoryCommands {
-    /// One subscription whose stored state differed from Paddle's, and what was appended for it.
-    public struct Correction: Sendable, Equatable {
-        public var subscriptionId: String
-        public var stored: String
-        public var paddle: String
-        /// The events the records stand for (`transaction.completed, subscription.updated`).
-        public var action: String
+    public typealias Correction = ReconcileCorrection
 
-        public var line: String { "\(subscriptionId): \(stored) → Paddle \(paddle): \(action) appended" }
-    }
 
-    /// What `reconcile paddle` did.
-    public struct ReconcileSummary: Sendable, Equatable {
-        public var checked = 0
-        public var inSync = 0
-        public var corrections: [Correction] = []
-        /// Subscriptions Paddle could not answer for, with the reason.
-        public var failures: [String] = []
-
-        public init() {}
-    }
 
     /// Checks each of the app's Paddle subscriptions that the backend lists as active (or able to regain
     /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
@@ -86,10 +68,10 @@ extension PaddleHistoryCommands {
                 throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
             }
             let correction = Correction(
-                subscriptionId: state.originalTransactionId,
+                originalTransactionId: state.originalTransactionId,
                 stored: StripeHistoryCommands.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                paddle: StripeHistoryCommands.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
-                action: actions.joined(separator: ", "))
+                found: StripeHistoryCommands.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
+                action: actions.joined(separator: ", "), storeName: "Paddle")
             summary.corrections.append(correction)
             corrected(correction)
         } page: {

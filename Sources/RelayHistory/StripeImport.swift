@@ -16,21 +16,8 @@ public import RelayCore
 /// `import:<id>:<kind>`; one payment is counted once across an import and Stripe's own webhooks (by its
 /// invoice id). One-time purchases (Checkout in payment mode) are not listed by Stripe's subscriptions.
 extension StripeHistoryCommands {
-    /// What `import stripe` did.
-    public struct ImportSummary: Sendable, Equatable {
-        /// Subscriptions Stripe listed for the app.
-        public var subscriptions = 0
-        /// Of those, subscriptions the relay holds (imported before, or seen live): skipped.
-        public var alreadyKnown = 0
-        /// Subscriptions imported, and their renewals and refunds.
-        public var imported = 0
-        public var renewals = 0
-        public var refunds = 0
-        /// Subscriptions of prices the app does not list: another app's.
-        public var otherApps = 0
+    public typealias ImportSummary = SubscriptionImportSummary
 
-        public init() {}
-    }
 
     /// Imports the app's subscriptions created at or after `since` (Unix ms; nil: all), as the type's comment
     /// says; `deliver` sends their events to the endpoints too. A rerun (or a resumed run) appends nothing twice

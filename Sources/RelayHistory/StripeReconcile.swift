@@ -10,27 +10,9 @@ public import RelayCore
 /// `customer.subscription.updated` or `.deleted`), delivered like a live one. Ids are
 /// `reconcile:<objectId>:<what Stripe answered>`: a repeat before the worker caught up is absorbed.
 extension StripeHistoryCommands {
-    /// One subscription whose stored state differed from Stripe's, and what was appended for it.
-    public struct Correction: Sendable, Equatable {
-        public var subscriptionId: String
-        public var stored: String
-        public var stripe: String
-        /// The events the records stand for (`invoice.paid, customer.subscription.updated`).
-        public var action: String
+    public typealias Correction = ReconcileCorrection
 
-        public var line: String { "\(subscriptionId): \(stored) → Stripe \(stripe): \(action) appended" }
-    }
 
-    /// What `reconcile stripe` did.
-    public struct ReconcileSummary: Sendable, Equatable {
-        public var checked = 0
-        public var inSync = 0
-        public var corrections: [Correction] = []
-        /// Subscriptions Stripe could not answer for, with the reason.
-        public var failures: [String] = []
-
-        public init() {}
-    }
 
     /// Checks each of the app's Stripe subscriptions that the backend lists as active (or able to regain
     /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
@@ -92,10 +74,10 @@ extension StripeHistoryCommands {
                 throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
             }
             let correction = Correction(
-                subscriptionId: state.originalTransactionId,
+                originalTransactionId: state.originalTransactionId,
                 stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                stripe: Self.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
-                action: actions.joined(separator: ", "))
+                found: Self.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
+                action: actions.joined(separator: ", "), storeName: "Stripe")
             summary.corrections.append(correction)
             corrected(correction)
         } page: {

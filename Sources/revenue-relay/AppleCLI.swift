@@ -227,11 +227,6 @@ struct ReconcileApple: AsyncParsableCommand {
         let summary = try await running(log) { () async throws(AppleHistoryCommands.Failure) in
             try await commands.reconcile(since: since, progress: stderrLine, corrected: { printLine($0.line) })
         }
-        printLine("checked: \(summary.checked)")
-        printLine("in sync: \(summary.inSync)")
-        printLine("corrected: \(summary.corrections.count)")
-        if summary.otherEnvironment > 0 { printLine("not checked (other environment than serverApi's): \(summary.otherEnvironment)") }
-        printLine("failures: \(summary.failures.count)")
-        for failure in summary.failures { printLine("  \(failure)") }
+        printReconcile(summary)
     }
 }

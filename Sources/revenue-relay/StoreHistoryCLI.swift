@@ -18,6 +18,24 @@ func runHistory<Commands, Summary>(
     return summary
 }
 
+/// The summary of a `reconcile` command on stdout (each corrected subscription had its line already).
+func printReconcile(_ summary: ReconcileSummary) {
+    printLine("checked: \(summary.checked)")
+    printLine("in sync: \(summary.inSync)")
+    printLine("corrected: \(summary.corrections.count)")
+    if summary.otherEnvironment > 0 { printLine("not checked (other environment than serverApi's): \(summary.otherEnvironment)") }
+    printLine("failures: \(summary.failures.count)")
+    for failure in summary.failures { printLine("  \(failure)") }
+}
+
+/// The summary of `import stripe` or `import paddle` on stdout.
+func printImport(_ summary: SubscriptionImportSummary) {
+    printLine("subscriptions: \(summary.subscriptions)")
+    printLine("imported: \(summary.imported) (\(summary.renewals) renewals, \(summary.refunds) refunds)")
+    printLine("already known: \(summary.alreadyKnown)")
+    printLine("other apps' prices: \(summary.otherApps)")
+}
+
 struct RecoverStripe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stripe",
@@ -215,11 +233,7 @@ struct ReconcileGoogle: AsyncParsableCommand {
         } _: { commands, progress throws(CommandFailure) in
             try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
         }
-        printLine("checked: \(summary.checked)")
-        printLine("in sync: \(summary.inSync)")
-        printLine("corrected: \(summary.corrections.count)")
-        printLine("failures: \(summary.failures.count)")
-        for failure in summary.failures { printLine("  \(failure)") }
+        printReconcile(summary)
     }
 }
 
@@ -255,11 +269,7 @@ struct ReconcileStripe: AsyncParsableCommand {
         } _: { commands, progress throws(CommandFailure) in
             try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
         }
-        printLine("checked: \(summary.checked)")
-        printLine("in sync: \(summary.inSync)")
-        printLine("corrected: \(summary.corrections.count)")
-        printLine("failures: \(summary.failures.count)")
-        for failure in summary.failures { printLine("  \(failure)") }
+        printReconcile(summary)
     }
 }
 
@@ -295,11 +305,7 @@ struct ReconcilePaddle: AsyncParsableCommand {
         } _: { commands, progress throws(CommandFailure) in
             try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
         }
-        printLine("checked: \(summary.checked)")
-        printLine("in sync: \(summary.inSync)")
-        printLine("corrected: \(summary.corrections.count)")
-        printLine("failures: \(summary.failures.count)")
-        for failure in summary.failures { printLine("  \(failure)") }
+        printReconcile(summary)
     }
 }
 
@@ -336,10 +342,7 @@ struct ImportStripe: AsyncParsableCommand {
         let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
             try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
         } _: { commands, progress throws(CommandFailure) in try await commands.importSubscriptions(since: since, deliver: deliver, progress: progress) }
-        printLine("subscriptions: \(summary.subscriptions)")
-        printLine("imported: \(summary.imported) (\(summary.renewals) renewals, \(summary.refunds) refunds)")
-        printLine("already known: \(summary.alreadyKnown)")
-        printLine("other apps' prices: \(summary.otherApps)")
+        printImport(summary)
     }
 }
 
@@ -372,10 +375,7 @@ struct ImportPaddle: AsyncParsableCommand {
         let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
             try PaddleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
         } _: { commands, progress throws(CommandFailure) in try await commands.importSubscriptions(deliver: deliver, progress: progress) }
-        printLine("subscriptions: \(summary.subscriptions)")
-        printLine("imported: \(summary.imported) (\(summary.renewals) renewals, \(summary.refunds) refunds)")
-        printLine("already known: \(summary.alreadyKnown)")
-        printLine("other apps' prices: \(summary.otherApps)")
+        printImport(summary)
     }
 }
 

@@ -57,7 +57,7 @@ import Testing
         #expect(summary.checked == 4)
         #expect(summary.inSync == 1)
         #expect(summary.failures.isEmpty, "\(summary.failures)")
-        #expect(Dictionary(uniqueKeysWithValues: summary.corrections.map { ($0.purchaseToken, $0.action) }) == [
+        #expect(Dictionary(uniqueKeysWithValues: summary.corrections.map { ($0.originalTransactionId, $0.action) }) == [
             "token-c1": "SUBSCRIPTION_CANCELED", "token-c2": "SUBSCRIPTION_RENEWED", "token-c4": "SUBSCRIPTION_EXPIRED",
         ])
         #expect(waits.value == [.seconds(120)], "\(waits.value)")

@@ -136,7 +136,7 @@ import Testing
         #expect(summary.checked == 4)
         #expect(summary.inSync == 1)
         #expect(summary.failures.isEmpty, "\(summary.failures)")
-        #expect(Dictionary(uniqueKeysWithValues: summary.corrections.map { ($0.subscriptionId, $0.action) }) == [
+        #expect(Dictionary(uniqueKeysWithValues: summary.corrections.map { ($0.originalTransactionId, $0.action) }) == [
             "sub_PA": "subscription.updated", "sub_PB": "transaction.completed, subscription.updated", "sub_PC": "subscription.canceled",
         ])
         // Each subscription's latest completed transaction is read: a payment lost alone is found too.

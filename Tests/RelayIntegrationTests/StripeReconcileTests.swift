@@ -128,7 +128,7 @@ import Testing
         #expect(summary.checked == 4)
         #expect(summary.inSync == 1)
         #expect(summary.failures.isEmpty, "\(summary.failures)")
-        #expect(Dictionary(uniqueKeysWithValues: summary.corrections.map { ($0.subscriptionId, $0.action) }) == [
+        #expect(Dictionary(uniqueKeysWithValues: summary.corrections.map { ($0.originalTransactionId, $0.action) }) == [
             "sub_RA": "customer.subscription.updated", "sub_RB": "invoice.paid, customer.subscription.updated", "sub_RC": "customer.subscription.deleted",
         ])
         #expect(waits.value == [.seconds(120)], "\(waits.value)")
