@@ -122,10 +122,8 @@ import Testing
         let configuration = try AppleRelayConfiguration.parse(text, name: "paddle-import")
         let relay = try await TestRelay(configuration: configuration, log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
-        @Sendable func distinct(_ type: String) async throws -> Int { Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue }).count }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
+        @Sendable func distinct(_ type: String) async throws -> Int { try await relay.distinctEvents(type) }
 
         let commands = try PaddleHistoryCommands(
             configuration: configuration, appKey: "demo", producer: try relay.environment.process.log.producer, backendURL: backendURL,

@@ -91,15 +91,9 @@ import Testing
         let configuration = try AppleRelayConfiguration.parse(text, name: "paddle-reconcile")
         let relay = try await TestRelay(configuration: configuration, log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
-        @Sendable func distinct(_ type: String) async throws -> Int { Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue }).count }
-        @Sendable func state(_ id: String) async throws -> SubscriptionState? {
-            let response = try await relay.http.send(
-                "GET", backendURL + "/subscriptions-api/internal/v1/subscriptions/paddle/\(id)", headers: [("Authorization", "Bearer test-backend-key")])
-            return response.status == 200 ? try SubscriptionState(json: try JSON.parse(response.body)) : nil
-        }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
+        @Sendable func distinct(_ type: String) async throws -> Int { try await relay.distinctEvents(type) }
+        @Sendable func state(_ id: String) async throws -> SubscriptionState? { try await relay.state(.paddle, id) }
         // Four subscriptions reached the relay live.
         let hourAgo = Timestamp.rfc3339(milliseconds: Int64(Date().timeIntervalSince1970 * 1000) - 3_600_000)
         for (index, id) in ["sub_PA", "sub_PB", "sub_PC", "sub_PD"].enumerated() {

@@ -102,9 +102,7 @@ import Testing
         let relay = try await TestRelay(configuration: configuration, log: .embedded)
         paddle.ingest.withLock { $0 = relay.baseURL }
         let backendURL = await relay.environment.process.backendAddress.value()
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
         // Only the first event reached the relay live.
         let body = paddle.notifications.value[0]["payload"]!.serialized()
         let header = WebhookSigning.paddleHeader(body: body, secret: Self.secret, timestamp: Int64(Date().timeIntervalSince1970))

@@ -98,10 +98,8 @@ import Testing
         #expect(configuration.apps[0].google != nil)
         let relay = try await TestRelay(configuration: configuration, log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
-        @Sendable func distinct(_ type: String) async throws -> Int { Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue }).count }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
+        @Sendable func distinct(_ type: String) async throws -> Int { try await relay.distinctEvents(type) }
         @Sendable func entitlements(_ user: String) async throws -> [String] {
             let response = try await relay.http.send(
                 "GET", backendURL + "/subscriptions-api/public/v1/users/\(PercentEncoding.pathSegment(user))/entitlements",

@@ -153,9 +153,7 @@ import Testing
         let configuration = try AppleRelayConfiguration.parse(text, name: "stripe-import")
         let relay = try await TestRelay(configuration: configuration, log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
         @Sendable func distinct(_ type: String) async throws -> [String] {
             Array(Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue })).sorted()
         }

@@ -82,15 +82,9 @@ import Testing
         let configuration = try AppleRelayConfiguration.parse(text, name: "stripe-reconcile")
         let relay = try await TestRelay(configuration: configuration, log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
-        @Sendable func distinct(_ type: String) async throws -> Int { Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue }).count }
-        @Sendable func state(_ id: String) async throws -> SubscriptionState? {
-            let response = try await relay.http.send(
-                "GET", backendURL + "/subscriptions-api/internal/v1/subscriptions/stripe/\(id)", headers: [("Authorization", "Bearer test-backend-key")])
-            return response.status == 200 ? try SubscriptionState(json: try JSON.parse(response.body)) : nil
-        }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
+        @Sendable func distinct(_ type: String) async throws -> Int { try await relay.distinctEvents(type) }
+        @Sendable func state(_ id: String) async throws -> SubscriptionState? { try await relay.state(.stripe, id) }
         // Four subscriptions reached the relay live.
         let ids = ["sub_RA", "sub_RB", "sub_RC", "sub_RD"]
         for (index, id) in ids.enumerated() {

@@ -110,9 +110,7 @@ import Testing
         #expect(try await relay.http.send(
             "POST", relay.baseURL + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", header)], body: body
         ).status == 200)
-        @Sendable func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
-        }
+        @Sendable func events(_ type: String) async throws -> [JSON] { try await relay.events(type) }
         try await waitUntil("the live event applied") { try await events("initial_purchase").count == 1 }
 
         let commands = try StripeHistoryCommands(

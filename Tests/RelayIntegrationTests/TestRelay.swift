@@ -118,6 +118,26 @@ final class TestRelay: Sendable {
         return found.value
     }
 
+    /// The standardized events of `type` on the events topic now.
+    func events(_ type: String) async throws -> [JSON] {
+        try await records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
+    }
+
+    /// How many different events of `type` (by `data.id`) the events topic holds: a repeated record is
+    /// replayed with the same ids, which receivers deduplicate.
+    func distinctEvents(_ type: String) async throws -> Int {
+        Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue }).count
+    }
+
+    /// A subscription's stored state, through the backend's internal route (key `test-backend-key`).
+    func state(_ store: Store, _ id: String) async throws -> SubscriptionState? {
+        let backendURL = await environment.process.backendAddress.value()
+        let response = try await http.send(
+            "GET", backendURL + "/subscriptions-api/internal/v1/subscriptions/\(store.rawValue)/\(PercentEncoding.pathSegment(id))",
+            headers: [("Authorization", "Bearer test-backend-key")])
+        return response.status == 200 ? try SubscriptionState(json: try JSON.parse(response.body)) : nil
+    }
+
     /// The replay command's log option for this relay: `--bootstrap-servers` or `--data`.
     var logArguments: [String] {
         if let cluster = environment.cluster { return ["--bootstrap-servers", cluster.bootstrapServers] }
