@@ -97,6 +97,7 @@ extension LocalBackend {
         BackendRoute(.get, internalPrefix): .read,
         BackendRoute(.get, eventsPath): .read,
         BackendRoute(.get, revenuePath): .read,
+        BackendRoute(.get, metricsPath): .read,
         // What an app asks with the key it embeds: its own users and products.
         BackendRoute(.get, entitlementsPath): .public,
         BackendRoute(.get, productsPath): .public,

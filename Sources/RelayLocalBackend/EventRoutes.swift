@@ -7,6 +7,7 @@ import RelayCore
 extension LocalBackend {
     public static let eventsPath = "/subscriptions-api/internal/v1/events"
     public static let revenuePath = "/subscriptions-api/internal/v1/revenue"
+    public static let metricsPath = "/subscriptions-api/internal/v1/metrics"
     /// Events (or subscriptions) per page of a JSON answer unless `limit` says otherwise, and its largest `limit`.
     static let defaultPageSize = 100
     static let maximumPageSize = 1_000
@@ -56,6 +57,24 @@ extension LocalBackend {
             }
             let report = try await events.revenue(filter, groupBy: groupBy)
             return json(.ok, report.json)
+        }
+        // `GET .../metrics?since=&until=[&app=][&store=][&environment=]`: the overview's metrics, a row a UTC
+        // day (docs/metrics.md). `since` and `until` are required; at most `EventStore.maximumMetricsDays` days.
+        route(router, .get, Self.metricsPath) { request, _, principal in
+            let filter: EventFilter
+            do {
+                filter = try EventQueryParameters.filter(request.uri.queryParameters, defaultEnvironment: "PRODUCTION", readableBy: principal)
+            } catch let invalid as EventQueryParameters.Invalid {
+                return invalid.response(events: backend)
+            }
+            guard let since = filter.since, let until = filter.until, since < until else {
+                return errorResponse(.badRequest, "bad_request", "since and until are required, since before until (a date, an RFC 3339 time or Unix ms)")
+            }
+            guard until - since <= EventStore.maximumMetricsDays * 86_400_000 else {
+                return errorResponse(.badRequest, "bad_request", "at most \(EventStore.maximumMetricsDays) days at a time")
+            }
+            let days = try await events.metrics(filter, since: since, until: until, now: backend.clock())
+            return json(.ok, ["days": .array(days.map(\.json))])
         }
     }
 

@@ -10,7 +10,7 @@ public import RelayCore
 /// Recording is idempotent on the event id (`data.id`): a replayed or repeated event is the same row.
 /// Each row keeps the payload exactly as delivered, beside the columns the filters and sums read.
 public final class EventStore: Sendable {
-    private let pool: DatabasePool
+    let pool: DatabasePool
     /// Writes run here, off Swift's cooperative pool: a commit waits for its fsync.
     private let writer = DispatchQueue(label: "backend-events-writer")
 

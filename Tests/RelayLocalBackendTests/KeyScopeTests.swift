@@ -246,6 +246,17 @@ let scopeTable: [ScopeCase] = [
             .secret: .rows(200, ["android", "ios"]), .rotatedSecret: .rows(200, ["android", "ios"]), .readThis: .rows(200, ["ios"]),
             .readOther: .rows(200, ["android"]),
         ]),
+    // The overview's metrics: the gross of the rows a key reads (each app's event is 9.99 on 2026-01-01).
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/metrics"), method: "GET",
+        path: "/subscriptions-api/internal/v1/metrics?app=ios&since=2026-01-01&until=2026-01-02", rows: metricsGross,
+        expected: [.secret: .rows(200, ["9.99"]), .rotatedSecret: .rows(200, ["9.99"]), .readThis: .rows(200, ["9.99"])]),
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/metrics"), method: "GET",
+        path: "/subscriptions-api/internal/v1/metrics?since=2026-01-01&until=2026-01-02", rows: metricsGross,
+        expected: [
+            .secret: .rows(200, ["19.98"]), .rotatedSecret: .rows(200, ["19.98"]), .readThis: .rows(200, ["9.99"]), .readOther: .rows(200, ["9.99"]),
+        ]),
     // One user who bought in two apps: each app's public key sees what was bought in it.
     ScopeCase(
         route: BackendRoute(.get, "/subscriptions-api/public/v1/users/:appUserId/entitlements"), method: "GET",
@@ -361,6 +372,9 @@ let scopeTable: [ScopeCase] = [
 
 let eventIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["events"]?.arrayValue?.map { $0["data"]?["id"] ?? .null }) }
 private let revenueApps: @Sendable ([UInt8]) -> [String] = { strings(json($0)["rows"]?.arrayValue?.map { $0["app"] ?? .null }) }
+private let metricsGross: @Sendable ([UInt8]) -> [String] = { body in
+    (json(body)["days"]?.arrayValue ?? []).compactMap { $0["grossUsd"]?.doubleValue.map { String(format: "%.2f", $0) } }
+}
 private let productIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["data"]?.arrayValue?.map { $0["identifier"] ?? .null }) }
 
 /// A lifetime purchase until 2100 for `mallory`, as the attacker sent it.
