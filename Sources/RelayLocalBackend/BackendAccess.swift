@@ -98,6 +98,7 @@ extension LocalBackend {
         BackendRoute(.get, eventsPath): .read,
         BackendRoute(.get, revenuePath): .read,
         BackendRoute(.get, metricsPath): .read,
+        BackendRoute(.get, customerPath): .read,
         // What an app asks with the key it embeds: its own users and products.
         BackendRoute(.get, entitlementsPath): .public,
         BackendRoute(.get, productsPath): .public,

@@ -102,6 +102,7 @@ public struct LocalBackend: Sendable {
         addSubscriptionListRoutes(to: router)
         addAppTransactionRoutes(to: router)
         addAliasRoutes(to: router)
+        addCustomerRoutes(to: router)
         addPurchaseRoutes(to: router)
         addGrantRoutes(to: router)
         addCheckoutRoutes(to: router)

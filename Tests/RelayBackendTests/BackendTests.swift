@@ -328,6 +328,7 @@ final class TestBackend: Sendable {
             "/subscriptions-api/internal/v1/events",
             "/subscriptions-api/internal/v1/revenue",
             "/subscriptions-api/internal/v1/metrics",
+            "/subscriptions-api/internal/v1/customers/{appUserId}",
             "/subscriptions-api/internal/v1/subscriptions",
             "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction",
             "/subscriptions-api/public/v1/users/{appUserId}/aliases",
@@ -368,6 +369,8 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/metrics", "/subscriptions-api/internal/v1/metrics?since=2026-01-01&until=2026-01-08", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/metrics", "/subscriptions-api/internal/v1/metrics", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/metrics", "/subscriptions-api/internal/v1/metrics", [], nil),
+            ("get", "/subscriptions-api/internal/v1/customers/{appUserId}", "/subscriptions-api/internal/v1/customers/user-1", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/customers/{appUserId}", "/subscriptions-api/internal/v1/customers/user-1?applicationId=99", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=7", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple", [auth], nil),
             ("post", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction", "/subscriptions-api/public/v1/users/user-1/app-transaction?applicationId=7", [auth], Array(#"{"signedAppTransaction": "not.a.jws"}"#.utf8)),
@@ -400,8 +403,8 @@ final class TestBackend: Sendable {
             statuses.append(response.status)
         }
         #expect(statuses == [
-            200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 401, 200, 400, 404, 401, 200, 400, 404, 200, 404, 401, 200,
-            400, 404, 401, 404, 401, 404, 404, 404, 401,
+            200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 401, 200, 404, 200, 400, 404, 401, 200, 400, 404, 200, 404,
+            401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401,
         ])
         await backend.stop()
     }

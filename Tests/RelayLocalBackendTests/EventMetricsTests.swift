@@ -122,4 +122,31 @@ import Testing
         #expect(try await backend.get("/subscriptions-api/internal/v1/metrics?app=demo&since=2020-01-01&until=2026-01-01").status == 400)
         await backend.stop()
     }
+
+    /// The console's customer page: any of a customer's ids finds them, with their subscriptions' events
+    /// newest first.
+    @Test func aCustomerIsFoundByAnAliasWithTheirTimeline() async throws {
+        let backend = try await EventsBackend(clock: { Self.d0 + 100 * Self.day })
+        _ = try await backend.events.record(Self.fixture())
+        let state = SubscriptionState(
+            store: .apple, originalTransactionId: "C", applicationId: 7, originalAppUserId: "user-C", appUserIds: ["user-C"], productId: "pro_monthly",
+            status: .active, expiresAt: Self.d0 + 1000 * Self.day, environment: "PRODUCTION", sourceTimestamp: 1)
+        guard case .written = try await backend.database.write(state, ifMatch: 0) else { throw CustomerTestFailure() }
+        _ = try await backend.database.link(aliases: ["$SuperwallAlias:C"], to: "user-C", applicationId: 7, policy: .transfer, now: Self.d0)
+        let response = try await backend.get("/subscriptions-api/internal/v1/customers/%24SuperwallAlias%3AC")
+        #expect(response.status == 200)
+        let customer = try JSON.parse(response.body)
+        #expect(customer["appUserId"] == "user-C")
+        #expect(customer["aliases"]?.arrayValue?.compactMap(\.stringValue) == ["$SuperwallAlias:C"])
+        #expect(customer["subscriptions"]?.arrayValue?.compactMap { $0["originalTransactionId"]?.stringValue } == ["C"])
+        // C's trial, then its conversion: newest first.
+        #expect(customer["events"]?.arrayValue?.compactMap { $0["data"]?["id"]?.stringValue } == ["c2", "c1"])
+        #expect(customer["customerInfo"] != nil)
+        // An id nobody has: an empty customer, as the entitlements route answers.
+        let nobody = try JSON.parse(try await backend.get("/subscriptions-api/internal/v1/customers/nobody").body)
+        #expect(nobody["subscriptions"]?.arrayValue?.isEmpty == true)
+        await backend.stop()
+    }
 }
+
+struct CustomerTestFailure: Error {}

@@ -14,6 +14,7 @@ final class EventsBackend: Sendable {
     let path: String
     let port: Int
     let events: EventStore
+    let database: SubscriptionDatabase
     let http = HTTPClient(connectTimeout: .seconds(5), timeout: .seconds(60))
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
@@ -27,7 +28,8 @@ final class EventsBackend: Sendable {
                 apps:
                   - { key: demo, projectId: 1, applicationId: 7, stripe: { signingSecrets: ["whsec_x"] } }
                 """, baseDirectory: "/", environment: [:])
-        let backend = try LocalBackend(configuration: configuration, database: try SubscriptionDatabase(path: path), clock: clock)
+        database = try SubscriptionDatabase(path: path)
+        let backend = try LocalBackend(configuration: configuration, database: database, clock: clock)
         events = backend.events
         let ports = AsyncStream.makeStream(of: Int.self)
         let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }

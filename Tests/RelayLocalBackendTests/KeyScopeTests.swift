@@ -257,6 +257,11 @@ let scopeTable: [ScopeCase] = [
         expected: [
             .secret: .rows(200, ["19.98"]), .rotatedSecret: .rows(200, ["19.98"]), .readThis: .rows(200, ["9.99"]), .readOther: .rows(200, ["9.99"]),
         ]),
+    // A customer of one app, with their subscriptions' events: the secret key and that app's read key only.
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/customers/:appUserId"), method: "GET",
+        path: "/subscriptions-api/internal/v1/customers/shared-user?applicationId=1", rows: customerRows,
+        expected: [.secret: .rows(200, ["1000", "e-ios"]), .rotatedSecret: .rows(200, ["1000", "e-ios"]), .readThis: .rows(200, ["1000", "e-ios"])]),
     // One user who bought in two apps: each app's public key sees what was bought in it.
     ScopeCase(
         route: BackendRoute(.get, "/subscriptions-api/public/v1/users/:appUserId/entitlements"), method: "GET",
@@ -374,6 +379,11 @@ let eventIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["events"]?.ar
 private let revenueApps: @Sendable ([UInt8]) -> [String] = { strings(json($0)["rows"]?.arrayValue?.map { $0["app"] ?? .null }) }
 private let metricsGross: @Sendable ([UInt8]) -> [String] = { body in
     (json(body)["days"]?.arrayValue ?? []).compactMap { $0["grossUsd"]?.doubleValue.map { String(format: "%.2f", $0) } }
+}
+private let customerRows: @Sendable ([UInt8]) -> [String] = { body in
+    let document = json(body)
+    return (strings(document["subscriptions"]?.arrayValue?.map { $0["originalTransactionId"] ?? .null })
+        + strings(document["events"]?.arrayValue?.map { $0["data"]?["id"] ?? .null })).sorted()
 }
 private let productIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["data"]?.arrayValue?.map { $0["identifier"] ?? .null }) }
 
