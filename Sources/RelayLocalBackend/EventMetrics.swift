@@ -92,6 +92,8 @@ extension EventStore {
             WHERE \(clause) AND type IN ('initial_purchase', 'renewal')
                 AND json_extract(payload, '$.data.purchasedAt') IS NOT NULL
                 AND json_extract(payload, '$.data.expirationAt') > json_extract(payload, '$.data.purchasedAt')
+                -- Only periods that overlap the days asked for.
+                AND json_extract(payload, '$.data.expirationAt') > ? AND json_extract(payload, '$.data.purchasedAt') < ?
             """
         let refunds = """
             SELECT original_transaction_id AS subscription, json_extract(payload, '$.data.transactionId') AS txn, ts FROM event
@@ -121,7 +123,7 @@ extension EventStore {
                 var until: Int64
                 var trial: Bool
             }
-            let all = try Row.fetchAll(db, sql: periods, arguments: arguments).map { row in
+            let all = try Row.fetchAll(db, sql: periods, arguments: arguments + [first, lastDay + Self.day]).map { row in
                 let subscription: String = row["subscription"]
                 let ends: Int64 = row["ends"]
                 var until = ends
