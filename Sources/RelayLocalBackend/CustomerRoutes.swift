@@ -34,8 +34,7 @@ extension LocalBackend {
             for subscription in subscriptions {
                 var filter = EventFilter(app: app.key, originalTransactionId: subscription.originalTransactionId, environment: nil)
                 filter.store = subscription.store
-                let page = try await backend.events.page(filter, after: nil, limit: Self.customerEventLimit)
-                events += page.payloads.compactMap { try? JSON.parse(Array($0.utf8)) }
+                events += try await backend.events.latest(filter, limit: Self.customerEventLimit).compactMap { try? JSON.parse(Array($0.utf8)) }
             }
             events.sort { ($0["data"]?["ts"]?.int64Value ?? 0) > ($1["data"]?["ts"]?.int64Value ?? 0) }
             var answer = user.json.objectValue ?? [:]

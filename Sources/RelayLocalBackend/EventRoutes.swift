@@ -70,7 +70,7 @@ extension LocalBackend {
             guard let since = filter.since, let until = filter.until, since < until else {
                 return errorResponse(.badRequest, "bad_request", "since and until are required, since before until (a date, an RFC 3339 time or Unix ms)")
             }
-            guard until - since <= EventStore.maximumMetricsDays * 86_400_000 else {
+            guard until - EventStore.dayStart(since) <= EventStore.maximumMetricsDays * 86_400_000 else {
                 return errorResponse(.badRequest, "bad_request", "at most \(EventStore.maximumMetricsDays) days at a time")
             }
             let days = try await events.metrics(filter, since: since, until: until, now: backend.clock())

@@ -202,6 +202,14 @@ public final class EventStore: Sendable {
         }
     }
 
+    /// The payloads of the newest `limit` events that match `filter` (by recorded order), newest first.
+    public func latest(_ filter: EventFilter, limit: Int) async throws -> [String] {
+        let (clause, arguments) = filter.sql(after: nil)
+        return try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT payload FROM event WHERE \(clause) ORDER BY seq DESC LIMIT ?", arguments: arguments + [limit])
+        }
+    }
+
     /// How many recorded events match `filter`.
     public func count(_ filter: EventFilter = EventFilter()) async throws -> Int {
         let (clause, arguments) = filter.sql(after: nil)

@@ -17,17 +17,17 @@ import Testing
     static func event(
         _ id: String, _ type: EventType, subject: String, transaction: String, at: Int64, period: Int64? = nil, price: Double?,
         periodType: SubscriptionState.PeriodType = .normal, trialConversion: Bool = false, refund: Bool = false, currency: String = "USD",
-        local: Double? = nil, product: String = "pro_monthly"
+        local: Double? = nil, product: String = "pro_monthly", store: Store = .apple
     ) -> [UInt8] {
         let data = StoreEventData(
             id: id, name: type, cancelReason: refund ? .customerSupport : nil, expirationReason: type == .expiration ? .unsubscribe : nil,
             exchangeRate: price == nil ? nil : 1, isSmallBusiness: false, periodType: periodType, countryCode: "US", price: price, proceeds: price,
             priceInPurchasedCurrency: local ?? price, currencyCode: currency, taxPercentage: nil, commissionPercentage: 0.15, takehomePercentage: 0.85,
             offerCode: nil, isFamilyShare: false, expirationAt: period.map { at + $0 }, transactionId: transaction, originalTransactionId: subject,
-            originalAppUserId: "user-\(subject)", store: "APP_STORE", purchasedAt: at, productId: product, environment: "PRODUCTION",
+            originalAppUserId: "user-\(subject)", store: store == .apple ? "APP_STORE" : "STRIPE", purchasedAt: at, productId: product, environment: "PRODUCTION",
             isTrialConversion: trialConversion, newProductId: nil, bundleId: nil, ts: at, sdkEvents: [], entitlements: [],
             subscriptionStatus: SubscriptionStatus(entitlements: ["pro"]), gracePeriodExpiresAt: nil,
-            source: EventSource(store: .apple, notificationId: id, type: "TEST", subtype: nil))
+            source: EventSource(store: store, notificationId: id, type: "TEST", subtype: nil))
         return WireCoding.encode(EventPayload(type: type, projectId: 1, applicationId: 7, timestamp: at, data: .store(data)))
     }
 
@@ -54,8 +54,8 @@ import Testing
         ].map { EventStore.Entry(app: "demo", body: $0) }
     }
 
-    /// A month's revenue for a price paid for `period`: the price × 30.4375 days / the period's days.
-    static func monthly(_ price: Double, days: Double) -> Double { price * 30.4375 / days }
+    /// A month's revenue for a price paid for a period of `days`: a month's price is itself, a year's a twelfth.
+    static func monthly(_ price: Double, days: Double) -> Double { days >= 360 ? price / 12 : price }
 
     @Test func eachDaysMetricsAreTheHandComputedOnes() async throws {
         let backend = try await EventsBackend(clock: { Self.d0 + 100 * Self.day })
@@ -101,8 +101,32 @@ import Testing
         #expect(end.churned == 1)
         #expect(end.activeSubscriptions == 3)
         #expect(rounded(end.mrrUsd) == rounded(Self.monthly(120, days: 365) + Self.monthly(99.99, days: 365) + Self.monthly(4.99, days: 30)))
+        #expect(rounded(end.mrrUsd) == 23.32)
+        #expect(rounded(first.mrrUsd) == 40.77)
         #expect(days.reduce(0) { $0 + $1.churned } == 1)
         #expect(days.reduce(0) { $0 + $1.trialStarts } == 2)
+        await backend.stop()
+    }
+
+    /// Days after today have no snapshot (they are not answered), and today's is as of now; a subscription
+    /// ended before its period's end (a revocation) stops counting then.
+    @Test func theDaysStopAtTodayAndAnEarlyEndCounts() async throws {
+        let backend = try await EventsBackend(clock: { Self.d0 + 2 * Self.day + 12 * Self.hour })
+        var entries = Self.fixture()
+        // B's annual subscription is revoked on day 1 at noon, long before its period's end.
+        entries.append(EventStore.Entry(app: "demo", body: Self.event("b2", .expiration, subject: "B", transaction: "b1", at: Self.d0 + Self.day + 12 * Self.hour, price: nil)))
+        // S: a Stripe subscription refunded on day 1: Stripe keeps it running, so it stays active.
+        entries.append(EventStore.Entry(app: "demo", body: Self.event("s1", .initialPurchase, subject: "sub_S", transaction: "in_s1", at: Self.d0 + 7 * Self.hour, period: 30 * Self.day, price: 5, store: .stripe)))
+        entries.append(EventStore.Entry(app: "demo", body: Self.event("s2", .cancellation, subject: "sub_S", transaction: "in_s1", at: Self.d0 + Self.day + 2 * Self.hour, price: -5, refund: true, store: .stripe)))
+        _ = try await backend.events.record(entries)
+        let now = Self.d0 + 2 * Self.day + 12 * Self.hour
+        let days = try await backend.events.metrics(EventFilter(app: "demo"), since: Self.d0, until: Self.d0 + 31 * Self.day, now: now)
+        #expect(days.count == 3)
+        #expect(days[0].activeSubscriptions == 5)
+        #expect(days[1].activeSubscriptions == 3, "B revoked, E refunded by Apple: A, F and the refunded Stripe subscription")
+        #expect(days[1].churned == 1)
+        #expect(days[1].refunds == 2)
+        #expect(days[2].activeSubscriptions == 3)
         await backend.stop()
     }
 
@@ -115,7 +139,7 @@ import Testing
         #expect(days.count == 2)
         #expect(days.first?["day"] == "2026-01-01")
         #expect(days.first?["activeSubscriptions"] == 4)
-        #expect(days.first?["mrrUsd"]?.doubleValue == ((Self.monthly(9.99, days: 30) * 2 + Self.monthly(120, days: 365) + Self.monthly(10.79, days: 30)) * 100).rounded() / 100)
+        #expect(days.first?["mrrUsd"]?.doubleValue == 40.77)
         #expect(days.last?["refunds"] == 1)
         // since and until are required, and the range is bounded.
         #expect(try await backend.get("/subscriptions-api/internal/v1/metrics?app=demo").status == 400)

@@ -138,7 +138,9 @@ final class ScopedBackend: Sendable {
         }
         _ = try await backend.events.record([
             .init(app: "ios", body: testEvent("e-ios", user: "shared-user", applicationId: 1)),
-            .init(app: "android", body: testEvent("e-android", store: .google, user: "shared-user", subject: "token-2000", product: "premium_sub", applicationId: 2)),
+            .init(
+                app: "android",
+                body: testEvent("e-android", store: .google, user: "shared-user", subject: "token-2000", product: "premium_sub", price: 4.99, applicationId: 2)),
         ])
     }
 
@@ -246,7 +248,7 @@ let scopeTable: [ScopeCase] = [
             .secret: .rows(200, ["android", "ios"]), .rotatedSecret: .rows(200, ["android", "ios"]), .readThis: .rows(200, ["ios"]),
             .readOther: .rows(200, ["android"]),
         ]),
-    // The overview's metrics: the gross of the rows a key reads (each app's event is 9.99 on 2026-01-01).
+    // The overview's metrics: the gross of the rows a key reads (ios's event is 9.99, android's 4.99, on 2026-01-01).
     ScopeCase(
         route: BackendRoute(.get, "/subscriptions-api/internal/v1/metrics"), method: "GET",
         path: "/subscriptions-api/internal/v1/metrics?app=ios&since=2026-01-01&until=2026-01-02", rows: metricsGross,
@@ -255,7 +257,7 @@ let scopeTable: [ScopeCase] = [
         route: BackendRoute(.get, "/subscriptions-api/internal/v1/metrics"), method: "GET",
         path: "/subscriptions-api/internal/v1/metrics?since=2026-01-01&until=2026-01-02", rows: metricsGross,
         expected: [
-            .secret: .rows(200, ["19.98"]), .rotatedSecret: .rows(200, ["19.98"]), .readThis: .rows(200, ["9.99"]), .readOther: .rows(200, ["9.99"]),
+            .secret: .rows(200, ["14.98"]), .rotatedSecret: .rows(200, ["14.98"]), .readThis: .rows(200, ["9.99"]), .readOther: .rows(200, ["4.99"]),
         ]),
     // A customer of one app, with their subscriptions' events: the secret key and that app's read key only.
     ScopeCase(
