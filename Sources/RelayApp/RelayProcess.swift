@@ -94,6 +94,7 @@ public final class RelayProcess: Sendable {
         let backendClient = BackendClient(configuration: configuration.backend, address: backendAddress, logger: logger, metrics: metrics)
         var stateStore: any SubscriptionStateStore = BackendStateStore(client: backendClient)
         var eventStore: EventStore?
+        var deliveryLog: DeliveryLog?
         if roles.contains(.backend) {
             // First to start, last to stop: the worker uses it until it has stopped.
             let database: SubscriptionDatabase
@@ -109,6 +110,7 @@ public final class RelayProcess: Sendable {
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
             eventStore = backend.events
+            deliveryLog = backend.deliveryLog
             let host = configuration.backend.listen.host
             let reachableHost = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
             services.append(
@@ -129,7 +131,10 @@ public final class RelayProcess: Sendable {
         if let eventStore {
             let (group, topics) = configuration.consumerGroups[2]
             let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: 2_048))
-            services.append(EventRecorder(consumer: consumer, store: eventStore, logger: logger, metrics: metrics))
+            services.append(
+                EventRecorder(
+                    consumer: consumer, store: eventStore, deliveryLog: deliveryLog.map { ($0, configuration.topics.attempts) }, logger: logger,
+                    metrics: metrics))
         }
         var ingestRoutes: RelayHTTPServer.IngestRoutes?
         if roles.contains(.ingest) {

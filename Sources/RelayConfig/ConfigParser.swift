@@ -80,7 +80,7 @@ enum ConfigParser {
     }
 
     static func topics(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Topics {
-        let map = try node.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter", "replayed"])
+        let map = try node.mapping(known: ["notifications", "rejected", "events", "deliveries", "retryPrefix", "deadLetter", "replayed", "attempts"])
         var topics = RelayConfiguration.Topics()
         func topic(_ key: String, _ keyPath: WritableKeyPath<RelayConfiguration.Topics, String>) throws(ConfigurationError) {
             if let value = try map.optional(key, { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
@@ -94,6 +94,7 @@ enum ConfigParser {
         try topic("retryPrefix", \.retryPrefix)
         try topic("deadLetter", \.deadLetter)
         try topic("replayed", \.replayed)
+        try topic("attempts", \.attempts)
         return topics
     }
 
@@ -189,7 +190,7 @@ enum ConfigParser {
     }
 
     static func backend(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend {
-        let map = try node.mapping(known: ["url", "apiKey", "apiKeys", "readKeys", "publicRateLimit", "database", "listen", "entitlementsTTL"])
+        let map = try node.mapping(known: ["url", "apiKey", "apiKeys", "readKeys", "publicRateLimit", "database", "listen", "entitlementsTTL", "deliveryLog"])
         var backend = RelayConfiguration.Backend()
         if let value = try map.optional("url", { (node) throws(ConfigurationError) in try httpURL(node) }) { backend.url = value }
         backend.apiKey = try map.optional("apiKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
@@ -206,6 +207,13 @@ enum ConfigParser {
         if let value = try map.optional("database", { (node) throws(ConfigurationError) in try node.path(mustExist: false) }) { backend.database = value }
         if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { backend.listen = value }
         if let value = try map.optional("entitlementsTTL", { (node) throws(ConfigurationError) in try node.duration() }) { backend.entitlementsTTL = value }
+        if let value = try map.optional("deliveryLog", { (node) throws(ConfigurationError) -> RelayConfiguration.Backend.DeliveryLogLimits in
+            let map = try node.mapping(known: ["retention", "maxAttempts"])
+            var limits = RelayConfiguration.Backend.DeliveryLogLimits()
+            if let value = try map.optional("retention", { (node) throws(ConfigurationError) in try node.duration() }) { limits.retention = value }
+            if let value = try map.optional("maxAttempts", { (node) throws(ConfigurationError) in try node.int(in: 1_000...1_000_000_000) }) { limits.maxAttempts = value }
+            return limits
+        }) { backend.deliveryLog = value }
         return backend
     }
 

@@ -20,13 +20,14 @@ public struct RelayConfiguration: Sendable {
     public var log: Log
 
     /// The relay's consumer groups and the topics each reads: `relay-worker` the notifications,
-    /// `relay-deliverer` the deliveries and retry topics, `relay-backend` the events (the local backend's events store).
+    /// `relay-deliverer` the deliveries and retry topics, `relay-backend` the events and the delivery log's attempts (the
+    /// local backend's events store and delivery log).
     public var consumerGroups: [(group: String, topics: [String])] {
         [
             ("relay-worker", [topics.notifications]),
             ("relay-deliverer", topics.delivererTopics(retrySteps: delivery.retrySchedule.count)),
-            // The local backend's events store (its EventRecorder).
-            ("relay-backend", [topics.events]),
+            // The local backend's events store and delivery log (its EventRecorder).
+            ("relay-backend", [topics.events, topics.attempts]),
         ]
     }
     /// The topic names, the same on either log (`topics`, or as before `kafka.topics`).
@@ -80,6 +81,8 @@ public struct RelayConfiguration: Sendable {
         public var deadLetter = "relay.deliveries.dlq"
         /// `replay`'s ledger of dead-letter records already re-driven (a compacted topic).
         public var replayed = "relay.deliveries.dlq.replayed"
+        /// The delivery log: one record per webhook attempt (`DeliveryAttempt`), which the local backend records.
+        public var attempts = "relay.deliveries.attempts"
 
         /// The retry topic of step `step` of the retry schedule, counted from 1: `relay.deliveries.retry.1`
         /// holds the deliveries waiting for their second attempt.
@@ -92,7 +95,7 @@ public struct RelayConfiguration: Sendable {
 
         /// Every topic the pipeline uses, given the retry schedule's length.
         public func all(retrySteps: Int) -> [String] {
-            [notifications, rejected, events, deliveries, deadLetter, replayed] + (0..<retrySteps).map { retry(step: $0 + 1) }
+            [notifications, rejected, events, deliveries, deadLetter, replayed, attempts] + (0..<retrySteps).map { retry(step: $0 + 1) }
         }
     }
 
@@ -160,8 +163,19 @@ public struct RelayConfiguration: Sendable {
         public var database = "backend.sqlite"
         public var listen = ListenAddress(host: "127.0.0.1", port: 8081)
         public var entitlementsTTL: Duration = .seconds(60)
+        /// `backend.deliveryLog`: how long webhook attempts are kept, and how many at most.
+        public var deliveryLog = DeliveryLogLimits()
 
         public init() {}
+
+        public struct DeliveryLogLimits: Sendable {
+            /// Default: 30 days.
+            public var retention: Duration = .seconds(30 * 86_400)
+            /// Default: 10,000,000 attempts (the oldest go first).
+            public var maxAttempts = 10_000_000
+
+            public init() {}
+        }
 
         /// The longest key, in bytes: keys are compared over this length, whatever theirs.
         public static let maximumKeyLength = 256

@@ -50,8 +50,10 @@ public final class Deliverer: Service {
 
     private struct Commit: Sendable {
         var record: ConsumedRecord
-        var outgoing: OutgoingRecord
+        var outgoing: [OutgoingRecord]
     }
+    /// The delivery log's records of successful attempts, written in batches.
+    private let attempts: AttemptWriter
 
     /// What the deliverer reads of the configuration: the `delivery` section, the endpoints, the topic
     /// names and the shutdown bound.
@@ -133,6 +135,7 @@ public final class Deliverer: Service {
         self.logger = logger
         self.counters = DeliveryCounters(metrics: metrics)
         (self.commits, self.commitQueue) = AsyncStream.makeStream(of: Commit.self)
+        self.attempts = AttemptWriter(producer: producer, logger: logger, metrics: metrics)
     }
 
     /// What the deliverer consumes: `relay.deliveries` and every retry topic in group `relay-deliverer`,
@@ -152,8 +155,10 @@ public final class Deliverer: Service {
             // The committer: a child of this task, so a cancelled shutdown cancels its writes too (their
             // deliveries stay not done and are delivered again), and nothing outlives `run`.
             group.addTask { [self] in await runCommitter() }
+            group.addTask { [self] in await attempts.run() }
             await deliverUntilShutdown()
             commitQueue.finish()
+            attempts.finish()
             // The drain gave the writes their time; one still retrying (the log down) is cancelled, so its
             // delivery stays not done and goes out again after the restart, rather than holding the
             // shutdown of everything behind the deliverer.
@@ -217,7 +222,7 @@ public final class Deliverer: Service {
                     RecordHeader(name: DeliveryHeaderName.deadLetteredAt, value: Timestamp.rfc3339(milliseconds: options.now())),
                 ])
             counters.deadLettered(endpoint: "unknown", reason: .malformed)
-            produceThenMarkDone(record, outgoing)
+            produceThenMarkDone(record, [outgoing])
             return
         }
         guard let lane = lanes[delivery.endpointID] else {
@@ -249,7 +254,7 @@ public final class Deliverer: Service {
         }
         lane.counters.deferred.increment()
         logger.debug("delivery deferred", metadata: ["endpoint": "\(lane.id)", "reason": "\(why)"])
-        produceThenMarkDone(record, delivery.retryRecord(topic: topics.retry(step: step), due: now + waitMilliseconds))
+        produceThenMarkDone(record, [delivery.retryRecord(topic: topics.retry(step: step), due: now + waitMilliseconds)])
         // Moved to a retry topic: the subscription's next delivery may go (and overtake it).
         advance(lane, after: record)
     }
@@ -337,6 +342,7 @@ public final class Deliverer: Service {
         case .aborted:
             return
         case .delivered:
+            attempts.append(logEntry(record, attempt, result, outcome: .succeeded, startedAt: startedAt, now: now).record(topic: topics.attempts))
             if lane.record(success: true, replayed: attempt.replayedFrom != nil, now: now) == .closed {
                 logger.info("endpoint recovered; circuit closed", metadata: ["endpoint": "\(lane.id)"])
             }
@@ -360,21 +366,44 @@ public final class Deliverer: Service {
             if lane.disable() {
                 logger.warning("endpoint answered 410 Gone; disabled until restart or a successful replay", metadata: ["endpoint": "\(lane.id)"])
             }
-            deadLetter(record, failed, reason: .endpointGone, endpointLabel: lane.id)
+            deadLetter(
+                record, failed, reason: .endpointGone, endpointLabel: lane.id,
+                attempt: logEntry(record, failed, result, outcome: .dead, startedAt: startedAt, now: now, reason: .endpointGone))
         case .retry(_, let topicStep, let dueAt):
             lane.counters.retried.increment()
-            produceThenMarkDone(record, failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt))
+            let entry = logEntry(record, failed, result, outcome: .retrying, startedAt: startedAt, now: now, nextAttemptAt: dueAt)
+            produceThenMarkDone(record, [failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt), entry.record(topic: topics.attempts)])
             // Moved to a retry topic: the subscription's later deliveries go ahead of it (docs/delivery.md
             // says why; `data.sequence` lets receivers drop a stale one).
             advance(lane, after: record)
         case .exhausted:
-            deadLetter(record, failed, reason: .retriesExhausted, endpointLabel: lane.id)
+            deadLetter(
+                record, failed, reason: .retriesExhausted, endpointLabel: lane.id,
+                attempt: logEntry(record, failed, result, outcome: .dead, startedAt: startedAt, now: now, reason: .retriesExhausted))
         case .aborted, .delivered:
             break
         }
     }
 
-    private func deadLetter(_ record: ConsumedRecord, _ delivery: DeliveryRecord, reason: DeadLetterReason, endpointLabel: String) {
+    /// The delivery log's record of an attempt that finished (`result`), or of a delivery dead-lettered unsent
+    /// (`result` nil: its endpoint disabled by a 410).
+    private func logEntry(
+        _ record: ConsumedRecord, _ delivery: DeliveryRecord, _ result: HTTPTransferResult?, outcome: DeliveryAttempt.Outcome, startedAt: Int64, now: Int64,
+        nextAttemptAt: Int64? = nil, reason: DeadLetterReason? = nil
+    ) -> DeliveryAttempt {
+        let key = record.key.map { String(decoding: $0, as: UTF8.self) }
+        let prefix = delivery.endpointID + ":"
+        let subject = key.flatMap { $0.hasPrefix(prefix) ? String($0.dropFirst(prefix.count)) : nil }
+        return DeliveryAttempt(
+            app: delivery.app, endpoint: delivery.endpointID, eventId: delivery.eventID, eventType: delivery.eventType, subject: subject,
+            attempt: delivery.attempts, outcome: outcome, httpStatus: result?.response?.status, durationMs: result == nil ? nil : max(0, now - startedAt),
+            error: outcome == .succeeded ? nil : delivery.lastError, startedAt: startedAt, finishedAt: now, replayedFrom: delivery.replayedFrom,
+            nextAttemptAt: nextAttemptAt, deadLetterReason: reason?.rawValue)
+    }
+
+    private func deadLetter(
+        _ record: ConsumedRecord, _ delivery: DeliveryRecord, reason: DeadLetterReason, endpointLabel: String, attempt: DeliveryAttempt? = nil
+    ) {
         counters.deadLettered(endpoint: endpointLabel, reason: reason)
         logger.info(
             "delivery dead-lettered",
@@ -382,13 +411,21 @@ public final class Deliverer: Service {
                 "endpoint": "\(delivery.endpointID)", "event.id": "\(delivery.eventID)", "reason": "\(reason.rawValue)",
                 "attempts": "\(delivery.attempts)",
             ])
-        produceThenMarkDone(record, delivery.deadLetterRecord(topic: topics.deadLetter, reason: reason, at: options.now()))
+        let now = options.now()
+        // Dead-lettered unsent (a disabled or unknown endpoint): the log says so too.
+        var entry = attempt
+        if entry == nil, reason == .endpointDisabled || reason == .endpointUnknown {
+            var unsent = delivery
+            unsent.lastError = reason == .endpointDisabled ? "not sent: the endpoint answered 410 Gone before" : "not sent: the endpoint is not configured"
+            entry = logEntry(record, unsent, nil, outcome: .dead, startedAt: now, now: now, reason: reason)
+        }
+        produceThenMarkDone(record, [delivery.deadLetterRecord(topic: topics.deadLetter, reason: reason, at: now)] + (entry.map { [$0.record(topic: topics.attempts)] } ?? []))
         if let lane = lanes[delivery.endpointID] { advance(lane, after: record) }
     }
 
     /// Produces `outgoing` (retrying while the log cannot take it) and then marks `record` done. On
     /// shutdown past its bound the record stays not done, and is delivered again after a restart.
-    private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: OutgoingRecord) {
+    private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: [OutgoingRecord]) {
         if case .terminated = commitQueue.yield(Commit(record: record, outgoing: outgoing)) {
             // The committer has ended (shutdown): the record stays not done.
             tracker.end()
@@ -406,7 +443,7 @@ public final class Deliverer: Service {
                 if Task.isCancelled || !consumer.isAssigned(commit.record) { break }
                 logger.warning(
                     "could not produce the delivery's next record; retrying",
-                    metadata: [LogKey.logTopic: "\(commit.outgoing.topic)", LogKey.error: "\(error)"])
+                    metadata: [LogKey.logTopic: "\(commit.outgoing.first?.topic ?? "-")", LogKey.error: "\(error)"])
                 do { try await Task.sleep(for: backoff.next()) } catch { break }
             }
         }

@@ -99,6 +99,7 @@ extension LocalBackend {
         BackendRoute(.get, revenuePath): .read,
         BackendRoute(.get, metricsPath): .read,
         BackendRoute(.get, customerPath): .read,
+        BackendRoute(.get, deliveriesPath): .read,
         // What an app asks with the key it embeds: its own users and products.
         BackendRoute(.get, entitlementsPath): .public,
         BackendRoute(.get, productsPath): .public,

@@ -4,7 +4,8 @@ public import RelayCore
 public import ServiceLifecycle
 import Synchronization
 
-/// Records every event of `relay.events` in the events store (consumer group `relay-backend`), with
+/// Records every event of `relay.events` in the events store, and every attempt of the delivery log's topic
+/// in the delivery log (consumer group `relay-backend`), with
 /// at-least-once semantics: a record is marked done once its row is committed, and recording is
 /// idempotent on the event id, so a record read twice is one row.
 ///
@@ -19,13 +20,16 @@ public final class EventRecorder: Service {
     private let recorded: Counter
     private let invalid: Counter
     private let retryBackoff: (initial: Duration, maximum: Duration)
+    /// The delivery log and its topic (`topics.attempts`); nil: the consumer reads events only.
+    private let deliveryLog: (log: DeliveryLog, topic: String)?
 
     public init(
-        consumer: any RecordConsumer, store: EventStore, logger: Logger, metrics: any MetricsFactory,
-        retryBackoff: (initial: Duration, maximum: Duration) = (.milliseconds(100), .seconds(30))
+        consumer: any RecordConsumer, store: EventStore, deliveryLog: (log: DeliveryLog, topic: String)? = nil, logger: Logger,
+        metrics: any MetricsFactory, retryBackoff: (initial: Duration, maximum: Duration) = (.milliseconds(100), .seconds(30))
     ) {
         self.consumer = consumer
         self.store = store
+        self.deliveryLog = deliveryLog
         self.logger = logger
         self.recorded = Counter(label: "relay_events_recorded_total", dimensions: [], factory: metrics)
         self.invalid = Counter(label: "relay_events_record_invalid_total", dimensions: [], factory: metrics)
@@ -74,7 +78,9 @@ public final class EventRecorder: Service {
     }
 
     /// Records `batch` and marks its records done; false when cancelled before it could.
-    private func write(_ batch: [ConsumedRecord]) async -> Bool {
+    private func write(_ all: [ConsumedRecord]) async -> Bool {
+        let attemptRecords = deliveryLog.map { log in all.filter { $0.topic == log.topic } } ?? []
+        let batch = deliveryLog.map { log in all.filter { $0.topic != log.topic } } ?? all
         let entries = batch.map { record in
             EventStore.Entry(
                 app: record.headers.first(named: RelayHeaderName.app)?.stringValue ?? "",
@@ -84,7 +90,14 @@ public final class EventRecorder: Service {
         var backoff = Backoff(initial: retryBackoff.initial, maximum: retryBackoff.maximum)
         while true {
             do {
-                let result = try await store.record(entries)
+                if let log = deliveryLog?.log, !attemptRecords.isEmpty {
+                    let attempts = try await log.record(attemptRecords.map(\.value))
+                    for index in attempts.invalid {
+                        invalid.increment()
+                        logger.warning("a delivery log record is not an attempt; not recorded", metadata: [LogKey.logOffset: "\(attemptRecords[index].offset)"])
+                    }
+                }
+                let result = batch.isEmpty ? (inserted: 0, invalid: []) : try await store.record(entries)
                 recorded.increment(by: result.inserted)
                 for (index, error) in result.invalid {
                     invalid.increment()
@@ -96,7 +109,7 @@ public final class EventRecorder: Service {
                             LogKey.error: "\(error)",
                         ])
                 }
-                for record in batch { consumer.markDone(record) }
+                for record in all { consumer.markDone(record) }
                 return true
             } catch {
                 if Task.isCancelled { return false }

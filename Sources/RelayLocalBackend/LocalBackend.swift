@@ -17,6 +17,8 @@ public struct LocalBackend: Sendable {
     let database: SubscriptionDatabase
     /// The recorded standardized events (the events and revenue routes).
     public let events: EventStore
+    /// The recorded webhook attempts (the deliveries route).
+    public let deliveryLog: DeliveryLog
     /// Every configured key and whom it stands for.
     private let keys: BackendKeys
     /// The public routes' per-client limit (`backend.publicRateLimit`).
@@ -56,6 +58,9 @@ public struct LocalBackend: Sendable {
         self.configuration = configuration
         self.database = database
         self.events = EventStore(database: database)
+        self.deliveryLog = DeliveryLog(
+            database: database, retentionMilliseconds: configuration.backend.deliveryLog.retention.wholeMilliseconds,
+            maxAttempts: configuration.backend.deliveryLog.maxAttempts, clock: clock)
         self.keys = BackendKeys(configuration)
         let limit = configuration.backend.publicRateLimit
         self.limiter = ClientRateLimiter(ratePerSecond: limit.requestsPerSecond, burst: limit.burst, now: rateLimitClock)
@@ -103,6 +108,7 @@ public struct LocalBackend: Sendable {
         addAppTransactionRoutes(to: router)
         addAliasRoutes(to: router)
         addCustomerRoutes(to: router)
+        addDeliveryRoutes(to: router)
         addPurchaseRoutes(to: router)
         addGrantRoutes(to: router)
         addCheckoutRoutes(to: router)

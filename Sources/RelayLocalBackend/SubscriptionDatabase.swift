@@ -85,6 +85,9 @@ public final class SubscriptionDatabase: Sendable {
         migrator.registerMigration("v7: redemption codes") { db in
             try createRedemptionSchema(db)
         }
+        migrator.registerMigration("v8: the delivery log") { db in
+            try DeliveryLog.createSchema(db)
+        }
         return migrator
     }
 

@@ -329,6 +329,7 @@ final class TestBackend: Sendable {
             "/subscriptions-api/internal/v1/revenue",
             "/subscriptions-api/internal/v1/metrics",
             "/subscriptions-api/internal/v1/customers/{appUserId}",
+            "/subscriptions-api/internal/v1/deliveries",
             "/subscriptions-api/internal/v1/subscriptions",
             "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction",
             "/subscriptions-api/public/v1/users/{appUserId}/aliases",
@@ -371,6 +372,8 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/metrics", "/subscriptions-api/internal/v1/metrics", [], nil),
             ("get", "/subscriptions-api/internal/v1/customers/{appUserId}", "/subscriptions-api/internal/v1/customers/user-1", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/customers/{appUserId}", "/subscriptions-api/internal/v1/customers/user-1?applicationId=99", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/deliveries", "/subscriptions-api/internal/v1/deliveries?status=dead", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/deliveries", "/subscriptions-api/internal/v1/deliveries?status=lost", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=7", [auth], nil),
             ("get", "/subscriptions-api/internal/v1/subscriptions", "/subscriptions-api/internal/v1/subscriptions?store=apple", [auth], nil),
             ("post", "/subscriptions-api/public/v1/users/{appUserIdOrDeviceId}/app-transaction", "/subscriptions-api/public/v1/users/user-1/app-transaction?applicationId=7", [auth], Array(#"{"signedAppTransaction": "not.a.jws"}"#.utf8)),
@@ -403,8 +406,8 @@ final class TestBackend: Sendable {
             statuses.append(response.status)
         }
         #expect(statuses == [
-            200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 401, 200, 404, 200, 400, 404, 401, 200, 400, 404, 200, 404,
-            401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401,
+            200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 401, 200, 404, 200, 400, 200, 400, 404, 401, 200, 400, 404,
+            200, 404, 401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401,
         ])
         await backend.stop()
     }

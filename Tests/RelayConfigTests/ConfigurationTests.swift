@@ -77,6 +77,21 @@ import Testing
         #expect(configuration.delivery.timeout == .seconds(15))
         #expect(configuration.delivery.retrySchedule.count == 7)
         #expect(configuration.shutdownTimeout == .seconds(30))
+        // The delivery log: its topic, recorded by relay-backend beside the events, kept 30 days and 10 million rows.
+        #expect(configuration.topics.attempts == "relay.deliveries.attempts")
+        #expect(configuration.topics.all(retrySteps: 2).contains("relay.deliveries.attempts"))
+        #expect(configuration.consumerGroups.first { $0.group == "relay-backend" }?.topics == ["relay.events", "relay.deliveries.attempts"])
+        #expect(configuration.backend.deliveryLog.retention == .seconds(30 * 86_400))
+        #expect(configuration.backend.deliveryLog.maxAttempts == 10_000_000)
+    }
+
+    @Test func theDeliveryLogsBoundsAreConfiguredAndChecked() throws {
+        let configuration = try parse(#"backend: { deliveryLog: { retention: 48h, maxAttempts: 5000 } }"#)
+        #expect(configuration.backend.deliveryLog.retention == .seconds(48 * 3600))
+        #expect(configuration.backend.deliveryLog.maxAttempts == 5000)
+        #expect(throws: ConfigurationError.self) { try parse(#"backend: { deliveryLog: { maxAttempts: 10 } }"#) }
+        #expect(throws: ConfigurationError.self) { try parse(#"backend: { deliveryLog: { keep: 1 } }"#) }
+        #expect(try parse(#"topics: { attempts: my.attempts }"#).topics.attempts == "my.attempts")
     }
 
     @Test func yamlErrorsNameTheLineAndNeverEchoTheFile() {

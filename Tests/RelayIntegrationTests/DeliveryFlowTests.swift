@@ -109,6 +109,44 @@ import Testing
         try await Task.sleep(for: .milliseconds(500))
         #expect(receiver.requests.count == 6)
 
+        // The delivery log: each event's attempts as one timeline, newest first: its two failed attempts
+        // (the second dead-lettered) and the replay's success.
+        let backendURL = await relay.environment.process.backendAddress.value()
+        @Sendable func deliveries(_ query: String) async throws -> [JSON] {
+            let response = try await relay.http.send(
+                "GET", backendURL + "/subscriptions-api/internal/v1/deliveries?" + query, headers: [("Authorization", "Bearer test-backend-key")])
+            return try JSON.parse(response.body)["deliveries"]?.arrayValue ?? []
+        }
+        try await waitUntil("the delivery log") { try await deliveries("appUserId=user-hook").count == 6 }
+        let timeline = try await deliveries("eventId=stripe:evt_hook_1:initial_purchase")
+        #expect(timeline.compactMap { $0["outcome"]?.stringValue } == ["succeeded", "dead", "retrying"], "\(timeline)")
+        #expect(timeline.compactMap { $0["httpStatus"]?.int64Value } == [200, 503, 503])
+        #expect(timeline.compactMap { $0["attempt"]?.int64Value } == [1, 2, 1])
+        #expect(timeline[0]["replayedFrom"]?.stringValue != nil)
+        #expect(timeline[1]["deadLetterReason"] == "retries_exhausted")
+        #expect(timeline[2]["nextAttemptAt"]?.int64Value != nil)
+        #expect(timeline.allSatisfy { $0["endpoint"] == "hooks" && $0["subject"] == "sub_hook" && $0["eventType"] == "initial_purchase" })
+        #expect(try await deliveries("status=dead").count == 2)
+        #expect(try await deliveries("endpoint=other").isEmpty)
+        // Paged: two a page, newest first, six in all.
+        let firstPage = try JSON.parse(
+            try await relay.http.send(
+                "GET", backendURL + "/subscriptions-api/internal/v1/deliveries?limit=2", headers: [("Authorization", "Bearer test-backend-key")]
+            ).body)
+        #expect(firstPage["deliveries"]?.arrayValue?.count == 2)
+        let cursor = try #require(firstPage["nextCursor"]?.stringValue)
+        #expect(try await deliveries("limit=100&cursor=\(cursor)").count == 4)
+        // The same from the command line.
+        let executable: URL = try #require(CommandLineTests.executable)
+        let listed = try await runChildProcess(
+            executable, ["deliveries", "--config", file.path, "--backend-url", backendURL, "--event-id", "stripe:evt_hook_1:initial_purchase"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let lines = listed.stdoutText.split(separator: "\n")
+        #expect(lines.count == 3, "\(listed.stdoutText)")
+        #expect(lines.first?.contains("hooks  stripe:evt_hook_1:initial_purchase  initial_purchase  attempt=1  succeeded  http=200") == true, "\(listed.stdoutText)")
+        #expect(lines.last?.contains("retrying  http=503") == true, "\(listed.stdoutText)")
+        #expect(try await runChildProcess(executable, ["deliveries", "--config", file.path, "--status", "lost"]).status == 64)
+
         // Bad arguments and an unreachable broker.
         #expect(try await replay(["--config", file.path, "--since", "yesterday"]).status == 64)
         #expect(try await replay(["--config", file.path, "--endpoint", "nope"]).status == 64)

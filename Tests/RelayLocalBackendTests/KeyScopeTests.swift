@@ -142,6 +142,14 @@ final class ScopedBackend: Sendable {
                 app: "android",
                 body: testEvent("e-android", store: .google, user: "shared-user", subject: "token-2000", product: "premium_sub", price: 4.99, applicationId: 2)),
         ])
+        // A webhook attempt for each app's endpoint.
+        _ = try await backend.deliveryLog.record(
+            [("ios", "e-ios"), ("android", "e-android")].map { app, event in
+                DeliveryAttempt(
+                    app: app, endpoint: "hooks-\(app)", eventId: event, eventType: "renewal", subject: nil, attempt: 1, outcome: .succeeded,
+                    httpStatus: 200, durationMs: 5, error: nil, startedAt: 1_800_000_000_000, finishedAt: 1_800_000_000_005
+                ).json.serialized()
+            })
     }
 
     func send(_ method: String, _ path: String, _ kind: KeyKind, body: [UInt8] = [], headers: [(String, String)] = []) async throws -> HTTPClientResponse {
@@ -264,6 +272,14 @@ let scopeTable: [ScopeCase] = [
         route: BackendRoute(.get, "/subscriptions-api/internal/v1/customers/:appUserId"), method: "GET",
         path: "/subscriptions-api/internal/v1/customers/shared-user?applicationId=1", rows: customerRows,
         expected: [.secret: .rows(200, ["1000", "e-ios"]), .rotatedSecret: .rows(200, ["1000", "e-ios"]), .readThis: .rows(200, ["1000", "e-ios"])]),
+    // The delivery log: each key reads its apps' attempts.
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/deliveries"), method: "GET", path: "/subscriptions-api/internal/v1/deliveries",
+        rows: deliveryApps,
+        expected: [
+            .secret: .rows(200, ["android", "ios"]), .rotatedSecret: .rows(200, ["android", "ios"]), .readThis: .rows(200, ["ios"]),
+            .readOther: .rows(200, ["android"]),
+        ]),
     // One user who bought in two apps: each app's public key sees what was bought in it.
     ScopeCase(
         route: BackendRoute(.get, "/subscriptions-api/public/v1/users/:appUserId/entitlements"), method: "GET",
@@ -387,6 +403,7 @@ private let customerRows: @Sendable ([UInt8]) -> [String] = { body in
     return (strings(document["subscriptions"]?.arrayValue?.map { $0["originalTransactionId"] ?? .null })
         + strings(document["events"]?.arrayValue?.map { $0["data"]?["id"] ?? .null })).sorted()
 }
+private let deliveryApps: @Sendable ([UInt8]) -> [String] = { strings(json($0)["deliveries"]?.arrayValue?.map { $0["app"] ?? .null }).sorted() }
 private let productIds: @Sendable ([UInt8]) -> [String] = { strings(json($0)["data"]?.arrayValue?.map { $0["identifier"] ?? .null }) }
 
 /// A lifetime purchase until 2100 for `mallory`, as the attacker sent it.

@@ -30,6 +30,7 @@ TOPIC_DELIVERIES="${TOPIC_DELIVERIES:-relay.deliveries}"
 TOPIC_RETRY_PREFIX="${TOPIC_RETRY_PREFIX:-relay.deliveries.retry}"
 TOPIC_DEAD_LETTER="${TOPIC_DEAD_LETTER:-relay.deliveries.dlq}"
 TOPIC_REPLAYED="${TOPIC_REPLAYED:-relay.deliveries.dlq.replayed}"
+TOPIC_ATTEMPTS="${TOPIC_ATTEMPTS:-relay.deliveries.attempts}"
 
 # Wait for the cluster (each attempt can itself take a while: the admin client retries inside it).
 WAIT_SECONDS="${WAIT_SECONDS:-300}"
@@ -68,5 +69,7 @@ done
 create "$TOPIC_DEAD_LETTER" --config retention.ms=-1 --config "retention.bytes=$DEAD_LETTER_RETENTION_BYTES"
 # replay's ledger: the newest record per key is what counts.
 create "$TOPIC_REPLAYED" --config cleanup.policy=compact
+# The delivery log's attempts, recorded by the backend role (relay-backend): kept as long as the rest.
+create "$TOPIC_ATTEMPTS" --config "retention.ms=$RETENTION_MS"
 
 echo "create-topics: done (an existing topic keeps its partitions and configuration)"

@@ -1,0 +1,89 @@
+/// One webhook attempt, as the deliverer writes it to the delivery log's topic (`topics.attempts`) and the
+/// local backend records it: which endpoint and event, the attempt's number, what came of it and when, so
+/// that an event's first attempt, its retries, its dead letter and its replays read as one timeline.
+public struct DeliveryAttempt: Sendable, Equatable {
+    public enum Outcome: String, Sendable, CaseIterable {
+        /// A 2xx.
+        case succeeded
+        /// Failed; the delivery waits on a retry topic for its next attempt.
+        case retrying
+        /// Failed for the last time (or the endpoint answered 410, or is disabled): dead-lettered.
+        case dead
+    }
+
+    public var app: String
+    public var endpoint: String
+    public var eventId: String
+    public var eventType: String
+    /// The subscription (the delivery's key without its endpoint).
+    public var subject: String?
+    /// 1 for the first attempt; a replay starts again at 1 (`replayedFrom` says from which dead letter).
+    public var attempt: Int
+    public var outcome: Outcome
+    public var httpStatus: Int?
+    /// How long the attempt took, in milliseconds.
+    public var durationMs: Int64?
+    public var error: String?
+    /// When it started and finished (Unix ms).
+    public var startedAt: Int64
+    public var finishedAt: Int64
+    public var replayedFrom: String?
+    /// When it will be tried again (`retrying`), or why it was dead-lettered (`dead`).
+    public var nextAttemptAt: Int64?
+    public var deadLetterReason: String?
+
+    public init(
+        app: String, endpoint: String, eventId: String, eventType: String, subject: String?, attempt: Int, outcome: Outcome, httpStatus: Int?,
+        durationMs: Int64?, error: String?, startedAt: Int64, finishedAt: Int64, replayedFrom: String? = nil, nextAttemptAt: Int64? = nil,
+        deadLetterReason: String? = nil
+    ) {
+        self.app = app
+        self.endpoint = endpoint
+        self.eventId = eventId
+        self.eventType = eventType
+        self.subject = subject
+        self.attempt = attempt
+        self.outcome = outcome
+        self.httpStatus = httpStatus
+        self.durationMs = durationMs
+        self.error = error
+        self.startedAt = startedAt
+        self.finishedAt = finishedAt
+        self.replayedFrom = replayedFrom
+        self.nextAttemptAt = nextAttemptAt
+        self.deadLetterReason = deadLetterReason
+    }
+
+    /// The attempt's id: the same attempt written twice (a deliverer's retry of its produce) is one row.
+    public var id: String { "\(endpoint):\(eventId):\(replayedFrom ?? "-"):\(attempt)" }
+
+    public var json: JSON {
+        func optional(_ value: String?) -> JSON { value.map(JSON.string) ?? .null }
+        func optional(_ value: Int64?) -> JSON { value.map(JSON.integer) ?? .null }
+        return [
+            "id": .string(id), "app": .string(app), "endpoint": .string(endpoint), "eventId": .string(eventId), "eventType": .string(eventType),
+            "subject": optional(subject), "attempt": .integer(Int64(attempt)), "outcome": .string(outcome.rawValue),
+            "httpStatus": optional(httpStatus.map(Int64.init)), "durationMs": optional(durationMs), "error": optional(error),
+            "startedAt": .integer(startedAt), "finishedAt": .integer(finishedAt), "replayedFrom": optional(replayedFrom),
+            "nextAttemptAt": optional(nextAttemptAt), "deadLetterReason": optional(deadLetterReason),
+        ]
+    }
+
+    public init?(json: JSON) {
+        guard let app = json["app"]?.stringValue, let endpoint = json["endpoint"]?.stringValue, let eventId = json["eventId"]?.stringValue,
+            let eventType = json["eventType"]?.stringValue, let attempt = json["attempt"]?.int64Value,
+            let outcome = json["outcome"]?.stringValue.flatMap(Outcome.init(rawValue:)), let startedAt = json["startedAt"]?.int64Value,
+            let finishedAt = json["finishedAt"]?.int64Value
+        else { return nil }
+        self.init(
+            app: app, endpoint: endpoint, eventId: eventId, eventType: eventType, subject: json["subject"]?.stringValue, attempt: Int(attempt),
+            outcome: outcome, httpStatus: json["httpStatus"]?.int64Value.map(Int.init), durationMs: json["durationMs"]?.int64Value,
+            error: json["error"]?.stringValue, startedAt: startedAt, finishedAt: finishedAt, replayedFrom: json["replayedFrom"]?.stringValue,
+            nextAttemptAt: json["nextAttemptAt"]?.int64Value, deadLetterReason: json["deadLetterReason"]?.stringValue)
+    }
+
+    /// The record on the delivery log's topic, keyed by its endpoint (one endpoint's attempts in order).
+    public func record(topic: String) -> OutgoingRecord {
+        OutgoingRecord(topic: topic, key: Array(endpoint.utf8), value: json.serialized(), headers: [])
+    }
+}
