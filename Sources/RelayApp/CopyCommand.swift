@@ -8,7 +8,7 @@ import RelayEmbeddedLog
 ///
 /// - the notifications topic after `relay-worker`'s stored offsets, the deliveries and retry topics after
 ///   `relay-deliverer`'s (records keep their headers, so a retry is still held until its due time), the
-///   events after `relay-backend`'s (what the events store has not recorded yet);
+///   events and the delivery log's attempts after `relay-backend`'s (what the backend has not recorded yet);
 /// - the dead-letter topic and the replay ledger whole (dead letters stay replayable; a replay already done
 ///   is recognized by endpoint and event, since positions change);
 /// - with `history`, the events and rejected topics whole too (for sinks that read them from the start).

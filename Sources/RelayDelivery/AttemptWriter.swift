@@ -1,21 +1,31 @@
 import CoreMetrics
+import DequeModule
 import Logging
 import RelayCore
 import Synchronization
 
-/// Writes the delivery log's records of successful attempts (`DeliveryAttempt`) to its topic in batches,
-/// so a success costs no produce of its own: whatever arrived while the last batch was written goes in
-/// the next. A failed attempt's record is written with its retry or dead-letter record instead, in the
-/// same produce, so it is never lost. A success's record may be: a crash loses the batch being gathered
-/// (a few milliseconds), and a log unavailable for long keeps at most `capacity` (the oldest are dropped,
-/// counted). The deliveries themselves never wait for it.
+/// Writes the delivery log's records (`DeliveryAttempt`) to its topic in batches, apart from the deliveries:
+/// a success's record as the attempt finishes, a failure's once its retry or dead-letter record is written.
+/// No delivery waits for it or depends on it: a record costs no produce of its own, and the log's topic
+/// failing (missing on Kafka, refused) loses log records, never deliveries.
+///
+/// What is lost, and counted in `relay_delivery_log_dropped_total`: the batch being gathered when the
+/// process crashes (milliseconds); the oldest of more than `capacity` waiting while the topic cannot be
+/// written; a batch the log refuses for good (too large, not authorized); and, at shutdown, what could not be
+/// written within the deliverer's bound.
 final class AttemptWriter: Sendable {
     static let capacity = 100_000
     static let batch = 1_000
 
+    private struct State {
+        var pending = Deque<OutgoingRecord>()
+        var finished = false
+        var done = false
+    }
+
     private let producer: any RecordProducer
     private let logger: Logger
-    private let pending = Mutex<[OutgoingRecord]>([])
+    private let state = Mutex(State())
     private let doorbell: AsyncStream<Void>
     private let ring: AsyncStream<Void>.Continuation
     private let dropped: Counter
@@ -27,45 +37,72 @@ final class AttemptWriter: Sendable {
         dropped = Counter(label: "relay_delivery_log_dropped_total", dimensions: [], factory: metrics)
     }
 
-    /// Queues `record` for the next batch (never blocks).
+    /// Queues `record` for the next batch (never blocks; constant time).
     func append(_ record: OutgoingRecord) {
-        let overflow = pending.withLock { pending -> Bool in
-            if pending.count >= Self.capacity {
-                pending.removeFirst()
-                pending.append(record)
-                return true
-            }
-            pending.append(record)
-            return false
+        let overflow = state.withLock { state -> Int in
+            guard !state.finished else { return 1 }
+            state.pending.append(record)
+            guard state.pending.count > Self.capacity else { return 0 }
+            state.pending.removeFirst()
+            return 1
         }
-        if overflow { dropped.increment() }
+        if overflow > 0 { dropped.increment(by: overflow) }
         ring.yield()
     }
 
-    /// Writes batches until `finish`, then what is left (once; a failure then is logged and the rest dropped).
+    /// Writes batches until `finish`, then what is left once (what fails then is dropped and counted).
     func run() async {
         var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
         for await _ in doorbell {
-            while true {
-                let batch = pending.withLock { pending -> [OutgoingRecord] in
-                    let taken = Array(pending.prefix(Self.batch))
-                    pending.removeFirst(taken.count)
-                    return taken
-                }
-                guard !batch.isEmpty else { break }
+            while let batch = take() {
                 do {
                     _ = try await producer.produce(batch)
                     backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
                 } catch {
-                    // Back to the front, in order; tried again after a wait (the doorbell rings again).
-                    pending.withLock { $0.insert(contentsOf: batch, at: 0) }
+                    if !error.isRetriable || Task.isCancelled {
+                        // Refused for good (too large, not authorized, the topic missing on a broker that will not
+                        // create it): dropped, so the next records are not held behind it.
+                        dropped.increment(by: batch.count)
+                        logger.warning(
+                            "the delivery log's records were refused; dropped (the deliveries are not affected)",
+                            metadata: [LogKey.error: "\(error)", "records": "\(batch.count)"])
+                        continue
+                    }
+                    // Back to the front, in order; tried again after a wait.
+                    state.withLock { state in
+                        for record in batch.reversed() { state.pending.prepend(record) }
+                        let excess = state.pending.count - Self.capacity
+                        if excess > 0 { state.pending.removeFirst(excess) }
+                    }
                     logger.warning("could not write the delivery log's records; retrying", metadata: [LogKey.error: "\(error)"])
-                    do { try await Task.sleep(for: backoff.next()) } catch { return }
+                    do { try await Task.sleep(for: backoff.next()) } catch { break }
                 }
             }
+        }
+        let left = state.withLock { state -> Int in
+            state.done = true
+            defer { state.pending.removeAll() }
+            return state.pending.count
+        }
+        if left > 0 { dropped.increment(by: left) }
+    }
+
+    private func take() -> [OutgoingRecord]? {
+        state.withLock { state in
+            guard !state.pending.isEmpty else { return nil }
+            let count = min(Self.batch, state.pending.count)
+            let batch = Array(state.pending.prefix(count))
+            state.pending.removeFirst(count)
+            return batch
         }
     }
 
     /// No more records: `run` writes what is pending and ends.
-    func finish() { ring.finish() }
+    func finish() {
+        state.withLock { $0.finished = true }
+        ring.finish()
+    }
+
+    /// Whether `run` has ended.
+    var isDone: Bool { state.withLock { $0.done } }
 }

@@ -51,6 +51,9 @@ public final class Deliverer: Service {
     private struct Commit: Sendable {
         var record: ConsumedRecord
         var outgoing: [OutgoingRecord]
+        /// The delivery log's record of this outcome, handed to `attempts` once `outgoing` is written: never in
+        /// the same produce, so the log's topic can never hold back (or repeat) a delivery.
+        var logged: DeliveryAttempt?
     }
     /// The delivery log's records of successful attempts, written in batches.
     private let attempts: AttemptWriter
@@ -159,6 +162,11 @@ public final class Deliverer: Service {
             await deliverUntilShutdown()
             commitQueue.finish()
             attempts.finish()
+            // The delivery log's last records: written within a short bound, else dropped (and counted).
+            let logDeadline = ContinuousClock.now + min(.seconds(2), drainTimeout)
+            while !attempts.isDone, !Task.isCancelled, ContinuousClock.now < logDeadline {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
             // The drain gave the writes their time; one still retrying (the log down) is cancelled, so its
             // delivery stays not done and goes out again after the restart, rather than holding the
             // shutdown of everything behind the deliverer.
@@ -372,7 +380,7 @@ public final class Deliverer: Service {
         case .retry(_, let topicStep, let dueAt):
             lane.counters.retried.increment()
             let entry = logEntry(record, failed, result, outcome: .retrying, startedAt: startedAt, now: now, nextAttemptAt: dueAt)
-            produceThenMarkDone(record, [failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt), entry.record(topic: topics.attempts)])
+            produceThenMarkDone(record, [failed.retryRecord(topic: topics.retry(step: topicStep), due: dueAt)], logged: entry)
             // Moved to a retry topic: the subscription's later deliveries go ahead of it (docs/delivery.md
             // says why; `data.sequence` lets receivers drop a stale one).
             advance(lane, after: record)
@@ -397,7 +405,7 @@ public final class Deliverer: Service {
         return DeliveryAttempt(
             app: delivery.app, endpoint: delivery.endpointID, eventId: delivery.eventID, eventType: delivery.eventType, subject: subject,
             attempt: delivery.attempts, outcome: outcome, httpStatus: result?.response?.status, durationMs: result == nil ? nil : max(0, now - startedAt),
-            error: outcome == .succeeded ? nil : delivery.lastError, startedAt: startedAt, finishedAt: now, replayedFrom: delivery.replayedFrom,
+            error: outcome == .succeeded ? nil : delivery.lastError.map { String($0.prefix(DeliveryAttempt.maximumErrorLength)) }, startedAt: startedAt, finishedAt: now, replayedFrom: delivery.replayedFrom,
             nextAttemptAt: nextAttemptAt, deadLetterReason: reason?.rawValue)
     }
 
@@ -412,21 +420,26 @@ public final class Deliverer: Service {
                 "attempts": "\(delivery.attempts)",
             ])
         let now = options.now()
-        // Dead-lettered unsent (a disabled or unknown endpoint): the log says so too.
+        // Dead-lettered unsent (a disabled or unknown endpoint, no retry left for a deferred one): the log says so too.
         var entry = attempt
-        if entry == nil, reason == .endpointDisabled || reason == .endpointUnknown {
+        if entry == nil {
             var unsent = delivery
-            unsent.lastError = reason == .endpointDisabled ? "not sent: the endpoint answered 410 Gone before" : "not sent: the endpoint is not configured"
+            unsent.lastError =
+                switch reason {
+                case .endpointDisabled: "not sent: the endpoint answered 410 Gone before"
+                case .endpointUnknown: "not sent: the endpoint is not configured"
+                default: "not sent: deferred with no retry left"
+                }
             entry = logEntry(record, unsent, nil, outcome: .dead, startedAt: now, now: now, reason: reason)
         }
-        produceThenMarkDone(record, [delivery.deadLetterRecord(topic: topics.deadLetter, reason: reason, at: now)] + (entry.map { [$0.record(topic: topics.attempts)] } ?? []))
+        produceThenMarkDone(record, [delivery.deadLetterRecord(topic: topics.deadLetter, reason: reason, at: now)], logged: entry)
         if let lane = lanes[delivery.endpointID] { advance(lane, after: record) }
     }
 
     /// Produces `outgoing` (retrying while the log cannot take it) and then marks `record` done. On
     /// shutdown past its bound the record stays not done, and is delivered again after a restart.
-    private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: [OutgoingRecord]) {
-        if case .terminated = commitQueue.yield(Commit(record: record, outgoing: outgoing)) {
+    private func produceThenMarkDone(_ record: ConsumedRecord, _ outgoing: [OutgoingRecord], logged: DeliveryAttempt? = nil) {
+        if case .terminated = commitQueue.yield(Commit(record: record, outgoing: outgoing, logged: logged)) {
             // The committer has ended (shutdown): the record stays not done.
             tracker.end()
         }
@@ -438,6 +451,7 @@ public final class Deliverer: Service {
             do {
                 _ = try await producer.produce(commit.outgoing)
                 consumer.markDone(commit.record)
+                if let logged = commit.logged { attempts.append(logged.record(topic: topics.attempts)) }
                 break
             } catch {
                 if Task.isCancelled || !consumer.isAssigned(commit.record) { break }

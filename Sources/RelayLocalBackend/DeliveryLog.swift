@@ -6,12 +6,16 @@ public import RelayCore
 /// The delivery log: every webhook attempt the deliverer made (`DeliveryAttempt`), recorded from the
 /// delivery log's topic by `EventRecorder`, queried by `GET /subscriptions-api/internal/v1/deliveries`.
 /// Recording is idempotent on the attempt's id. Attempts are kept for `retention` and at most
-/// `maxAttempts` rows: the recorder removes older ones as it writes.
+/// `maxAttempts` rows: each recording removes up to `pruneBatch` older ones for each bound. Pages come newest
+/// recorded first (a failed attempt's record can be recorded a little after a later success's).
 public final class DeliveryLog: Sendable {
     let pool: DatabasePool
     public let retention: Int64
     public let maxAttempts: Int
     let clock: @Sendable () -> Int64
+
+    /// The most rows one recording removes for each bound.
+    static let pruneBatch = 5_000
 
     public init(database: SubscriptionDatabase, retentionMilliseconds: Int64 = 30 * 86_400_000, maxAttempts: Int = 10_000_000, clock: (@Sendable () -> Int64)? = nil) {
         pool = database.pool
@@ -24,7 +28,9 @@ public final class DeliveryLog: Sendable {
         try db.execute(
             sql: """
                 CREATE TABLE delivery_attempt (
-                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    -- No AUTOINCREMENT: an ignored repeat takes no number, so the newest row's number less the
+                    -- oldest's is the row count the bound is kept by.
+                    seq INTEGER PRIMARY KEY,
                     id TEXT NOT NULL UNIQUE,
                     app TEXT NOT NULL,
                     endpoint TEXT NOT NULL,
@@ -40,6 +46,8 @@ public final class DeliveryLog: Sendable {
                 CREATE INDEX delivery_attempt_by_time ON delivery_attempt (finished_at);
                 CREATE INDEX delivery_attempt_by_event ON delivery_attempt (event_id, seq);
                 CREATE INDEX delivery_attempt_by_endpoint ON delivery_attempt (endpoint, seq);
+                CREATE INDEX delivery_attempt_by_app ON delivery_attempt (app, seq);
+                CREATE INDEX delivery_attempt_by_outcome ON delivery_attempt (outcome, seq);
                 """)
     }
 
@@ -68,10 +76,17 @@ public final class DeliveryLog: Sendable {
                     ])
                 inserted += db.changesCount
             }
-            try db.execute(sql: "DELETE FROM delivery_attempt WHERE finished_at < ?", arguments: [now - retention])
-            // The row bound: the oldest recorded go first.
+            // Past the retention, and beyond the row bound (the oldest recorded first): a bounded number a batch,
+            // so lowering either never makes one transaction delete millions of rows.
             try db.execute(
-                sql: "DELETE FROM delivery_attempt WHERE seq <= (SELECT MAX(seq) FROM delivery_attempt) - ?", arguments: [maxAttempts])
+                sql: "DELETE FROM delivery_attempt WHERE seq IN (SELECT seq FROM delivery_attempt WHERE finished_at < ? ORDER BY finished_at LIMIT ?)",
+                arguments: [now - retention, Self.pruneBatch])
+            try db.execute(
+                sql: """
+                    DELETE FROM delivery_attempt WHERE seq IN (
+                        SELECT seq FROM delivery_attempt WHERE seq <= (SELECT MAX(seq) FROM delivery_attempt) - ? ORDER BY seq LIMIT ?)
+                    """,
+                arguments: [maxAttempts, Self.pruneBatch])
             return (inserted, invalid)
         }
     }

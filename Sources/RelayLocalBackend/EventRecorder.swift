@@ -19,6 +19,8 @@ public final class EventRecorder: Service {
     private let logger: Logger
     private let recorded: Counter
     private let invalid: Counter
+    private let attemptsRecorded: Counter
+    private let attemptsInvalid: Counter
     private let retryBackoff: (initial: Duration, maximum: Duration)
     /// The delivery log and its topic (`topics.attempts`); nil: the consumer reads events only.
     private let deliveryLog: (log: DeliveryLog, topic: String)?
@@ -33,6 +35,8 @@ public final class EventRecorder: Service {
         self.logger = logger
         self.recorded = Counter(label: "relay_events_recorded_total", dimensions: [], factory: metrics)
         self.invalid = Counter(label: "relay_events_record_invalid_total", dimensions: [], factory: metrics)
+        self.attemptsRecorded = Counter(label: "relay_delivery_log_recorded_total", dimensions: [], factory: metrics)
+        self.attemptsInvalid = Counter(label: "relay_delivery_log_invalid_total", dimensions: [], factory: metrics)
         self.retryBackoff = retryBackoff
     }
 
@@ -77,44 +81,54 @@ public final class EventRecorder: Service {
         }
     }
 
-    /// Records `batch` and marks its records done; false when cancelled before it could.
+    /// Records `all` (events in the events store, attempts in the delivery log) and marks its records done;
+    /// false when cancelled before it could.
     private func write(_ all: [ConsumedRecord]) async -> Bool {
         let attemptRecords = deliveryLog.map { log in all.filter { $0.topic == log.topic } } ?? []
         let batch = deliveryLog.map { log in all.filter { $0.topic != log.topic } } ?? all
-        let entries = batch.map { record in
-            EventStore.Entry(
-                app: record.headers.first(named: RelayHeaderName.app)?.stringValue ?? "",
-                body: record.value,
-                historical: record.headers.first(named: RelayHeaderName.historical)?.stringValue == "true")
+        if let log = deliveryLog?.log, !attemptRecords.isEmpty {
+            let bodies = attemptRecords.map(\.value)
+            guard let result = await persisting("recording the delivery log", { try await log.record(bodies) }) else { return false }
+            attemptsRecorded.increment(by: result.inserted)
+            for index in result.invalid {
+                attemptsInvalid.increment()
+                logger.warning("a delivery log record is not an attempt; not recorded", metadata: [LogKey.logOffset: "\(attemptRecords[index].offset)"])
+            }
         }
+        if !batch.isEmpty {
+            let entries = batch.map { record in
+                EventStore.Entry(
+                    app: record.headers.first(named: RelayHeaderName.app)?.stringValue ?? "",
+                    body: record.value,
+                    historical: record.headers.first(named: RelayHeaderName.historical)?.stringValue == "true")
+            }
+            guard let result = await persisting("recording events", { try await store.record(entries) }) else { return false }
+            recorded.increment(by: result.inserted)
+            for (index, error) in result.invalid {
+                invalid.increment()
+                let record = batch[index]
+                logger.warning(
+                    "a relay.events record is not a standardized event; not recorded",
+                    metadata: [
+                        LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
+                        LogKey.error: "\(error)",
+                    ])
+            }
+        }
+        for record in all { consumer.markDone(record) }
+        return true
+    }
+
+    /// `body`, tried again with backoff while it fails (the disk); nil when cancelled first.
+    private func persisting<Value>(_ what: String, _ body: () async throws -> Value) async -> Value? {
         var backoff = Backoff(initial: retryBackoff.initial, maximum: retryBackoff.maximum)
         while true {
             do {
-                if let log = deliveryLog?.log, !attemptRecords.isEmpty {
-                    let attempts = try await log.record(attemptRecords.map(\.value))
-                    for index in attempts.invalid {
-                        invalid.increment()
-                        logger.warning("a delivery log record is not an attempt; not recorded", metadata: [LogKey.logOffset: "\(attemptRecords[index].offset)"])
-                    }
-                }
-                let result = batch.isEmpty ? (inserted: 0, invalid: []) : try await store.record(entries)
-                recorded.increment(by: result.inserted)
-                for (index, error) in result.invalid {
-                    invalid.increment()
-                    let record = batch[index]
-                    logger.warning(
-                        "a relay.events record is not a standardized event; not recorded",
-                        metadata: [
-                            LogKey.logTopic: "\(record.topic)", LogKey.logPartition: "\(record.partition)", LogKey.logOffset: "\(record.offset)",
-                            LogKey.error: "\(error)",
-                        ])
-                }
-                for record in all { consumer.markDone(record) }
-                return true
+                return try await body()
             } catch {
-                if Task.isCancelled { return false }
-                logger.warning("recording events failed; retrying", metadata: [LogKey.error: "\(error)", "events": "\(batch.count)"])
-                do { try await Task.sleep(for: backoff.next()) } catch { return false }
+                if Task.isCancelled { return nil }
+                logger.warning("\(what) failed; retrying", metadata: [LogKey.error: "\(error)"])
+                do { try await Task.sleep(for: backoff.next()) } catch { return nil }
             }
         }
     }

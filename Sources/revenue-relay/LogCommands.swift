@@ -124,7 +124,7 @@ struct Topics: AsyncParsableCommand {
         discussion: """
             Lag is the records between where a group goes on and the partition's end: relay-worker on the \\
             notifications topic, relay-deliverer on the deliveries and retry topics, relay-backend on the events \\
-            topic. A group that stored nothing \\
+            and the delivery log's attempts topics. A group that stored nothing \\
             yet counts from the oldest record kept. Exit 0: done; 69: the log unreachable; 78: bad configuration.
             """
     )
@@ -186,7 +186,7 @@ struct Copy: AsyncParsableCommand {
         discussion: """
             Stop the relay first (it owns the data directory; the copy refuses to run beside it). Copies the \
             notifications after relay-worker's offsets, the deliveries and retry topics after \
-            relay-deliverer's, the events after relay-backend's, and the dead-letter topic and replay ledger \
+            relay-deliverer's, the events and the delivery log's attempts after relay-backend's, and the dead-letter topic and replay ledger \
             whole; --history also copies the events and rejected topics whole. The Kafka topics must exist. Then set log.kind: kafka and run. \
             Exit 0: done; 69: the log in use, or Kafka unreachable; 78: bad configuration.
             """

@@ -70,5 +70,19 @@ import Testing
         #expect(all.next == nil)
         #expect(all.attempts.first?["eventId"] == "bulk-1199")
         #expect(all.attempts.last?["eventId"] == "bulk-200")
+        // The same attempts again (a topic read twice): ignored, and they take no row of the bound.
+        _ = try await log.record((200..<1_200).map { Self.attempt("bulk-\($0)", at: 9_900) })
+        let again = try await log.page(DeliveryLog.Filter(), before: nil, limit: 1_000)
+        #expect(again.attempts.count == 1_000)
+        #expect(again.attempts.last?["eventId"] == "bulk-200")
+    }
+
+    /// A delivery dead-lettered unsent after attempt 2 failed (its endpoint disabled meanwhile): two rows.
+    @Test func anUnsentDeadLetterAfterAFailedAttemptIsItsOwnRow() async throws {
+        let log = DeliveryLog(database: try Self.database(), clock: { 10_000 })
+        _ = try await log.record([Self.attempt("e", attempt: 2, outcome: .retrying, at: 5_000), Self.attempt("e", attempt: 2, outcome: .dead, at: 6_000)])
+        var filter = DeliveryLog.Filter()
+        filter.eventId = "e"
+        #expect(try await log.page(filter, before: nil, limit: 10).attempts.compactMap { $0["outcome"]?.stringValue } == ["dead", "retrying"])
     }
 }

@@ -54,8 +54,13 @@ public struct DeliveryAttempt: Sendable, Equatable {
         self.deadLetterReason = deadLetterReason
     }
 
-    /// The attempt's id: the same attempt written twice (a deliverer's retry of its produce) is one row.
-    public var id: String { "\(endpoint):\(eventId):\(replayedFrom ?? "-"):\(attempt)" }
+    /// The attempt's id: the same attempt written twice (a deliverer's retry of its produce) is one row; an
+    /// unsent dead letter after attempt N, or attempt N sent again after a crash with another outcome, is
+    /// another.
+    public var id: String { "\(endpoint):\(eventId):\(replayedFrom ?? "-"):\(attempt):\(outcome.rawValue)" }
+
+    /// The longest `error` kept (a transport error's message can be long).
+    public static let maximumErrorLength = 500
 
     public var json: JSON {
         func optional(_ value: String?) -> JSON { value.map(JSON.string) ?? .null }

@@ -1,0 +1,78 @@
+import Foundation
+import RelayConfig
+import RelayCore
+import RelayDelivery
+import RelayTestSupport
+import Synchronization
+import Testing
+
+/// What the deliverer writes to the delivery log's topic: one record per attempt's outcome, apart from the
+/// deliveries, so that the log's topic failing never holds back or repeats a delivery.
+@Suite(.serialized) struct DeliveryLogRecordsTests {
+    /// A producer that refuses every record of `topic` for good (a topic missing on Kafka) and passes the rest on.
+    final class RefusingProducer: RecordProducer {
+        let inner: any RecordProducer
+        let topic: String
+        let refused = Atomic<Int>(0)
+
+        init(inner: any RecordProducer, topic: String) {
+            self.inner = inner
+            self.topic = topic
+        }
+
+        func produce(_ record: OutgoingRecord) async throws(RecordLogError) -> RecordPosition {
+            if record.topic == topic {
+                refused.add(1, ordering: .relaxed)
+                throw RecordLogError(code: .configuration, reason: "unknown topic", isRetriable: false)
+            }
+            return try await inner.produce(record)
+        }
+
+        func produce(_ records: [OutgoingRecord]) async throws(RecordLogError) -> [RecordPosition] {
+            var positions: [RecordPosition] = []
+            for record in records { positions.append(try await produce(record)) }
+            return positions
+        }
+    }
+
+    @Test func eachAttemptsOutcomeIsRecordedWithItsTimeline() async throws {
+        let receiver = try await DelivererTests.receiver([503, 200])
+        let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
+        let (reader, attempts) = try harness.reader(harness.configuration.topics.attempts)
+        _ = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_log:renewal")
+        try harness.start()
+        let records = try await attempts.waitFor(count: 2)
+        let logged = records.compactMap { try? JSON.parse($0.value) }.compactMap(DeliveryAttempt.init(json:)).sorted { $0.attempt < $1.attempt }
+        #expect(logged.map(\.outcome) == [.retrying, .succeeded])
+        #expect(logged.map(\.httpStatus) == [503, 200])
+        #expect(logged.allSatisfy { $0.endpoint == "hooks" && $0.eventId == "stripe:evt_log:renewal" && $0.eventType == "renewal" && $0.app == "demo" })
+        #expect(logged.first?.subject == "stripe:sub_1")
+        #expect(logged.first?.nextAttemptAt != nil)
+        #expect(logged.first?.error == "HTTP 503")
+        #expect(records.allSatisfy { $0.keyString == "hooks" })
+        await reader.close()
+        await harness.close()
+        await receiver.stop()
+    }
+
+    @Test func aRefusedLogTopicNeitherHoldsBackNorRepeatsADelivery() async throws {
+        let receiver = try await DelivererTests.receiver([500, 200])
+        let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
+        let refusing = RefusingProducer(inner: harness.producer, topic: harness.configuration.topics.attempts)
+        _ = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_refused:renewal")
+        _ = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_refused_2:renewal", subject: "stripe:sub_2")
+        let deliverer = try Deliverer(
+            configuration: harness.configuration, consumer: try harness.consumer(), producer: refusing, logger: testLogger("deliverer"),
+            options: harness.options)
+        let task = Task { try await deliverer.run() }
+        // Each delivery goes through: the first attempt of one fails, its retry succeeds; nothing more is sent.
+        try await waitUntil("both delivered") { receiver.requests.count >= 3 }
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(receiver.requests.count == 3)
+        #expect(refusing.refused.load(ordering: .relaxed) >= 1)
+        task.cancel()
+        _ = try? await task.value
+        await harness.close()
+        await receiver.stop()
+    }
+}
