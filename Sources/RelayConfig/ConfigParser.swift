@@ -274,7 +274,7 @@ enum ConfigParser {
     }
 
     static func endpoint(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Endpoint {
-        let map = try node.mapping(known: ["id", "app", "url", "secrets", "events", "environments"])
+        let map = try node.mapping(known: ["id", "app", "url", "secrets", "events", "environments", "rateLimit"])
         let environments = try map.optional("environments") { (node) throws(ConfigurationError) in try node.stringList() } ?? endpointEnvironments
         for (index, environment) in environments.enumerated() where !endpointEnvironments.contains(environment) {
             throw ConfigurationError(key: "\(node.path).environments[\(index)]", message: "expected PRODUCTION or SANDBOX")
@@ -291,7 +291,25 @@ enum ConfigParser {
             url: try map.required("url", httpURL),
             secrets: secrets,
             events: try map.optional("events") { (node) throws(ConfigurationError) in try node.stringList() } ?? ["*"],
-            environments: environments)
+            environments: environments,
+            ratePerSecond: try map.optional("rateLimit", endpointRate))
+    }
+
+    /// `rateLimit`: `<n>/s`, `<n>/min` or `<n>/h` (a plain number is per second), more than 0 and at most 100,000/s.
+    static func endpointRate(_ node: ConfigNode) throws(ConfigurationError) -> Double {
+        let text = try node.nonEmptyString().replacingOccurrences(of: " ", with: "")
+        let parts = text.split(separator: "/", maxSplits: 1)
+        let per: Double
+        switch parts.count == 2 ? String(parts[1]) : "s" {
+        case "s", "sec", "second": per = 1
+        case "m", "min", "minute": per = 60
+        case "h", "hour": per = 3600
+        default: throw node.error("expected a rate such as 50/s, 600/min or 1000/h")
+        }
+        guard let count = Double(parts[0]), count.isFinite, count > 0, count / per <= 100_000 else {
+            throw node.error("expected a rate such as 50/s, 600/min or 1000/h (more than 0, at most 100000/s)")
+        }
+        return count / per
     }
 
     static func worker(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Worker {

@@ -224,6 +224,22 @@ public struct RelayConfiguration: Sendable {
         public var secrets: [String]
         public var events: [String]
         public var environments: [String]
+        /// At most this many attempts a second start (`rateLimit`, e.g. `50/s`); nil: no limit but the
+        /// in-flight ones.
+        public var ratePerSecond: Double?
+
+        public init(
+            id: String, app: String, url: String, secrets: [String], events: [String] = ["*"], environments: [String] = ["PRODUCTION", "SANDBOX"],
+            ratePerSecond: Double? = nil
+        ) {
+            self.id = id
+            self.app = app
+            self.url = url
+            self.secrets = secrets
+            self.events = events
+            self.environments = environments
+            self.ratePerSecond = ratePerSecond
+        }
     }
 
     /// `worker`: how much it works on at once.

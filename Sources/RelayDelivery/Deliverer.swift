@@ -107,7 +107,7 @@ public final class Deliverer: Service {
             lanes[endpoint.id] = EndpointLane(
                 id: endpoint.id, url: endpoint.url, signer: signer,
                 breaker: CircuitBreaker(threshold: options.breakerThreshold, cooldownMilliseconds: options.breakerCooldown.wholeMilliseconds),
-                metrics: metrics)
+                rate: endpoint.ratePerSecond, metrics: metrics)
         }
         var engineConfiguration = HTTPTransferEngine.Configuration()
         // Per endpoint the lanes limit transfers; several endpoints may share a host, and a transfer
@@ -244,13 +244,39 @@ public final class Deliverer: Service {
         case .start(let probe):
             start(record, delivery, lane, probe: probe)
         case .queued:
-            break
+            armWake(lane)
         case .disabled:
             deadLetter(record, delivery, reason: .endpointDisabled, endpointLabel: lane.id)
         case .divert(let why, let evicted):
             divert(record, delivery, lane, why: why, now: now)
             for pending in evicted { divert(pending.record, pending.delivery, lane, why: why, now: now) }
         }
+    }
+
+    /// Queued deliveries of `lane` wait for time (its `rateLimit`, or a `Retry-After`): a timer starts them
+    /// once they may go.
+    private func armWake(_ lane: EndpointLane) {
+        guard let at = lane.wakeToArm(now: options.now(), limit: maxPerEndpoint) else { return }
+        let sleep = options.sleepUntil
+        Task { [self] in
+            await sleep(at)
+            lane.woke(at: at)
+            startReady(lane)
+        }
+    }
+
+    /// Starts what `lane` may start now, then arms its timer for the rest.
+    private func startReady(_ lane: EndpointLane) {
+        while let next = lane.takeReady(now: options.now(), limit: maxPerEndpoint) {
+            if lane.isDisabled && next.delivery.replayedFrom == nil {
+                if next.probe { lane.abandonProbe(now: options.now()) }
+                finishSlot(lane)
+                deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
+                continue
+            }
+            start(next.record, next.delivery, lane, probe: next.probe)
+        }
+        armWake(lane)
     }
 
     /// Sends a delivery on to the retry step it is at (the first, for a new one) without an attempt.
@@ -283,7 +309,7 @@ public final class Deliverer: Service {
             }
             start(next.record, next.delivery, lane, probe: probe)
         case .queued:
-            break
+            armWake(lane)
         case .disabled:
             deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
         case .divert(let why, let evicted):
@@ -315,7 +341,7 @@ public final class Deliverer: Service {
         headers.append(("Content-Type", "application/json"))
         let request = HTTPTransferRequest(url: lane.url, headers: headers, body: delivery.body, connectTimeout: connectTimeout, timeout: timeout)
         engine.submit(request) { [self, attempt] result in
-            completed(record, attempt, lane, result, startedAt: now)
+            completed(record, attempt, lane, result, startedAt: now, unsent: EndpointLane.Pending(record: record, delivery: delivery, probe: probe))
         }
     }
 
@@ -331,23 +357,44 @@ public final class Deliverer: Service {
             start(next.record, next.delivery, lane, probe: next.probe)
             return
         }
+        armWake(lane)
     }
 
     // MARK: Outcomes (on the engine's thread: nothing here blocks)
 
-    private func completed(_ record: ConsumedRecord, _ attempt: DeliveryRecord, _ lane: EndpointLane, _ result: HTTPTransferResult, startedAt: Int64) {
+    /// - Parameter unsent: the delivery as it was before this attempt (a throttled attempt is not spent).
+    private func completed(
+        _ record: ConsumedRecord, _ attempt: DeliveryRecord, _ lane: EndpointLane, _ result: HTTPTransferResult, startedAt: Int64, unsent: EndpointLane.Pending
+    ) {
         let now = options.now()
-        let outcome = DeliveryOutcome.classify(result, attempt: attempt, policy: policy, now: now, random: options.random)
+        let outcome = DeliveryOutcome.classify(
+            result, attempt: attempt, policy: policy, now: now, random: options.random, pause: options.minimumPause...options.maximumPause)
         // Aborted by shutdown: not an attempt. The record stays not done and is delivered after the restart.
         if case .aborted = outcome {
             tracker.end()
             return
         }
         lane.counters.duration.recordMilliseconds(max(0, now - startedAt))
+        if case .throttled(let answered, let wait) = outcome {
+            // Slow down, not a failure: the endpoint pauses (this lane only), the attempt is not spent and the
+            // breaker does not count it; the delivery goes first once the pause is over.
+            lane.counters.throttled.increment()
+            attempts.append(
+                logEntry(record, answered, result, outcome: .throttled, startedAt: startedAt, now: now, nextAttemptAt: now + wait)
+                    .record(topic: topics.attempts))
+            logger.info("endpoint asked to slow down; paused", metadata: ["endpoint": "\(lane.id)", "pause.ms": "\(wait)"])
+            if lane.throttle(unsent, until: now + wait, now: now) {
+                armWake(lane)
+            } else {
+                // Shutting down: not done, delivered after the restart.
+                tracker.end()
+            }
+            return
+        }
         finishSlot(lane)
         let failed: DeliveryRecord
         switch outcome {
-        case .aborted:
+        case .aborted, .throttled:
             return
         case .delivered:
             attempts.append(logEntry(record, attempt, result, outcome: .succeeded, startedAt: startedAt, now: now).record(topic: topics.attempts))
@@ -388,7 +435,7 @@ public final class Deliverer: Service {
             deadLetter(
                 record, failed, reason: .retriesExhausted, endpointLabel: lane.id,
                 attempt: logEntry(record, failed, result, outcome: .dead, startedAt: startedAt, now: now, reason: .retriesExhausted))
-        case .aborted, .delivered:
+        case .aborted, .delivered, .throttled:
             break
         }
     }

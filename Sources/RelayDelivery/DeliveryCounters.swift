@@ -22,6 +22,7 @@ struct EndpointCounters: Sendable {
     let failed: Counter
     let retried: Counter
     let deferred: Counter
+    let throttled: Counter
     let duration: Timer
     let circuitOpen: Gauge
 
@@ -33,6 +34,7 @@ struct EndpointCounters: Sendable {
         failed = outcome("attempt_failed")
         retried = outcome("retry_scheduled")
         deferred = outcome("deferred")
+        throttled = outcome("throttled")
         duration = Timer(label: "relay_delivery_duration_seconds", dimensions: [("endpoint", endpoint)], preferredDisplayUnit: .seconds, factory: metrics)
         circuitOpen = Gauge(label: "relay_endpoint_circuit_open", dimensions: [("endpoint", endpoint)], factory: metrics)
     }

@@ -14,13 +14,17 @@ enum DeliveryOutcome: Sendable {
     case retry(DeliveryRecord, topicStep: Int, dueAt: Int64)
     /// No retry left: dead-lettered (`retries_exhausted`).
     case exhausted(DeliveryRecord)
+    /// A 429 or 503 with `Retry-After`: the endpoint pauses for `waitMilliseconds`; not an attempt spent.
+    case throttled(DeliveryRecord, waitMilliseconds: Int64)
 
     /// - Parameters:
     ///   - attempt: the delivery as sent (its `attempts` counts this attempt).
     ///   - now: when the result arrived, Unix milliseconds.
     ///   - random: uniform in 0..<1, for the retry's jitter; asked only when a retry is considered.
+    ///   - pause: the bounds of a `Retry-After` pause (milliseconds).
     static func classify(
-        _ result: HTTPTransferResult, attempt: DeliveryRecord, policy: RetryPolicy, now: Int64, random: () -> Double
+        _ result: HTTPTransferResult, attempt: DeliveryRecord, policy: RetryPolicy, now: Int64, random: () -> Double,
+        pause: ClosedRange<Int64> = 1_000...300_000
     ) -> DeliveryOutcome {
         if result.error?.kind == .aborted { return .aborted }
         if let response = result.response, (200..<300).contains(response.status) { return .delivered }
@@ -35,9 +39,12 @@ enum DeliveryOutcome: Sendable {
             failed.lastResponse = nil
         }
         if result.response?.status == 410 { return .gone(failed) }
+        let retryAfter = RetryAfter.milliseconds(result.response?.header("retry-after"), now: now)
+        if let retryAfter, let status = result.response?.status, status == 429 || status == 503 {
+            return .throttled(failed, waitMilliseconds: min(max(retryAfter, pause.lowerBound), pause.upperBound))
+        }
         let failure = RetryPolicy.Failure(
-            status: result.response?.status, timedOut: result.error?.kind == .timeout,
-            retryAfterMilliseconds: RetryAfter.milliseconds(result.response?.header("retry-after"), now: now))
+            status: result.response?.status, timedOut: result.error?.kind == .timeout, retryAfterMilliseconds: retryAfter)
         switch policy.next(afterAttempt: failed.attempts, failure: failure, random: random()) {
         case .retry(let step, let wait):
             return .retry(failed, topicStep: policy.topicStep(forWait: wait, from: step), dueAt: now + wait)

@@ -62,20 +62,54 @@ final class EndpointLane: Sendable {
         var lastProgressAt: Int64 = 0
         /// The keys with a delivery under way; a key's next delivery waits here, using no slot.
         var keys: [[UInt8]: KeyQueue] = [:]
+        /// No attempt starts before this (Unix ms): the endpoint answered 429 or 503 with `Retry-After`.
+        var resumeAt: Int64 = 0
+        /// `rateLimit`'s bucket: attempts that may start now (at most one second's worth), refilled at `rate`.
+        var tokens: Double = 0
+        var refilledAt: Int64 = 0
+        /// The timer armed to start waiting deliveries once the endpoint may be sent to again.
+        var wakeAt: Int64?
+
+        /// Whether an attempt may start now as far as time goes (the pause and the rate), refilling the bucket.
+        mutating func mayStart(now: Int64, rate: Double?) -> Bool {
+            guard now >= resumeAt else { return false }
+            guard let rate else { return true }
+            tokens = min(max(1, rate), tokens + Double(max(0, now - refilledAt)) * rate / 1000)
+            refilledAt = now
+            return tokens >= 1
+        }
+
+        /// When `mayStart` will next be true (Unix ms).
+        func startableAt(now: Int64, rate: Double?) -> Int64 {
+            var at = max(now, resumeAt)
+            if let rate, tokens < 1 { at = max(at, refilledAt + Int64(((1 - tokens) * 1000 / rate).rounded(.up))) }
+            return at
+        }
+
+        /// Counts one attempt against the rate.
+        mutating func take(rate: Double?) {
+            if rate != nil { tokens -= 1 }
+        }
     }
 
     let id: String
     let url: String
     let signer: WebhookSigner
     let counters: EndpointCounters
+    /// `rateLimit`, attempts per second; nil: none.
+    let rate: Double?
     private let state: Mutex<State>
 
-    init(id: String, url: String, signer: WebhookSigner, breaker: CircuitBreaker, metrics: any MetricsFactory) {
+    init(id: String, url: String, signer: WebhookSigner, breaker: CircuitBreaker, rate: Double? = nil, metrics: any MetricsFactory) {
         self.id = id
         self.url = url
         self.signer = signer
+        self.rate = rate
         self.counters = EndpointCounters(endpoint: id, metrics: metrics)
-        self.state = Mutex(State(breaker: breaker))
+        var initial = State(breaker: breaker)
+        initial.tokens = max(1, rate ?? 1)
+        initial.refilledAt = 0
+        self.state = Mutex(initial)
     }
 
     /// Whether `delivery` may start now, waits for a slot (or behind an earlier delivery of its key), or
@@ -90,7 +124,7 @@ final class EndpointLane: Sendable {
                 state.keys[key]?.followers.append(Pending(record: record, delivery: delivery, isNew: isNew))
                 return (.queued, state.breaker.isOpen)
             }
-            let result = Self.place(
+            let result = place(
                 Pending(record: record, delivery: delivery, isNew: isNew), isNew: isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
             // Started or waiting for a slot: the key's head until it has an outcome. (A diverted or
             // dead-lettered delivery holds nothing back.)
@@ -117,7 +151,7 @@ final class EndpointLane: Sendable {
                 return (nil, state.breaker.isOpen)
             }
             state.keys[key]?.head = Position(next.record)
-            let (admission, open) = Self.place(next, isNew: next.isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
+            let (admission, open) = place(next, isNew: next.isNew, now: now, limit: limit, canDefer: canDefer, in: &state)
             return ((next, admission), open)
         }
         counters.circuitOpen.record(circuitOpen ? 1 : 0)
@@ -125,7 +159,7 @@ final class EndpointLane: Sendable {
     }
 
     /// Starts, queues or diverts a delivery that is its key's head (or has no key).
-    private static func place(_ pending: Pending, isNew: Bool, now: Int64, limit: Int, canDefer: Bool, in state: inout State) -> (Admission, Bool) {
+    private func place(_ pending: Pending, isNew: Bool, now: Int64, limit: Int, canDefer: Bool, in state: inout State) -> (Admission, Bool) {
         var probing = false
         if isNew {
             switch state.breaker.admitNew(now: now) {
@@ -134,15 +168,20 @@ final class EndpointLane: Sendable {
             case .divert: return (.divert("circuit open", evicted: []), true)
             }
         }
-        if state.inFlight < limit {
+        let timely = state.mayStart(now: now, rate: rate)
+        if state.inFlight < limit && timely && state.waiting.isEmpty {
             if state.inFlight == 0 { state.lastProgressAt = now }
             state.inFlight += 1
+            state.take(rate: rate)
             return (.start(probe: probing), state.breaker.isOpen)
         }
         // A busy endpoint that keeps finishing transfers queues without bound (the consumer's
-        // back-pressure bounds it); a stalled one keeps a queue of `limit` and defers the rest.
-        let stalled = now - state.lastProgressAt > stallMilliseconds
-        if !stalled || state.waiting.count < limit || !canDefer {
+        // back-pressure bounds it); a stalled one keeps a queue of `limit` and defers the rest, and so does
+        // one held back by its rate or a `Retry-After` (a queue of two seconds' worth of its rate, at least
+        // `limit`).
+        let stalled = state.inFlight >= limit && now - state.lastProgressAt > Self.stallMilliseconds
+        let bound = timely ? limit : max(limit, Int(((rate ?? 0) * 2).rounded(.up)))
+        if !(stalled || !timely) || state.waiting.count < bound || !canDefer {
             var queued = pending
             queued.probe = probing
             state.waiting.append(queued)
@@ -150,21 +189,75 @@ final class EndpointLane: Sendable {
         }
         if probing { state.breaker.probeAbandoned(now: now) }
         var evicted: [Pending] = []
-        while state.waiting.count > limit, let last = state.waiting.popLast() {
+        while state.waiting.count > bound, let last = state.waiting.popLast() {
             if last.probe { state.breaker.probeAbandoned(now: now) }
             evicted.append(last)
         }
-        return (.divert("endpoint stalled", evicted: evicted.reversed()), state.breaker.isOpen)
+        return (.divert(timely ? "endpoint stalled" : "endpoint throttled", evicted: evicted.reversed()), state.breaker.isOpen)
     }
 
-    /// A transfer finished: the next queued delivery takes its slot (returned), or the slot is freed.
+    /// A transfer finished: the next queued delivery takes its slot (returned), or the slot is freed (and
+    /// when the rate or a pause holds the queue back, `wakeAt` says when to look again).
     func release(now: Int64) -> Pending? {
         state.withLock { state in
             state.lastProgressAt = now
-            if !state.stopped, let next = state.waiting.popFirst() { return next }
+            if !state.stopped, !state.waiting.isEmpty, state.mayStart(now: now, rate: rate) {
+                state.take(rate: rate)
+                return state.waiting.popFirst()
+            }
             state.inFlight -= 1
             return nil
         }
+    }
+
+    /// The next queued delivery that may start now, counted in flight; nil when none waits, the slots are
+    /// taken, or the rate or a pause holds it back.
+    func takeReady(now: Int64, limit: Int) -> Pending? {
+        state.withLock { state in
+            guard !state.stopped, !state.waiting.isEmpty, state.inFlight < limit, state.mayStart(now: now, rate: rate) else { return nil }
+            if state.inFlight == 0 { state.lastProgressAt = now }
+            state.inFlight += 1
+            state.take(rate: rate)
+            return state.waiting.popFirst()
+        }
+    }
+
+    /// When queued deliveries wait for time (the rate or a pause), not for a slot, and no timer is armed
+    /// for then: the time to arm one for (recorded as armed). Nil otherwise.
+    func wakeToArm(now: Int64, limit: Int) -> Int64? {
+        state.withLock { state in
+            guard !state.stopped, !state.waiting.isEmpty, state.inFlight < limit else { return nil }
+            let at = state.startableAt(now: now, rate: rate)
+            if let armed = state.wakeAt, armed <= at, armed > now { return nil }
+            state.wakeAt = at
+            return at
+        }
+    }
+
+    /// The timer armed for `at` fired.
+    func woke(at: Int64) {
+        state.withLock { state in
+            if state.wakeAt == at { state.wakeAt = nil }
+        }
+    }
+
+    /// The endpoint answered 429 or 503 with `Retry-After`: no attempt starts before `until`, and `pending`
+    /// (the delivery that got the answer, its attempt not spent) goes first once it may. Its slot is freed.
+    /// False when the lane has stopped (shutdown): the delivery stays not done.
+    func throttle(_ pending: Pending, until: Int64, now: Int64) -> Bool {
+        state.withLock { state in
+            state.inFlight -= 1
+            state.lastProgressAt = now
+            state.resumeAt = max(state.resumeAt, until)
+            guard !state.stopped else { return false }
+            state.waiting.prepend(pending)
+            return true
+        }
+    }
+
+    /// Until when a `Retry-After` pauses the endpoint (Unix ms); nil when it does not.
+    func pausedUntil(now: Int64) -> Int64? {
+        state.withLock { $0.resumeAt > now ? $0.resumeAt : nil }
     }
 
     var isCircuitOpen: Bool { state.withLock { $0.breaker.isOpen } }

@@ -28,7 +28,7 @@ extension LocalBackend {
                 filter.appUserId = parameters["appUserId"].map(String.init)
                 if let text = parameters["status"] {
                     guard let outcome = DeliveryAttempt.Outcome(rawValue: String(text)) else {
-                        throw EventQueryParameters.Invalid(message: "status: use succeeded, retrying or dead")
+                        throw EventQueryParameters.Invalid(message: "status: use succeeded, retrying, throttled or dead")
                     }
                     filter.outcome = outcome
                 }

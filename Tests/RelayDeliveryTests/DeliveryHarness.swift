@@ -24,10 +24,11 @@ final class DeliveryHarness: Sendable {
     /// - Parameter endpoints: `id: url` pairs; every endpoint takes every event of app `demo`.
     init(
         endpoints: [(String, String)], schedule: String = "[100ms, 100ms]", timeout: String = "2s", perEndpoint: Int = 64,
-        allowPrivateNetworks: Bool = true, options: DelivererOptions? = nil
+        allowPrivateNetworks: Bool = true, options: DelivererOptions? = nil, rateLimits: [String: String] = [:]
     ) throws {
-        let endpointLines = endpoints.map { id, url in
-            "  - { id: \(id), app: demo, url: \"\(url)\", secrets: [\"\(Self.secret)\"], events: [\"*\"] }"
+        let endpointLines = endpoints.map { (id, url) -> String in
+            let rate = rateLimits[id].map { ", rateLimit: \"\($0)\"" } ?? ""
+            return "  - { id: \(id), app: demo, url: \"\(url)\", secrets: [\"\(Self.secret)\"], events: [\"*\"]\(rate) }"
         }.joined(separator: "\n")
         let yaml = """
             apps:

@@ -51,8 +51,13 @@ import Testing
         Case(name: "410", result: response(410), attempt: 1, outcome: "gone", lastError: "HTTP 410"),
         // 429: at least 60 s, which step 1's topic (5 s) cannot hold, so it goes to step 2's.
         Case(name: "429", result: response(429), attempt: 1, outcome: "retry", topicStep: 2, waitMilliseconds: 60_000, lastError: "HTTP 429"),
-        // Retry-After is honoured up to twice the step.
-        Case(name: "503 with Retry-After", result: response(503, [("retry-after", "8")]), attempt: 1, outcome: "retry", topicStep: 2, waitMilliseconds: 8000, lastError: "HTTP 503"),
+        // A 429 or 503 with Retry-After pauses the endpoint (within 1 s to 5 min), not an attempt spent.
+        Case(name: "503 with Retry-After", result: response(503, [("retry-after", "8")]), attempt: 1, outcome: "throttled", waitMilliseconds: 8000, lastError: "HTTP 503"),
+        Case(name: "429 with Retry-After 0", result: response(429, [("retry-after", "0")]), attempt: 2, outcome: "throttled", waitMilliseconds: 1000, lastError: "HTTP 429"),
+        Case(name: "429 with Retry-After a day", result: response(429, [("retry-after", "86400")]), attempt: 1, outcome: "throttled", waitMilliseconds: 300_000, lastError: "HTTP 429"),
+        // Retry-After on another failure is honoured up to twice the step.
+        Case(name: "500 with Retry-After", result: response(500, [("retry-after", "8")]), attempt: 1, outcome: "retry", topicStep: 2, waitMilliseconds: 8000, lastError: "HTTP 500"),
+        Case(name: "503 with an unreadable Retry-After", result: response(503, [("retry-after", "soon")]), attempt: 1, outcome: "retry", topicStep: 1, waitMilliseconds: 5000, lastError: "HTTP 503"),
         Case(name: "timeout", result: error(.timeout), attempt: 2, outcome: "retry", topicStep: 2, waitMilliseconds: 300_000, lastError: "timeout: test"),
         Case(name: "refused address", result: error(.addressRefused), attempt: 1, outcome: "retry", topicStep: 1, waitMilliseconds: 5000, lastError: "address_refused: test"),
         Case(name: "aborted by shutdown", result: error(.aborted), attempt: 1, outcome: "aborted"),
@@ -76,6 +81,10 @@ import Testing
             #expect(dueAt - Self.now == testCase.waitMilliseconds)
             #expect(failed.lastError == testCase.lastError)
             #expect(failed.lastStatus == testCase.result.response?.status)
+        case .throttled(let answered, let wait):
+            #expect(testCase.outcome == "throttled")
+            #expect(wait == testCase.waitMilliseconds)
+            #expect(answered.lastError == testCase.lastError)
         }
     }
 

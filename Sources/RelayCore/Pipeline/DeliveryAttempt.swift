@@ -9,6 +9,9 @@ public struct DeliveryAttempt: Sendable, Equatable {
         case retrying
         /// Failed for the last time (or the endpoint answered 410, or is disabled): dead-lettered.
         case dead
+        /// The endpoint answered 429 or 503 with `Retry-After`: it is paused, and the same attempt (not spent)
+        /// goes again after the pause.
+        case throttled
     }
 
     public var app: String
@@ -57,7 +60,11 @@ public struct DeliveryAttempt: Sendable, Equatable {
     /// The attempt's id: the same attempt written twice (a deliverer's retry of its produce) is one row; an
     /// unsent dead letter after attempt N, or attempt N sent again after a crash with another outcome, is
     /// another.
-    public var id: String { "\(endpoint):\(eventId):\(replayedFrom ?? "-"):\(attempt):\(outcome.rawValue)" }
+    /// A throttled attempt keeps its number, so its id carries its start too.
+    public var id: String {
+        let base = "\(endpoint):\(eventId):\(replayedFrom ?? "-"):\(attempt):\(outcome.rawValue)"
+        return outcome == .throttled ? "\(base):\(startedAt)" : base
+    }
 
     /// The longest `error` kept (a transport error's message can be long).
     public static let maximumErrorLength = 500
