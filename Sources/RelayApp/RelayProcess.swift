@@ -106,7 +106,7 @@ public final class RelayProcess: Sendable {
             let backend = try LocalBackend(
                 configuration: configuration, database: database, appTransactions: try Self.appTransactionGrants(configuration, log: log),
                 appPurchases: try Self.appPurchases(configuration, log: log, storeAPIs: try StoreAPIs.configured(configuration, logger: logger)),
-                metrics: metrics)
+                deliveryActions: try Self.deliveryActions(configuration, log: log), metrics: metrics)
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
             eventStore = backend.events
@@ -253,6 +253,23 @@ public final class RelayProcess: Sendable {
                 verifier(app).flatMap { verifier in Result { () throws(Rejection) in try verifier.verify(signedTransaction: text) } }
             },
             append: { record in _ = try await producer.produce(record) })
+    }
+
+    /// The delivery action routes' access to the log: resends and control records go to the deliveries topic.
+    static func deliveryActions(_ configuration: RelayConfiguration, log: any RecordLog) throws -> DeliveryActions {
+        let producer = try log.producer
+        let topic = configuration.topics.deliveries
+        return DeliveryActions(
+            topic: topic,
+            partitions: {
+                // Kafka answers over the network: off Swift's cooperative pool.
+                try await withCheckedThrowingContinuation { continuation in
+                    startDedicatedThread(named: "relay-partitions") {
+                        continuation.resume(with: Result { () throws(RecordLogError) in try log.partitionEnds(of: topic).count })
+                    }
+                }
+            },
+            append: { records in _ = try await producer.produce(records) })
     }
 
     /// The log `log.kind` names: Kafka at `bootstrapServers` (else `kafka.bootstrapServers`), or the

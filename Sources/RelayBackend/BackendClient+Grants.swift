@@ -20,6 +20,18 @@ extension BackendClient {
         return try Self.answer(try await send("DELETE", path), path: path)
     }
 
+    /// `POST path?query` with `body` (the delivery actions: resend, recover, enable); the answer. Sent once.
+    public func act(_ path: String, query: [(String, String)] = [], body: JSON? = nil) async throws(BackendError) -> JSON {
+        let text = query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+        let target = path + (text.isEmpty ? "" : "?" + text)
+        let response = try await send(
+            "POST", target, headers: body == nil ? [] : [("Content-Type", "application/json")], body: body?.serialized() ?? [], retrying: false)
+        return try Self.answer(response, path: path)
+    }
+
+    /// A path segment for an id (percent-encoded).
+    public static func segment(_ id: String) -> String { pathSegment(id) }
+
     private static func answer(_ response: HTTPClientResponse, path: String) throws(BackendError) -> JSON {
         let document = try? JSON.parse(response.body)
         let detail = document?["detail"]?.stringValue

@@ -105,7 +105,7 @@ public final class Deliverer: Service {
                 throw DelivererSetupError(key: "endpoints[\(index)].secrets", message: "\(error)")
             }
             lanes[endpoint.id] = EndpointLane(
-                id: endpoint.id, url: endpoint.url, signer: signer,
+                id: endpoint.id, app: endpoint.app, url: endpoint.url, signer: signer,
                 breaker: CircuitBreaker(threshold: options.breakerThreshold, cooldownMilliseconds: options.breakerCooldown.wholeMilliseconds),
                 rate: endpoint.ratePerSecond, metrics: metrics)
         }
@@ -159,6 +159,9 @@ public final class Deliverer: Service {
             // deliveries stay not done and are delivered again), and nothing outlives `run`.
             group.addTask { [self] in await runCommitter() }
             group.addTask { [self] in await attempts.run() }
+            // Each endpoint's state as this process starts (closed, enabled, not paused): the endpoints route
+            // shows the latest any deliverer reported.
+            for lane in lanes.values { publishStatus(lane) }
             await deliverUntilShutdown()
             commitQueue.finish()
             attempts.finish()
@@ -219,6 +222,10 @@ public final class Deliverer: Service {
 
     private func dispatch(_ record: ConsumedRecord) {
         tracker.begin()
+        if let control = record.headers.first(named: DeliveryControl.header) {
+            apply(control: control.stringValue, record)
+            return
+        }
         guard let delivery = DeliveryRecord(record) else {
             logger.error(
                 "delivery record without endpoint or event id; dead-lettered",
@@ -251,6 +258,29 @@ public final class Deliverer: Service {
             divert(record, delivery, lane, why: why, now: now)
             for pending in evicted { divert(pending.record, pending.delivery, lane, why: why, now: now) }
         }
+    }
+
+    /// A control record (`DeliveryControl`): applied to this process's lane, then done. Nothing is sent.
+    private func apply(control: String?, _ record: ConsumedRecord) {
+        let endpoint = record.headers.first(named: DeliveryHeaderName.endpoint)?.stringValue
+        switch control.flatMap(DeliveryControl.init(rawValue:)) {
+        case .enable:
+            if let lane = endpoint.flatMap({ lanes[$0] }) {
+                if lane.enable() { logger.info("endpoint enabled after its 410 Gone", metadata: ["endpoint": "\(lane.id)"]) }
+                publishStatus(lane)
+            } else {
+                logger.warning("control record for an endpoint not in the configuration; ignored", metadata: ["endpoint": "\(endpoint ?? "-")"])
+            }
+        case nil:
+            logger.warning("control record this version does not know; ignored (upgrade the deliverer)", metadata: ["control": "\(control ?? "-")"])
+        }
+        consumer.markDone(record)
+        tracker.end()
+    }
+
+    /// Writes `lane`'s state to the delivery log's topic (the endpoints route reads it).
+    private func publishStatus(_ lane: EndpointLane) {
+        attempts.append(lane.status(now: options.now()).record(topic: topics.attempts))
     }
 
     /// Queued deliveries of `lane` wait for time (its `rateLimit`, or a `Retry-After`): a timer starts them
@@ -384,6 +414,7 @@ public final class Deliverer: Service {
                     .record(topic: topics.attempts))
             logger.info("endpoint asked to slow down; paused", metadata: ["endpoint": "\(lane.id)", "pause.ms": "\(wait)"])
             if lane.throttle(unsent, until: now + wait, now: now) {
+                publishStatus(lane)
                 armWake(lane)
             } else {
                 // Shutting down: not done, delivered after the restart.
@@ -398,8 +429,12 @@ public final class Deliverer: Service {
             return
         case .delivered:
             attempts.append(logEntry(record, attempt, result, outcome: .succeeded, startedAt: startedAt, now: now).record(topic: topics.attempts))
+            let wasDisabled = attempt.replayedFrom != nil && lane.isDisabled
             if lane.record(success: true, replayed: attempt.replayedFrom != nil, now: now) == .closed {
                 logger.info("endpoint recovered; circuit closed", metadata: ["endpoint": "\(lane.id)"])
+                publishStatus(lane)
+            } else if wasDisabled {
+                publishStatus(lane)
             }
             lane.counters.delivered.increment()
             consumer.markDone(record)
@@ -412,6 +447,7 @@ public final class Deliverer: Service {
         lane.counters.failed.increment()
         if lane.record(success: false, now: now) == .opened {
             logger.warning("endpoint keeps failing; circuit opened", metadata: ["endpoint": "\(lane.id)", LogKey.error: "\(failed.lastError ?? "")"])
+            publishStatus(lane)
         }
         logger.debug(
             "delivery attempt failed",
@@ -419,7 +455,9 @@ public final class Deliverer: Service {
         switch outcome {
         case .gone:
             if lane.disable() {
-                logger.warning("endpoint answered 410 Gone; disabled until restart or a successful replay", metadata: ["endpoint": "\(lane.id)"])
+                logger.warning(
+                    "endpoint answered 410 Gone; disabled until enabled, a successful replay or resend, or a restart", metadata: ["endpoint": "\(lane.id)"])
+                publishStatus(lane)
             }
             deadLetter(
                 record, failed, reason: .endpointGone, endpointLabel: lane.id,

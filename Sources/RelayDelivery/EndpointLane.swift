@@ -93,6 +93,7 @@ final class EndpointLane: Sendable {
     }
 
     let id: String
+    let app: String
     let url: String
     let signer: WebhookSigner
     let counters: EndpointCounters
@@ -100,8 +101,9 @@ final class EndpointLane: Sendable {
     let rate: Double?
     private let state: Mutex<State>
 
-    init(id: String, url: String, signer: WebhookSigner, breaker: CircuitBreaker, rate: Double? = nil, metrics: any MetricsFactory) {
+    init(id: String, app: String = "", url: String, signer: WebhookSigner, breaker: CircuitBreaker, rate: Double? = nil, metrics: any MetricsFactory) {
         self.id = id
+        self.app = app
         self.url = url
         self.signer = signer
         self.rate = rate
@@ -277,6 +279,23 @@ final class EndpointLane: Sendable {
         }
         if transition != .none { counters.circuitOpen.record(open ? 1 : 0) }
         return transition
+    }
+
+    /// Enables the endpoint a 410 disabled (`POST .../endpoints/{id}/enable`). Returns whether it was disabled.
+    func enable() -> Bool {
+        state.withLock { state in
+            defer { state.disabled = false }
+            return state.disabled
+        }
+    }
+
+    /// What the endpoints route shows of this lane.
+    func status(now: Int64) -> EndpointStatus {
+        state.withLock { state in
+            EndpointStatus(
+                endpoint: id, app: app, circuitOpen: state.breaker.isOpen, disabled: state.disabled,
+                pausedUntil: state.resumeAt > now ? state.resumeAt : nil, at: now)
+        }
     }
 
     /// Disables the endpoint (410 Gone). Returns whether it was enabled.

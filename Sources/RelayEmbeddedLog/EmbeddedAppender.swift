@@ -238,7 +238,12 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                             code: .configuration, reason: "the embedded log has no topic \(record.topic)", isRetriable: false)))
                         continue
                     }
-                    let partition = self.partition(for: record.key, topic: topic)
+                    if let chosen = record.partition, !(0..<topic.partitions).contains(chosen) {
+                        results.append(.failure(RecordLogError(
+                            code: .configuration, reason: "\(record.topic) has no partition \(chosen)", isRetriable: false)))
+                        continue
+                    }
+                    let partition = record.partition ?? self.partition(for: record.key, topic: topic)
                     let slot = "\(topic.id):\(partition)"
                     var end: (next: Int64, appended: Int64)
                     if let known = ends[slot] {
@@ -290,6 +295,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
 
     /// The partition a keyed record goes to (nil without a key: round-robin, decided by the writer).
     private func keyedPartition(_ record: OutgoingRecord) -> Int32? {
+        if let partition = record.partition { return partition }
         guard let key = record.key, let topic = topics.withLock({ $0[record.topic] }) else { return nil }
         return Self.partition(ofKey: key, partitions: topic.partitions)
     }

@@ -143,7 +143,7 @@ public final class KafkaProducer: RecordProducer, Sendable {
                 func produce(key: UnsafeRawBufferPointer?) -> rd_kafka_resp_err_t {
                     relay_rd_kafka_produce(
                         client.pointer, record.topic, key?.baseAddress, key?.count ?? 0,
-                        value.baseAddress, value.count, headers, box.toOpaque())
+                        value.baseAddress, value.count, headers, record.partition ?? relay_rd_kafka_partition_ua(), box.toOpaque())
                 }
                 if let key = record.key { return key.withUnsafeBytes { produce(key: $0) } }
                 return produce(key: nil)

@@ -100,6 +100,11 @@ extension LocalBackend {
         BackendRoute(.get, metricsPath): .read,
         BackendRoute(.get, customerPath): .read,
         BackendRoute(.get, deliveriesPath): .read,
+        BackendRoute(.get, endpointsPath): .read,
+        // Acting on deliveries: the secret key only (a read key sees, it does not act).
+        BackendRoute(.post, deliveryResendPath): .secret,
+        BackendRoute(.post, endpointRecoverPath): .secret,
+        BackendRoute(.post, endpointEnablePath): .secret,
         // What an app asks with the key it embeds: its own users and products.
         BackendRoute(.get, entitlementsPath): .public,
         BackendRoute(.get, productsPath): .public,

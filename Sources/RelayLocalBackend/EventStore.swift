@@ -202,6 +202,11 @@ public final class EventStore: Sendable {
         }
     }
 
+    /// The payload of the event with this id, as delivered; nil when it is not recorded.
+    public func payload(id: String) async throws -> String? {
+        try await pool.read { db in try String.fetchOne(db, sql: "SELECT payload FROM event WHERE id = ?", arguments: [id]) }
+    }
+
     /// The payloads of the newest `limit` events that match `filter` (by recorded order), newest first.
     public func latest(_ filter: EventFilter, limit: Int) async throws -> [String] {
         let (clause, arguments) = filter.sql(after: nil)

@@ -41,6 +41,8 @@ public struct LocalBackend: Sendable {
     let appTransactions: AppTransactionGrants?
     /// Verifies, reads and appends purchases apps hand over (the purchases route); nil: the route answers 404.
     let appPurchases: AppPurchases?
+    /// Appends resends and control records (the delivery action routes); nil: they answer 503.
+    let deliveryActions: DeliveryActions?
 
     /// - Parameters:
     ///   - clock: now in Unix milliseconds (which subscriptions are active).
@@ -50,7 +52,7 @@ public struct LocalBackend: Sendable {
     public init(
         configuration: RelayConfiguration, database: SubscriptionDatabase,
         clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil, appPurchases: AppPurchases? = nil,
-        metrics: any MetricsFactory = NOOPMetricsHandler.instance, rateLimitClock: (@Sendable () -> UInt64)? = nil
+        deliveryActions: DeliveryActions? = nil, metrics: any MetricsFactory = NOOPMetricsHandler.instance, rateLimitClock: (@Sendable () -> UInt64)? = nil
     ) throws(ConfigurationError) {
         guard !configuration.backend.secretKeys.isEmpty else {
             throw ConfigurationError(key: "backend.apiKey", message: "the local backend requires a secret key (backend.apiKey)")
@@ -73,6 +75,7 @@ public struct LocalBackend: Sendable {
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
         self.appPurchases = appPurchases
+        self.deliveryActions = deliveryActions
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
             // Grandfathering rule i grants product `$grandfathered:i` (AppTransactionMapping writes it).
             let grandfathered = apps.flatMap { app in
@@ -108,6 +111,7 @@ public struct LocalBackend: Sendable {
         addAppTransactionRoutes(to: router)
         addAliasRoutes(to: router)
         addCustomerRoutes(to: router)
+        addEndpointRoutes(to: router)
         addDeliveryRoutes(to: router)
         addPurchaseRoutes(to: router)
         addGrantRoutes(to: router)

@@ -88,6 +88,9 @@ public final class SubscriptionDatabase: Sendable {
         migrator.registerMigration("v8: the delivery log") { db in
             try DeliveryLog.createSchema(db)
         }
+        migrator.registerMigration("v9: endpoint health, status and resends") { db in
+            try DeliveryLog.createHealthSchema(db)
+        }
         return migrator
     }
 

@@ -12,7 +12,7 @@ struct RevenueRelay: AsyncParsableCommand {
         abstract: "Receives App Store, Google Play, Stripe and Paddle server notifications, verifies and standardizes them, keeps entitlements current and delivers signed webhooks, on Kafka or an embedded durable log.",
         version: RelayVersion.current,
         subcommands: [
-            Dev.self, Run.self, Replay.self, Tail.self, Topics.self, Copy.self, Inspect.self, Events.self, Revenue.self, Deliveries.self, Import.self, Recover.self,
+            Dev.self, Run.self, Replay.self, Tail.self, Topics.self, Copy.self, Inspect.self, Events.self, Revenue.self, Deliveries.self, Endpoints.self, Import.self, Recover.self,
             Reconcile.self, Grant.self, Revoke.self,
         ]
     )

@@ -341,6 +341,8 @@ final class TestBackend: Sendable {
             "/subscriptions-api/public/v1/checkout/session", "/subscriptions-api/public/v1/checkout/status",
             "/subscriptions-api/public/v1/checkout/session/confirm", "/subscriptions-api/public/v1/checkout/session/complete",
             "/subscriptions-api/public/v1/checkout/session/poll-redemption-result", "/subscriptions-api/public/v1/redeem",
+            "/subscriptions-api/internal/v1/endpoints", "/subscriptions-api/internal/v1/deliveries/{deliveryId}/resend",
+            "/subscriptions-api/internal/v1/endpoints/{endpointId}/recover", "/subscriptions-api/internal/v1/endpoints/{endpointId}/enable",
         ])
         // The state schema names exactly the fields the backend stores and returns.
         let schemas = try #require((root["components"] as? [String: Any])?["schemas"] as? [String: Any])
@@ -396,6 +398,12 @@ final class TestBackend: Sendable {
             ("post", "/subscriptions-api/public/v1/checkout/session", "/subscriptions-api/public/v1/checkout/session?applicationId=7", [auth], Array(#"{"productIdentifier": "price_x"}"#.utf8)),
             ("post", "/subscriptions-api/public/v1/redeem", "/subscriptions-api/public/v1/redeem?applicationId=7", [auth], Array(#"{"codes": [{"code": "x"}]}"#.utf8)),
             ("post", "/subscriptions-api/public/v1/redeem", "/subscriptions-api/public/v1/redeem", [], Array(#"{}"#.utf8)),
+            // Endpoint health; the delivery actions need the log, which this backend does not have (503).
+            ("get", "/subscriptions-api/internal/v1/endpoints", "/subscriptions-api/internal/v1/endpoints", [auth], nil),
+            ("get", "/subscriptions-api/internal/v1/endpoints", "/subscriptions-api/internal/v1/endpoints?endpoint=nope", [auth], nil),
+            ("post", "/subscriptions-api/internal/v1/deliveries/{deliveryId}/resend", "/subscriptions-api/internal/v1/deliveries/x/resend", [auth], nil),
+            ("post", "/subscriptions-api/internal/v1/endpoints/{endpointId}/recover", "/subscriptions-api/internal/v1/endpoints/x/recover?since=2026-01-01", [auth], nil),
+            ("post", "/subscriptions-api/internal/v1/endpoints/{endpointId}/enable", "/subscriptions-api/internal/v1/endpoints/x/enable", [], nil),
         ]
         var statuses: [Int] = []
         for call in calls {
@@ -407,7 +415,7 @@ final class TestBackend: Sendable {
         }
         #expect(statuses == [
             200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 401, 200, 404, 200, 400, 200, 400, 404, 401, 200, 400, 404,
-            200, 404, 401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401,
+            200, 404, 401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401, 200, 404, 503, 503, 401,
         ])
         await backend.stop()
     }

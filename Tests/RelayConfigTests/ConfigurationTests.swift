@@ -19,6 +19,24 @@ import Testing
         }
     }
 
+    @Test func anEndpointsRateLimitIsReadPerSecondMinuteOrHourAndBadOnesNameTheirKey() throws {
+        func yaml(_ text: String) -> String {
+            """
+            apps: [{ key: demo, projectId: 1, applicationId: 1, stripe: { signingSecrets: [whsec_x] } }]
+            endpoints: [{ id: e, app: demo, url: "https://x.test", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw], rateLimit: "\(text)" }]
+            """
+        }
+        func rate(_ text: String) throws -> Double? { try parse(yaml(text)).endpoints.first?.ratePerSecond }
+        #expect(try rate("50/s") == 50)
+        #expect(try rate("600/min") == 10)
+        #expect(try rate("1800/h") == 0.5)
+        #expect(try rate("2.5") == 2.5)
+        for bad in ["0/s", "-1/s", "fast", "10/day", "200000/s"] {
+            let failure = error(yaml(bad))
+            #expect(failure?.key == "endpoints[0].rateLimit", "\(bad): \(String(describing: failure))")
+        }
+    }
+
     @Test func devConfigurationLoadsAsShipped() throws {
         let configuration = try RelayConfiguration.load(path: Self.repositoryRoot.appendingPathComponent("config/dev.yaml").path, environment: [:])
         let demo = try #require(configuration.app("demo"))
@@ -33,6 +51,7 @@ import Testing
         let configuration = try RelayConfiguration.load(path: Self.repositoryRoot.appendingPathComponent("config/example.yaml").path, environment: environment)
         #expect(configuration.app("demo")?.stripe?.signingSecrets == ["whsec_s"])
         #expect(configuration.endpoints.first?.id == "analytics")
+        #expect(configuration.endpoints.first?.ratePerSecond == 50)
         #expect(configuration.delivery.allowPrivateNetworks == false)
         #expect(configuration.app("demo")?.apple?.environments.contains("Xcode") == false)
         #expect(configuration.app("demo")?.publicApiKeys == ["p"])
@@ -62,6 +81,7 @@ import Testing
         #expect(configuration.app("demo")?.publicApiKeys == ["p"])
         #expect(configuration.app("demo")?.apple?.environments.contains("Xcode") == false)
         #expect(configuration.endpoints.first?.id == "analytics")
+        #expect(configuration.endpoints.first?.ratePerSecond == 50)
         #expect(configuration.delivery.allowPrivateNetworks == false)
         // Its secrets come from the environment only.
         #expect(throws: ConfigurationError.self) { _ = try RelayConfiguration.load(path: path, environment: [:]) }

@@ -85,4 +85,70 @@ import Testing
         filter.eventId = "e"
         #expect(try await log.page(filter, before: nil, limit: 10).attempts.compactMap { $0["outcome"]?.stringValue } == ["dead", "retrying"])
     }
+
+    @Test func healthCountsWindowsPercentilesTheBacklogAndTheDeliverersReport() async throws {
+        let now: Int64 = 100_000_000
+        let log = DeliveryLog(database: try Self.database(), clock: { now })
+        func attempt(_ event: String, _ number: Int, _ outcome: DeliveryAttempt.Outcome, duration: Int64?, at: Int64, endpoint: String = "hooks") -> [UInt8] {
+            DeliveryAttempt(
+                app: "demo", endpoint: endpoint, eventId: event, eventType: "renewal", subject: "sub", attempt: number, outcome: outcome,
+                httpStatus: duration == nil ? nil : (outcome == .succeeded ? 200 : 500), durationMs: duration, error: outcome == .succeeded ? nil : "HTTP 500",
+                startedAt: at - (duration ?? 0), finishedAt: at
+            ).json.serialized()
+        }
+        // In the last hour: durations 10..100 (ten attempts, eight succeeded, one failed for good, one throttled);
+        // two hours ago: one more failure (only in the day's window), still retrying; an unsent dead letter counts in no window.
+        var bodies = (1...8).map { attempt("ok\($0)", 1, .succeeded, duration: Int64($0) * 10, at: now - 60_000) }
+        bodies.append(attempt("bad", 1, .dead, duration: 90, at: now - 50_000))
+        bodies.append(attempt("slow", 1, .throttled, duration: 100, at: now - 40_000))
+        bodies.append(attempt("old", 1, .retrying, duration: 1_000, at: now - 7_200_000))
+        bodies.append(attempt("unsent", 1, .dead, duration: nil, at: now - 30_000))
+        bodies.append(attempt("elsewhere", 1, .dead, duration: 5, at: now - 30_000, endpoint: "other"))
+        bodies.append(
+            EndpointStatus(endpoint: "hooks", app: "demo", circuitOpen: true, disabled: false, pausedUntil: now + 5_000, at: now - 1_000).json.serialized())
+        // An older report arriving late does not win.
+        bodies.append(EndpointStatus(endpoint: "hooks", app: "demo", circuitOpen: false, disabled: false, pausedUntil: nil, at: now - 2_000).json.serialized())
+        let result = try await log.record(bodies)
+        #expect(result.invalid.isEmpty)
+        let health = try await log.health(endpoint: "hooks", now: now)
+        #expect(health.lastHour.attempts == 10)
+        #expect(health.lastHour.succeeded == 8)
+        #expect(health.lastHour.throttled == 1)
+        // Nearest rank over 10, 20, ..., 100: the 5th and the 10th.
+        #expect(health.lastHour.p50Ms == 50)
+        #expect(health.lastHour.p99Ms == 100)
+        #expect(health.lastDay.attempts == 11)
+        #expect(health.lastDay.p99Ms == 1_000)
+        #expect(health.dead == 2)
+        #expect(health.retrying == 1)
+        #expect(health.throttled == 1)
+        #expect(health.lastFailure?["eventId"] == "unsent")
+        #expect(health.status?.circuitOpen == true)
+        #expect(health.status?.pausedUntil == now + 5_000)
+
+        // Recover claims each failed event once: the dead and retrying ones in the range, not the throttled or succeeded.
+        let claim = try await log.claimFailures(
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 2, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+        #expect(claim.claimed.count == 2)
+        #expect(claim.more)
+        let rest = try await log.claimFailures(
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+        #expect(Set((claim.claimed + rest.claimed).map(\.attempt.eventId)) == ["bad", "old", "unsent"])
+        #expect(rest.alreadyResent == 2)
+        // The same failure written again (a repeated record) is no new failure: nothing to claim.
+        _ = try await log.record([attempt("bad", 1, .dead, duration: 90, at: now - 50_000)])
+        let none = try await log.claimFailures(
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+        #expect(none.claimed.isEmpty && none.alreadyResent == 3)
+        // The re-sent delivery failed again: a new failure, claimed again.
+        _ = try await log.record([
+            DeliveryAttempt(
+                app: "demo", endpoint: "hooks", eventId: "bad", eventType: "renewal", subject: "sub", attempt: 1, outcome: .dead, httpStatus: 500, durationMs: 9,
+                error: "HTTP 500", startedAt: now - 5_000, finishedAt: now - 4_000, replayedFrom: "recover:9"
+            ).json.serialized()
+        ])
+        let again = try await log.claimFailures(
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+        #expect(again.claimed.map(\.attempt.eventId) == ["bad"])
+    }
 }

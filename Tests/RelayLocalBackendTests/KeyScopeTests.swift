@@ -63,6 +63,9 @@ final class ScopedBackend: Sendable {
             google: { packageName: com.example.android, pushAudience: "https://relay.example.com/g", pushServiceAccount: "push@example.iam.gserviceaccount.com", jwks: google-jwks.json }
             products:
               - { productId: premium_sub, store: PLAY_STORE, entitlements: [premium] }
+        endpoints:
+          - { id: hooks-ios, app: ios, url: "https://hooks.example.com/ios?token=secret-token", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"] }
+          - { id: hooks-android, app: android, url: "https://hooks.example.com/android", secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"] }
         """
 
     let url: String
@@ -71,6 +74,8 @@ final class ScopedBackend: Sendable {
     let metrics = TestMetrics()
     /// The apps whose AppTransactions the route asked to verify.
     let verified = LockedBox<[String]>([])
+    /// What the delivery action routes appended (resends and control records).
+    let appended = LockedBox<[OutgoingRecord]>([])
     /// Monotonic nanoseconds for the rate limit, stepped by tests.
     let limiterClock = LockedBox<UInt64>(1_000_000_000)
     private let group: ServiceGroup
@@ -111,9 +116,12 @@ final class ScopedBackend: Sendable {
                 return .failure(Rejection(.malformed, "test: transactions of \(app) are not checked here"))
             },
             append: { _ in throw ScopeTestFailure("nothing may be appended") })
+        let appended = self.appended
+        let actions = DeliveryActions(
+            topic: "relay.deliveries", partitions: { 3 }, append: { records in appended.withLock { $0 += records } })
         backend = try LocalBackend(
             configuration: configuration, database: database, clock: { 1_800_000_000_000 }, appTransactions: grants, appPurchases: purchases,
-            metrics: metrics,
+            deliveryActions: actions, metrics: metrics,
             rateLimitClock: { limiterClock.value })
         let ports = AsyncStream.makeStream(of: Int.self)
         let application = backend.application(logger: testLogger()) { port in ports.continuation.yield(port) }
@@ -384,6 +392,31 @@ let scopeTable: [ScopeCase] = [
         path: "/subscriptions-api/public/v1/redeem?applicationId=1", body: #"{"deviceId": "d", "codes": [{"code": "x"}]}"#,
         rows: { strings([json($0)["error"] ?? .null]) },
         expected: [.secret: .rows(404, ["not_found"]), .rotatedSecret: .rows(404, ["not_found"]), .publicThis: .rows(404, ["not_found"])]),
+    // Endpoint health: each key sees its apps' endpoints; the host only, never the URL's path or query.
+    ScopeCase(
+        route: BackendRoute(.get, "/subscriptions-api/internal/v1/endpoints"), method: "GET", path: "/subscriptions-api/internal/v1/endpoints",
+        rows: { body in
+            let endpoints = json(body)["endpoints"]?.arrayValue ?? []
+            return (strings(endpoints.map { $0["id"] ?? .null }) + strings(endpoints.map { $0["host"] ?? .null })).sorted()
+        },
+        expected: [
+            .secret: .rows(200, ["hooks-android", "hooks-ios", "hooks.example.com", "hooks.example.com"]),
+            .rotatedSecret: .rows(200, ["hooks-android", "hooks-ios", "hooks.example.com", "hooks.example.com"]),
+            .readThis: .rows(200, ["hooks-ios", "hooks.example.com"]), .readOther: .rows(200, ["hooks-android", "hooks.example.com"]),
+        ]),
+    // Acting on deliveries: the secret key only; a read key sees the log but cannot resend, recover or enable.
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/internal/v1/deliveries/:deliveryId/resend"), method: "POST",
+        path: "/subscriptions-api/internal/v1/deliveries/hooks-ios:e-ios:-:1:succeeded/resend", rows: { strings([json($0)["eventId"] ?? .null]) },
+        expected: [.secret: .rows(202, ["e-ios"]), .rotatedSecret: .rows(202, ["e-ios"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/internal/v1/endpoints/:endpointId/recover"), method: "POST",
+        path: "/subscriptions-api/internal/v1/endpoints/hooks-ios/recover?since=2020-01-01", rows: { strings([json($0)["endpoint"] ?? .null]) },
+        expected: [.secret: .rows(202, ["hooks-ios"]), .rotatedSecret: .rows(202, ["hooks-ios"])]),
+    ScopeCase(
+        route: BackendRoute(.post, "/subscriptions-api/internal/v1/endpoints/:endpointId/enable"), method: "POST",
+        path: "/subscriptions-api/internal/v1/endpoints/hooks-ios/enable", rows: { strings([json($0)["endpoint"] ?? .null]) },
+        expected: [.secret: .rows(202, ["hooks-ios"]), .rotatedSecret: .rows(202, ["hooks-ios"])]),
     // The attack of issue 25: a made-up purchase for mallory until 2100. Each kind writes its own id, so
     // the test can tell afterwards which writes happened; last, so the reads above see none of them.
     ScopeCase(
@@ -455,6 +488,13 @@ private func malloryState(_ id: String) -> String {
         // The app-transaction and purchases routes reached the verifier for this app only (three keys each),
         // never with another app's rules.
         #expect(backend.verified.value == Array(repeating: "ios", count: 6))
+        // Only the secret keys acted: a resend each, and an enable each to all three partitions (the recover
+        // found nothing failed).
+        let appended = backend.appended.value
+        #expect(appended.filter { $0.headers.first(named: "relay-replayed-from") != nil }.count == 2)
+        let controls = appended.filter { $0.headers.first(named: DeliveryControl.header)?.stringValue == "enable" }
+        #expect(controls.compactMap(\.partition).sorted() == [0, 0, 1, 1, 2, 2])
+        #expect(appended.count == 8)
         await backend.stop()
     }
 

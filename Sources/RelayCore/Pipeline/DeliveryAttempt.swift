@@ -99,3 +99,67 @@ public struct DeliveryAttempt: Sendable, Equatable {
         OutgoingRecord(topic: topic, key: Array(endpoint.utf8), value: json.serialized(), headers: [])
     }
 }
+
+/// An endpoint's state as a deliverer holds it, written to the delivery log's topic (beside the attempts,
+/// keyed by the endpoint) when it changes and when the deliverer starts: whether its circuit breaker is
+/// open, whether a 410 disabled it, and until when a `Retry-After` pauses it. The backend keeps the latest
+/// for the endpoints route.
+public struct EndpointStatus: Sendable, Equatable {
+    public var endpoint: String
+    public var app: String
+    public var circuitOpen: Bool
+    public var disabled: Bool
+    /// Unix ms; nil when not paused.
+    public var pausedUntil: Int64?
+    /// When the deliverer reported it (Unix ms).
+    public var at: Int64
+
+    public init(endpoint: String, app: String, circuitOpen: Bool, disabled: Bool, pausedUntil: Int64?, at: Int64) {
+        self.endpoint = endpoint
+        self.app = app
+        self.circuitOpen = circuitOpen
+        self.disabled = disabled
+        self.pausedUntil = pausedUntil
+        self.at = at
+    }
+
+    static let kind = "endpointStatus"
+
+    public var json: JSON {
+        [
+            "kind": .string(Self.kind), "endpoint": .string(endpoint), "app": .string(app), "circuit": .string(circuitOpen ? "open" : "closed"),
+            "disabled": .bool(disabled), "pausedUntil": pausedUntil.map(JSON.integer) ?? .null, "at": .integer(at),
+        ]
+    }
+
+    public init?(json: JSON) {
+        guard json["kind"]?.stringValue == Self.kind, let endpoint = json["endpoint"]?.stringValue, let app = json["app"]?.stringValue,
+            let circuit = json["circuit"]?.stringValue, let disabled = json["disabled"]?.boolValue, let at = json["at"]?.int64Value
+        else { return nil }
+        self.init(endpoint: endpoint, app: app, circuitOpen: circuit == "open", disabled: disabled, pausedUntil: json["pausedUntil"]?.int64Value, at: at)
+    }
+
+    public func record(topic: String) -> OutgoingRecord {
+        OutgoingRecord(topic: topic, key: Array(endpoint.utf8), value: json.serialized(), headers: [])
+    }
+}
+
+/// Instructions to the deliverers, written to every partition of `relay.deliveries` (so each deliverer
+/// process, whichever partitions it holds, reads one): a record with `relay-control` and `relay-endpoint`
+/// and an empty body. Not a delivery: nothing is sent.
+public enum DeliveryControl: String, Sendable {
+    /// Enable the endpoint a 410 Gone disabled (`POST .../endpoints/{id}/enable`).
+    case enable
+
+    public static let header = "relay-control"
+
+    /// One record per partition (`partitions` of the deliveries topic).
+    public func records(topic: String, endpoint: String, partitions: Int) -> [OutgoingRecord] {
+        (0..<max(1, partitions)).map { partition in
+            OutgoingRecord(
+                topic: topic, key: nil, value: [],
+                headers: [RecordHeader(name: Self.header, value: rawValue), RecordHeader(name: DeliveryHeaderName.endpoint, value: endpoint)],
+                partition: Int32(partition))
+        }
+    }
+}

@@ -28,12 +28,16 @@ public struct OutgoingRecord: Sendable, Hashable {
     public var key: [UInt8]?
     public var value: [UInt8]
     public var headers: [RecordHeader]
+    /// The partition to append to; nil (almost always): the key's partition, or any for no key. Control
+    /// records that every consumer of a topic must see go to each partition by number.
+    public var partition: Int32?
 
-    public init(topic: String, key: [UInt8]?, value: [UInt8], headers: [RecordHeader] = []) {
+    public init(topic: String, key: [UInt8]?, value: [UInt8], headers: [RecordHeader] = [], partition: Int32? = nil) {
         self.topic = topic
         self.key = key
         self.value = value
         self.headers = headers
+        self.partition = partition
     }
 }
 
