@@ -106,7 +106,8 @@ public final class RelayProcess: Sendable {
             let backend = try LocalBackend(
                 configuration: configuration, database: database, appTransactions: try Self.appTransactionGrants(configuration, log: log),
                 appPurchases: try Self.appPurchases(configuration, log: log, storeAPIs: try StoreAPIs.configured(configuration, logger: logger)),
-                deliveryActions: try Self.deliveryActions(configuration, log: log), metrics: metrics)
+                deliveryActions: try Self.deliveryActions(configuration, log: log),
+                rejectedNotifications: Self.rejectedNotifications(configuration, log: log), metrics: metrics)
             // A worker in this process reads and writes the same database directly.
             stateStore = LocalStateStore(backend: backend, database: database)
             eventStore = backend.events
@@ -270,6 +271,36 @@ public final class RelayProcess: Sendable {
                 }
             },
             append: { records in _ = try await producer.produce(records) })
+    }
+
+    /// The console's rejected page: the newest records of the rejected topic, read from each partition's end.
+    static func rejectedNotifications(_ configuration: RelayConfiguration, log: any RecordLog) -> RejectedNotifications {
+        let topic = configuration.topics.rejected
+        return RejectedNotifications { limit in
+            // Kafka answers over the network: the ends and the reader are made off Swift's cooperative pool.
+            let snapshot: any TopicSnapshot = try await withCheckedThrowingContinuation { continuation in
+                startDedicatedThread(named: "relay-rejected") {
+                    continuation.resume(
+                        with: Result { () throws(RecordLogError) in
+                            let ends = try log.partitionEnds(of: topic)
+                            let each = Int64(max(1, limit / max(1, ends.count)))
+                            let offsets = Dictionary(uniqueKeysWithValues: ends.map { ($0.partition, max($0.startOffset, $0.endOffset - each)) })
+                            return try log.read(topic, from: offsets, follow: false)
+                        })
+                }
+            }
+            var found: [RejectedNotification] = []
+            do {
+                for try await record in snapshot.records {
+                    if let notification = RejectedNotification(record) { found.append(notification) }
+                }
+            } catch {
+                await snapshot.close()
+                throw error
+            }
+            await snapshot.close()
+            return found
+        }
     }
 
     /// The log `log.kind` names: Kafka at `bootstrapServers` (else `kafka.bootstrapServers`), or the

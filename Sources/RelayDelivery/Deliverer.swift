@@ -57,6 +57,8 @@ public final class Deliverer: Service {
     }
     /// The delivery log's records of successful attempts, written in batches.
     private let attempts: AttemptWriter
+    /// The timers armed for endpoints held back by their rate or a pause (`armWake`), cancelled when `run` ends.
+    private let timers = Mutex<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
     /// What the deliverer reads of the configuration: the `delivery` section, the endpoints, the topic
     /// names and the shutdown bound.
@@ -175,6 +177,7 @@ public final class Deliverer: Service {
             // shutdown of everything behind the deliverer.
             group.cancelAll()
         }
+        for timer in timers.withLock({ timers in defer { timers.tasks = [:] }; return Array(timers.tasks.values) }) { timer.cancel() }
         await engine.close()
         await consumer.close()
         logger.info("deliverer stopped")
@@ -288,10 +291,16 @@ public final class Deliverer: Service {
     private func armWake(_ lane: EndpointLane) {
         guard let at = lane.wakeToArm(now: options.now(), limit: maxPerEndpoint) else { return }
         let sleep = options.sleepUntil
-        Task { [self] in
-            await sleep(at)
-            lane.woke(at: at)
-            startReady(lane)
+        timers.withLock { state in
+            state.next += 1
+            let id = state.next
+            state.tasks[id] = Task { [self] in
+                await sleep(at)
+                self.timers.withLock { _ = $0.tasks.removeValue(forKey: id) }
+                guard !Task.isCancelled else { return }
+                lane.woke(at: at)
+                startReady(lane)
+            }
         }
     }
 
@@ -311,6 +320,16 @@ public final class Deliverer: Service {
 
     /// Sends a delivery on to the retry step it is at (the first, for a new one) without an attempt.
     private func divert(_ record: ConsumedRecord, _ delivery: DeliveryRecord, _ lane: EndpointLane, why: String, now: Int64) {
+        if why == EndpointLane.throttled {
+            // Held back by the endpoint's rate or pause, not by its failures: back once it may be sent to (at
+            // least a second), from the first retry topic that holds that wait, whatever step it was at.
+            let wait = max(1_000, lane.nextStart(now: now) - now)
+            lane.counters.deferred.increment()
+            logger.debug("delivery deferred", metadata: ["endpoint": "\(lane.id)", "reason": "\(why)"])
+            produceThenMarkDone(record, [delivery.retryRecord(topic: topics.retry(step: policy.topicStep(forWait: wait, from: 1)), due: now + wait)])
+            advance(lane, after: record)
+            return
+        }
         let step = max(1, delivery.attempts)
         guard case .retry(_, let waitMilliseconds) = policy.next(afterAttempt: step, failure: .init(status: nil), random: options.random()) else {
             deadLetter(record, delivery, reason: .retriesExhausted, endpointLabel: lane.id)

@@ -195,7 +195,7 @@ final class EndpointLane: Sendable {
             if last.probe { state.breaker.probeAbandoned(now: now) }
             evicted.append(last)
         }
-        return (.divert(timely ? "endpoint stalled" : "endpoint throttled", evicted: evicted.reversed()), state.breaker.isOpen)
+        return (.divert(timely ? "endpoint stalled" : Self.throttled, evicted: evicted.reversed()), state.breaker.isOpen)
     }
 
     /// A transfer finished: the next queued delivery takes its slot (returned), or the slot is freed (and
@@ -254,6 +254,17 @@ final class EndpointLane: Sendable {
             guard !state.stopped else { return false }
             state.waiting.prepend(pending)
             return true
+        }
+    }
+
+    /// Why a delivery is diverted while the endpoint's rate or a `Retry-After` holds it back.
+    static let throttled = "endpoint throttled"
+
+    /// When the endpoint may be sent to next as far as time goes (its pause and its rate), Unix ms.
+    func nextStart(now: Int64) -> Int64 {
+        state.withLock { state in
+            _ = state.mayStart(now: now, rate: rate)
+            return state.startableAt(now: now, rate: rate)
         }
     }
 

@@ -27,22 +27,28 @@ extension LocalBackend {
             case .success(let found): app = found
             case .failure(let problem): return problem.response
             }
-            let user = try await backend.database.appUser(id, applicationId: app.applicationId)
-            let (_, ids) = try await backend.database.userIds(of: user.appUserId, applicationId: app.applicationId)
-            let subscriptions = try await backend.database.subscriptions(ofUsers: ids).filter { $0.applicationId == app.applicationId }
-            var events: [JSON] = []
-            for subscription in subscriptions {
-                var filter = EventFilter(app: app.key, originalTransactionId: subscription.originalTransactionId, environment: nil)
-                filter.store = subscription.store
-                events += try await backend.events.latest(filter, limit: Self.customerEventLimit).compactMap { try? JSON.parse(Array($0.utf8)) }
-            }
-            events.sort { ($0["data"]?["ts"]?.int64Value ?? 0) > ($1["data"]?["ts"]?.int64Value ?? 0) }
-            var answer = user.json.objectValue ?? [:]
-            for (key, value) in backend.entitlements(of: subscriptions).json.objectValue ?? [:] { answer[key] = value }
-            answer["subscriptions"] = .array(subscriptions.map(\.json))
-            answer["events"] = .array(Array(events.prefix(Self.customerEventLimit)))
-            return json(.ok, .object(answer))
+            return json(.ok, try await backend.customer(id, app: app))
         }
+    }
+
+    /// The customer route's answer: the user `id` stands for in `app`, their ids and attributes, customer
+    /// info, subscriptions and those subscriptions' events (newest first).
+    func customer(_ id: String, app: RelayConfiguration.App) async throws -> JSON {
+        let user = try await database.appUser(id, applicationId: app.applicationId)
+        let (_, ids) = try await database.userIds(of: user.appUserId, applicationId: app.applicationId)
+        let subscriptions = try await database.subscriptions(ofUsers: ids).filter { $0.applicationId == app.applicationId }
+        var events: [JSON] = []
+        for subscription in subscriptions {
+            var filter = EventFilter(app: app.key, originalTransactionId: subscription.originalTransactionId, environment: nil)
+            filter.store = subscription.store
+            events += try await self.events.latest(filter, limit: Self.customerEventLimit).compactMap { try? JSON.parse(Array($0.utf8)) }
+        }
+        events.sort { ($0["data"]?["ts"]?.int64Value ?? 0) > ($1["data"]?["ts"]?.int64Value ?? 0) }
+        var answer = user.json.objectValue ?? [:]
+        for (key, value) in entitlements(of: subscriptions).json.objectValue ?? [:] { answer[key] = value }
+        answer["subscriptions"] = .array(subscriptions.map(\.json))
+        answer["events"] = .array(Array(events.prefix(Self.customerEventLimit)))
+        return .object(answer)
     }
 
     /// The app a read route about one app's users acts in: the `applicationId` given (one of the key's apps),

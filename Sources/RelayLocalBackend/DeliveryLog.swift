@@ -59,7 +59,7 @@ public final class DeliveryLog: Sendable {
                 ALTER TABLE delivery_attempt ADD COLUMN duration_ms INTEGER;
                 UPDATE delivery_attempt SET duration_ms = json_extract(body, '$.durationMs');
                 CREATE INDEX delivery_attempt_by_endpoint_time ON delivery_attempt (endpoint, finished_at);
-                CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq);
+                CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome);
                 CREATE INDEX delivery_attempt_by_endpoint_outcome ON delivery_attempt (endpoint, outcome, seq);
                 CREATE TABLE endpoint_status (
                     endpoint TEXT PRIMARY KEY,
@@ -74,6 +74,7 @@ public final class DeliveryLog: Sendable {
                 );
                 CREATE INDEX delivery_resend_by_failure ON delivery_resend (failure_id);
                 CREATE INDEX delivery_resend_by_time ON delivery_resend (requested_at);
+                CREATE INDEX delivery_resend_by_mark ON delivery_resend (replayed_from);
                 """)
     }
 
@@ -307,10 +308,11 @@ extension DeliveryLog {
         public var more = false
     }
 
-    /// Claims, in one transaction, the deliveries of `endpoint` to re-send: each event with a failed attempt
-    /// (`retrying` or `dead`) that finished in `[since, until)` and whose latest attempt to this endpoint is
-    /// still a failure (not succeeded since, not throttled and waiting), unless that latest failure was
-    /// re-sent before. At most `limit`; each claimed failure is written to the ledger with `replayedFrom`
+    /// Claims, in one transaction, the deliveries of `endpoint` to re-send: each event whose latest attempt
+    /// to this endpoint failed (`retrying`) or died (`dead`) in `[since, until)`, that has not succeeded there
+    /// since its first failure in the range (a re-send that worked, then a failed retry of the original
+    /// chain, is not sent a third time), unless that latest failure was re-sent before. A re-sent delivery
+    /// that fails again fails after `until` when the range ends now, so the same range never claims it again. At most `limit`; each claimed failure is written to the ledger with `replayedFrom`
     /// (the caller's mark for the re-sent delivery), so concurrent and later recovers skip it.
     public func claimFailures(
         endpoint: String, since: Int64, until: Int64, limit: Int, now: Int64, apps: Set<String>?,
@@ -328,7 +330,14 @@ extension DeliveryLog {
                     SELECT d.seq, d.body, d.app, EXISTS (SELECT 1 FROM delivery_resend r WHERE r.failure_id = d.id) AS resent
                     FROM failed f JOIN delivery_attempt d
                         ON d.seq = (SELECT MAX(seq) FROM delivery_attempt x WHERE x.endpoint = ?1 AND x.event_id = f.event_id)
-                    WHERE d.outcome IN ('retrying', 'dead')
+                    WHERE d.outcome IN ('retrying', 'dead') AND d.finished_at >= ?2 AND d.finished_at < ?3
+                        AND NOT EXISTS (
+                            SELECT 1 FROM delivery_attempt s
+                            WHERE s.endpoint = ?1 AND s.event_id = f.event_id AND s.outcome = 'succeeded'
+                                AND s.seq > (
+                                    SELECT MIN(seq) FROM delivery_attempt m
+                                    WHERE m.endpoint = ?1 AND m.event_id = f.event_id AND m.finished_at >= ?2 AND m.finished_at < ?3
+                                        AND m.outcome IN ('retrying', 'dead')))
                     ORDER BY d.seq
                     """,
                 arguments: [endpoint, since, until])
@@ -351,7 +360,8 @@ extension DeliveryLog {
         }
     }
 
-    /// Writes an explicit resend of `recorded` to the ledger (a recover then skips that failure).
+    /// Writes an explicit resend of `recorded` to the ledger (a recover then skips that failure); written before
+    /// the resend is appended, and forgotten if the append fails.
     public func recordResend(_ recorded: Recorded, now: Int64, replayedFrom: String) async throws {
         try await pool.write { db in try Self.ledger(db, recorded, now: now, replayedFrom: replayedFrom) }
     }
@@ -360,7 +370,11 @@ extension DeliveryLog {
     public func forgetResends(replayedFrom marks: [String]) async throws {
         guard !marks.isEmpty else { return }
         try await pool.write { db in
-            for mark in marks { try db.execute(sql: "DELETE FROM delivery_resend WHERE replayed_from = ?", arguments: [mark]) }
+            for chunk in stride(from: 0, to: marks.count, by: 500).map({ Array(marks[$0..<min($0 + 500, marks.count)]) }) {
+                try db.execute(
+                    sql: "DELETE FROM delivery_resend WHERE replayed_from IN (\(chunk.map { _ in "?" }.joined(separator: ", ")))",
+                    arguments: StatementArguments(chunk))
+            }
         }
     }
 

@@ -61,102 +61,129 @@ extension LocalBackend {
         }
 
         route(router, .post, Self.endpointEnablePath) { _, context, _ in
-            guard let actions = backend.deliveryActions else { return Self.actionsUnavailable }
-            guard let endpoint = backend.endpoint(context.parameters.get("endpointId")) else { return Self.unknownEndpoint }
-            let partitions: Int
-            do {
-                partitions = try await actions.partitions()
-                try await actions.append(DeliveryControl.enable.records(topic: actions.topic, endpoint: endpoint.id, partitions: partitions))
-            } catch {
-                return errorResponse(.serviceUnavailable, "not_stored", "the log did not take the request; try again (\(error))")
-            }
-            return json(.accepted, ["endpoint": .string(endpoint.id), "enable": "requested", "partitions": .integer(Int64(partitions))])
+            let result = try await backend.enable(endpoint: context.parameters.get("endpointId"))
+            return json(result.status, result.body)
         }
 
         route(router, .post, Self.endpointRecoverPath) { request, context, _ in
-            guard let actions = backend.deliveryActions else { return Self.actionsUnavailable }
-            guard let endpoint = backend.endpoint(context.parameters.get("endpointId")) else { return Self.unknownEndpoint }
             let body = try? JSON.parse(Array(try await request.body.collect(upTo: 16 * 1024).readableBytesView))
             let parameters = request.uri.queryParameters
             func text(_ name: String) -> String? {
                 if let value = parameters.get(name) { return value }
                 return body?[name]?.stringValue ?? body?[name]?.int64Value.map { String($0) }
             }
-            let now = backend.clock()
-            let since: Int64
-            let until: Int64
-            do {
-                guard let start = try EventQueryParameters.time(text("since"), "since") else {
-                    throw EventQueryParameters.Invalid(message: "since: required (the start of the range whose failures to re-send)")
-                }
-                since = start
-                until = try EventQueryParameters.time(text("until"), "until") ?? now
-                guard since < until else { throw EventQueryParameters.Invalid(message: "until: must be after since") }
-            } catch let invalid as EventQueryParameters.Invalid {
-                return invalid.response(events: backend)
-            }
-            let claim = try await backend.deliveryLog.claimFailures(
-                endpoint: endpoint.id, since: since, until: until, limit: Self.recoverBatch, now: now, apps: nil,
-                replayedFrom: { "recover:\($0.seq)" })
-            var records: [OutgoingRecord] = []
-            var unavailable: [String] = []
-            for failure in claim.claimed {
-                if let record = try await backend.resendRecord(failure, topic: actions.topic, replayedFrom: "recover:\(failure.seq)") {
-                    records.append(record)
-                } else {
-                    unavailable.append(failure.attempt.eventId)
-                }
-            }
-            do {
-                if !records.isEmpty { try await actions.append(records) }
-            } catch {
-                // Not appended: forgotten, so the next recover tries them again.
-                try? await backend.deliveryLog.forgetResends(replayedFrom: claim.claimed.map { "recover:\($0.seq)" })
-                return errorResponse(.serviceUnavailable, "not_stored", "the log did not take the deliveries; nothing was re-sent; try again (\(error))")
-            }
-            return json(
-                .accepted,
-                [
-                    "endpoint": .string(endpoint.id), "since": .integer(since), "until": .integer(until), "resent": .integer(Int64(records.count)),
-                    "alreadyResent": .integer(Int64(claim.alreadyResent)), "more": .bool(claim.more),
-                    "eventsNotRecorded": .array(unavailable.map(JSON.string)),
-                ])
+            let result = try await backend.recover(endpoint: context.parameters.get("endpointId"), since: text("since"), until: text("until"))
+            return json(result.status, result.body)
         }
 
         route(router, .post, Self.deliveryResendPath) { _, context, _ in
-            guard let actions = backend.deliveryActions else { return Self.actionsUnavailable }
-            guard let id = context.parameters.get("deliveryId")?.removingPercentEncoding, !id.isEmpty,
-                let recorded = try await backend.deliveryLog.attempt(id: id)
-            else {
-                return errorResponse(.notFound, "not_found", "no attempt with this id is kept in the delivery log (GET .../deliveries lists them)")
-            }
-            guard backend.endpoint(recorded.attempt.endpoint) != nil else {
-                return errorResponse(.conflict, "endpoint_unknown", "endpoint \(recorded.attempt.endpoint) is no longer configured")
-            }
-            let mark = "resend:\(recorded.seq):\(backend.clock())"
-            guard let record = try await backend.resendRecord(recorded, topic: actions.topic, replayedFrom: mark) else {
-                return errorResponse(.conflict, "event_not_recorded", "the event \(recorded.attempt.eventId) is not in the events store; it cannot be re-sent")
-            }
-            do {
-                try await actions.append([record])
-            } catch {
-                return errorResponse(.serviceUnavailable, "not_stored", "the log did not take the delivery; try again (\(error))")
-            }
-            try await backend.deliveryLog.recordResend(recorded, now: backend.clock(), replayedFrom: mark)
-            return json(
-                .accepted,
-                [
-                    "endpoint": .string(recorded.attempt.endpoint), "eventId": .string(recorded.attempt.eventId), "replayedFrom": .string(mark),
-                ])
+            let result = try await backend.resend(attemptId: context.parameters.get("deliveryId"))
+            return json(result.status, result.body)
         }
     }
 
-    private static let actionsUnavailable = errorResponse(
-        .serviceUnavailable, "unavailable", "this backend does not run next to the log, so it cannot act on deliveries")
-    private static let unknownEndpoint = errorResponse(.notFound, "not_found", "no endpoint with this id is configured")
+    /// What an action answered: the routes send it as JSON, the console as a notice.
+    struct ActionResult: Sendable {
+        var status: HTTPResponse.Status
+        var body: JSON
+        var message: String { body["detail"]?.stringValue ?? body.text }
+        var succeeded: Bool { (200..<300).contains(status.code) }
 
+        static func refusal(_ status: HTTPResponse.Status, _ code: String, _ detail: String) -> ActionResult {
+            ActionResult(status: status, body: ["error": .string(code), "detail": .string(detail)])
+        }
+    }
+
+    private static let actionsUnavailable = ActionResult.refusal(
+        .serviceUnavailable, "unavailable", "this backend does not run next to the log, so it cannot act on deliveries")
+    private static let unknownEndpoint = ActionResult.refusal(.notFound, "not_found", "no endpoint with this id is configured")
+
+    /// Enables the endpoint in every deliverer (`POST .../endpoints/{id}/enable`).
+    /// - Parameter decoded: the id is already percent-decoded (a form's value), not a path segment.
+    func enable(endpoint id: String?, decoded: Bool = false) async throws -> ActionResult {
+        guard let actions = deliveryActions else { return Self.actionsUnavailable }
+        guard let endpoint = endpoint(decoded ? id : id?.removingPercentEncoding) else { return Self.unknownEndpoint }
+        let partitions: Int
+        do {
+            partitions = try await actions.partitions()
+            try await actions.append(DeliveryControl.enable.records(topic: actions.topic, endpoint: endpoint.id, partitions: partitions))
+        } catch {
+            return .refusal(.serviceUnavailable, "not_stored", "the log did not take the request; try again (\(error))")
+        }
+        return ActionResult(status: .accepted, body: ["endpoint": .string(endpoint.id), "enable": "requested", "partitions": .integer(Int64(partitions))])
+    }
+
+    /// Re-sends, once, the failures of a time range (`POST .../endpoints/{id}/recover`).
+    func recover(endpoint id: String?, since sinceText: String?, until untilText: String?, decoded: Bool = false) async throws -> ActionResult {
+        guard let actions = deliveryActions else { return Self.actionsUnavailable }
+        guard let endpoint = endpoint(decoded ? id : id?.removingPercentEncoding) else { return Self.unknownEndpoint }
+        let now = clock()
+        let since: Int64
+        let until: Int64
+        do {
+            guard let start = try EventQueryParameters.time(sinceText, "since") else {
+                throw EventQueryParameters.Invalid(message: "since: required (the start of the range whose failures to re-send)")
+            }
+            since = start
+            until = try EventQueryParameters.time(untilText.flatMap { $0.isEmpty ? nil : $0 }, "until") ?? now
+            guard since < until else { throw EventQueryParameters.Invalid(message: "until: must be after since") }
+        } catch let invalid as EventQueryParameters.Invalid {
+            return .refusal(.badRequest, "bad_request", invalid.message)
+        }
+        let claim = try await deliveryLog.claimFailures(
+            endpoint: endpoint.id, since: since, until: until, limit: Self.recoverBatch, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+        var records: [OutgoingRecord] = []
+        var unavailable: [String] = []
+        for failure in claim.claimed {
+            if let record = try await resendRecord(failure, topic: actions.topic, replayedFrom: "recover:\(failure.seq)") {
+                records.append(record)
+            } else {
+                unavailable.append(failure.attempt.eventId)
+            }
+        }
+        do {
+            if !records.isEmpty { try await actions.append(records) }
+        } catch {
+            // Not appended: forgotten, so the next recover tries them again.
+            try? await deliveryLog.forgetResends(replayedFrom: claim.claimed.map { "recover:\($0.seq)" })
+            return .refusal(.serviceUnavailable, "not_stored", "the log did not take the deliveries; nothing was re-sent; try again (\(error))")
+        }
+        return ActionResult(
+            status: .accepted,
+            body: [
+                "endpoint": .string(endpoint.id), "since": .integer(since), "until": .integer(until), "resent": .integer(Int64(records.count)),
+                "alreadyResent": .integer(Int64(claim.alreadyResent)), "more": .bool(claim.more), "eventsNotRecorded": .array(unavailable.map(JSON.string)),
+            ])
+    }
+
+    /// Sends one recorded attempt's event to its endpoint again (`POST .../deliveries/{id}/resend`).
+    func resend(attemptId: String?, decoded: Bool = false) async throws -> ActionResult {
+        guard let actions = deliveryActions else { return Self.actionsUnavailable }
+        guard let id = decoded ? attemptId : attemptId?.removingPercentEncoding, !id.isEmpty, let recorded = try await deliveryLog.attempt(id: id) else {
+            return .refusal(.notFound, "not_found", "no attempt with this id is kept in the delivery log (GET .../deliveries lists them)")
+        }
+        guard configuration.endpoints.contains(where: { $0.id == recorded.attempt.endpoint }) else {
+            return .refusal(.conflict, "endpoint_unknown", "endpoint \(recorded.attempt.endpoint) is no longer configured")
+        }
+        let mark = "resend:\(recorded.seq):\(clock())"
+        guard let record = try await resendRecord(recorded, topic: actions.topic, replayedFrom: mark) else {
+            return .refusal(.conflict, "event_not_recorded", "the event \(recorded.attempt.eventId) is not in the events store; it cannot be re-sent")
+        }
+        // In the ledger first, so a recover running meanwhile does not send it too; forgotten if not appended.
+        try await deliveryLog.recordResend(recorded, now: clock(), replayedFrom: mark)
+        do {
+            try await actions.append([record])
+        } catch {
+            try? await deliveryLog.forgetResends(replayedFrom: [mark])
+            return .refusal(.serviceUnavailable, "not_stored", "the log did not take the delivery; try again (\(error))")
+        }
+        return ActionResult(
+            status: .accepted, body: ["endpoint": .string(recorded.attempt.endpoint), "eventId": .string(recorded.attempt.eventId), "replayedFrom": .string(mark)])
+    }
+
+    /// The configured endpoint with this (decoded) id.
     func endpoint(_ id: String?) -> RelayConfiguration.Endpoint? {
-        guard let id = id?.removingPercentEncoding else { return nil }
+        guard let id else { return nil }
         return configuration.endpoints.first { $0.id == id }
     }
 

@@ -20,7 +20,13 @@ public struct LocalBackend: Sendable {
     /// The recorded webhook attempts (the deliveries route).
     public let deliveryLog: DeliveryLog
     /// Every configured key and whom it stands for.
-    private let keys: BackendKeys
+    let keys: BackendKeys
+    /// The console's session cookies.
+    let consoleSessions: ConsoleSessions
+    /// Console sign-ins per client: 10 at once, then one every 6 seconds.
+    let signInLimiter: ClientRateLimiter
+    /// The newest rejected notifications (the console's page); nil: the page says it cannot read them.
+    let rejectedNotifications: RejectedNotifications?
     /// The public routes' per-client limit (`backend.publicRateLimit`).
     let limiter: ClientRateLimiter
     /// `relay_backend_access_refused_total{status}` (401, 403) and `relay_backend_rate_limited_total{key}`.
@@ -52,7 +58,7 @@ public struct LocalBackend: Sendable {
     public init(
         configuration: RelayConfiguration, database: SubscriptionDatabase,
         clock: (@Sendable () -> Int64)? = nil, appTransactions: AppTransactionGrants? = nil, appPurchases: AppPurchases? = nil,
-        deliveryActions: DeliveryActions? = nil, metrics: any MetricsFactory = NOOPMetricsHandler.instance, rateLimitClock: (@Sendable () -> UInt64)? = nil
+        deliveryActions: DeliveryActions? = nil, rejectedNotifications: RejectedNotifications? = nil, metrics: any MetricsFactory = NOOPMetricsHandler.instance, rateLimitClock: (@Sendable () -> UInt64)? = nil
     ) throws(ConfigurationError) {
         guard !configuration.backend.secretKeys.isEmpty else {
             throw ConfigurationError(key: "backend.apiKey", message: "the local backend requires a secret key (backend.apiKey)")
@@ -76,6 +82,9 @@ public struct LocalBackend: Sendable {
         self.appTransactions = appTransactions
         self.appPurchases = appPurchases
         self.deliveryActions = deliveryActions
+        self.rejectedNotifications = rejectedNotifications
+        self.consoleSessions = ConsoleSessions(configuration)
+        self.signInLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
             // Grandfathering rule i grants product `$grandfathered:i` (AppTransactionMapping writes it).
             let grandfathered = apps.flatMap { app in
@@ -112,6 +121,7 @@ public struct LocalBackend: Sendable {
         addAliasRoutes(to: router)
         addCustomerRoutes(to: router)
         addEndpointRoutes(to: router)
+        addConsoleRoutes(to: router)
         addDeliveryRoutes(to: router)
         addPurchaseRoutes(to: router)
         addGrantRoutes(to: router)

@@ -105,6 +105,7 @@ struct Dev: AsyncParsableCommand {
                 else { return }
                 printLine("ingest: http://127.0.0.1:\(port)")
                 printLine("backend: \(backend)")
+                printLine("console: \(backend)/console")
                 printLine(environment.logLine)
             }
             // next(), not waitForAll(): when the process fails (a service could not start) its error ends

@@ -105,3 +105,14 @@ final class DeliveryHarness: Sendable {
 extension ConsumedRecord {
     func header(_ name: String) -> String? { headers.first(named: name)?.stringValue }
 }
+
+extension RecordCollector {
+    /// The delivery log's attempts read so far (its topic also carries endpoint states, which this skips),
+    /// once at least `count` arrived.
+    func attempts(count: Int) async throws -> [DeliveryAttempt] {
+        try await waitUntil("\(count) attempts in the delivery log") { self.parsedAttempts.count >= count }
+        return parsedAttempts
+    }
+
+    private var parsedAttempts: [DeliveryAttempt] { records.compactMap { try? JSON.parse($0.value) }.compactMap(DeliveryAttempt.init(json:)) }
+}

@@ -20,7 +20,7 @@ import Testing
             var options = DelivererOptions()
             options.now = { self.now }
             options.sleepUntil = { at in
-                while self.now < at { try? await Task.sleep(for: .milliseconds(5)) }
+                while self.now < at, !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
             }
             return options
         }
@@ -70,7 +70,7 @@ import Testing
         #expect(slow.requests.compactMap { $0.headers["webhook-id"] } == ["evt_1", "evt_1", "evt_2", "evt_3"])
         // Not an attempt spent: nothing went to a retry topic, and the log shows attempt 1 throttled, then attempt 1 succeeded.
         #expect(retries.count == 0)
-        let entries = try await log.waitFor(count: 7).compactMap { try DeliveryAttempt(json: JSON.parse($0.value)) }
+        let entries = try await log.attempts(count: 7)
         let first = entries.filter { $0.eventId == "evt_1" }
         #expect(first.map(\.outcome) == [.throttled, .succeeded])
         #expect(first.map(\.attempt) == [1, 1])
@@ -129,5 +129,26 @@ import Testing
         #expect(Set(receiver.requests.compactMap { $0.headers["webhook-id"] }) == Set((1...6).map { "evt_\($0)" }))
         await harness.close()
         await receiver.stop()
+    }
+
+    @Test func deliveriesBeyondAPausedEndpointsQueueComeBackWhenThePauseEndsNotAfterARetryStep() async throws {
+        let clock = ManualClock()
+        let slow = try await Self.receiver([429, 200], retryAfter: "30")
+        let harness = try DeliveryHarness(endpoints: [("slow", slow.baseURL + "/hooks")], schedule: "[100s, 100s]", perEndpoint: 1, options: clock.options)
+        let (retryReader, retries) = try harness.reader(harness.configuration.topics.retry(step: 1))
+        try await harness.send(endpoint: "slow", eventID: "evt_0", subject: "sub_0")
+        try harness.start()
+        try await waitUntil("the 429") { slow.requests.count == 1 }
+        try await Task.sleep(for: .milliseconds(100))
+        let pausedAt = clock.now
+        // The paused endpoint keeps a queue of one (the answered delivery): three more are deferred unsent, due
+        // when the pause ends (30 s), not after the first step's 100 s.
+        for index in 1...3 { try await harness.send(endpoint: "slow", eventID: "evt_\(index)", subject: "sub_\(index)") }
+        let deferred = try await retries.waitFor(count: 3)
+        #expect(deferred.compactMap { $0.header(DeliveryHeaderName.dueAt).flatMap { Int64($0) } } == Array(repeating: pausedAt + 30_000, count: 3))
+        #expect(deferred.allSatisfy { ($0.header(DeliveryHeaderName.attempts) ?? "0") == "0" }, "no attempt spent")
+        await retryReader.close()
+        await harness.close()
+        await slow.stop()
     }
 }
