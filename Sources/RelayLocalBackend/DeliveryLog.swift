@@ -81,58 +81,61 @@ public final class DeliveryLog: Sendable {
     /// Records `attempts` (a repeat of one is the same row), then removes what is past the retention or the
     /// row bound. Returns how many were new and which entries were not attempts.
     public func record(_ bodies: [[UInt8]]) async throws -> (inserted: Int, invalid: [Int]) {
+        try await pool.write { db in try self.record(bodies, in: db) }
+    }
+
+    /// `record(_:)` inside a transaction the caller holds (the recorder writes a batch's events and attempts
+    /// in one commit). Statements are cached: this runs for every delivery.
+    func record(_ bodies: [[UInt8]], in db: Database) throws -> (inserted: Int, invalid: [Int]) {
         let now = clock()
-        let retention = self.retention
-        let maxAttempts = self.maxAttempts
-        return try await pool.write { db in
-            var inserted = 0
-            var invalid: [Int] = []
-            for (index, body) in bodies.enumerated() {
-                guard let json = try? JSON.parse(body) else {
-                    invalid.append(index)
-                    continue
-                }
-                if let status = EndpointStatus(json: json) {
-                    // The latest report wins (a deliverer's restart reports every endpoint anew).
-                    try db.execute(
-                        sql: """
-                            INSERT INTO endpoint_status (endpoint, at, body) VALUES (?, ?, ?)
-                            ON CONFLICT (endpoint) DO UPDATE SET at = excluded.at, body = excluded.body WHERE excluded.at >= endpoint_status.at
-                            """,
-                        arguments: [status.endpoint, status.at, status.json.serialized().string])
-                    continue
-                }
-                guard let attempt = DeliveryAttempt(json: json) else {
-                    invalid.append(index)
-                    continue
-                }
-                try db.execute(
-                    sql: """
-                        INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [
-                        attempt.id, attempt.app, attempt.endpoint, attempt.eventId, attempt.eventType, attempt.subject, attempt.attempt,
-                        attempt.outcome.rawValue, attempt.httpStatus, attempt.finishedAt, attempt.json.serialized().string, attempt.durationMs,
-                    ])
-                inserted += db.changesCount
+        var inserted = 0
+        var invalid: [Int] = []
+        for (index, body) in bodies.enumerated() {
+            guard let json = try? JSON.parse(body) else {
+                invalid.append(index)
+                continue
             }
-            // Past the retention, and beyond the row bound (the oldest recorded first): a bounded number a batch,
-            // so lowering either never makes one transaction delete millions of rows.
-            try db.execute(
-                sql: "DELETE FROM delivery_attempt WHERE seq IN (SELECT seq FROM delivery_attempt WHERE finished_at < ? ORDER BY finished_at LIMIT ?)",
-                arguments: [now - retention, Self.pruneBatch])
-            try db.execute(
+            if let status = EndpointStatus(json: json) {
+                // The latest report wins (a deliverer's restart reports every endpoint anew).
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO endpoint_status (endpoint, at, body) VALUES (?, ?, ?)
+                        ON CONFLICT (endpoint) DO UPDATE SET at = excluded.at, body = excluded.body WHERE excluded.at >= endpoint_status.at
+                        """
+                ).execute(arguments: [status.endpoint, status.at, status.json.serialized().string])
+                continue
+            }
+            guard let attempt = DeliveryAttempt(json: json) else {
+                invalid.append(index)
+                continue
+            }
+            try db.cachedStatement(
                 sql: """
-                    DELETE FROM delivery_attempt WHERE seq IN (
-                        SELECT seq FROM delivery_attempt WHERE seq <= (SELECT MAX(seq) FROM delivery_attempt) - ? ORDER BY seq LIMIT ?)
-                    """,
-                arguments: [maxAttempts, Self.pruneBatch])
-            try db.execute(
-                sql: "DELETE FROM delivery_resend WHERE rowid IN (SELECT rowid FROM delivery_resend WHERE requested_at < ? ORDER BY requested_at LIMIT ?)",
-                arguments: [now - retention, Self.pruneBatch])
-            return (inserted, invalid)
+                    INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """
+            ).execute(
+                arguments: [
+                    attempt.id, attempt.app, attempt.endpoint, attempt.eventId, attempt.eventType, attempt.subject, attempt.attempt,
+                    attempt.outcome.rawValue, attempt.httpStatus, attempt.finishedAt, String(decoding: body, as: UTF8.self), attempt.durationMs,
+                ])
+            inserted += db.changesCount
         }
+        // Past the retention, and beyond the row bound (the oldest recorded first): a bounded number a batch,
+        // so lowering either never makes one transaction delete millions of rows.
+        try db.cachedStatement(
+            sql: "DELETE FROM delivery_attempt WHERE seq IN (SELECT seq FROM delivery_attempt WHERE finished_at < ? ORDER BY finished_at LIMIT ?)"
+        ).execute(arguments: [now - retention, Self.pruneBatch])
+        try db.cachedStatement(
+            sql: """
+                DELETE FROM delivery_attempt WHERE seq IN (
+                    SELECT seq FROM delivery_attempt WHERE seq <= (SELECT MAX(seq) FROM delivery_attempt) - ? ORDER BY seq LIMIT ?)
+                """
+        ).execute(arguments: [maxAttempts, Self.pruneBatch])
+        try db.cachedStatement(
+            sql: "DELETE FROM delivery_resend WHERE rowid IN (SELECT rowid FROM delivery_resend WHERE requested_at < ? ORDER BY requested_at LIMIT ?)"
+        ).execute(arguments: [now - retention, Self.pruneBatch])
+        return (inserted, invalid)
     }
 
     /// Which attempts a query wants; every member narrows (nil: any).

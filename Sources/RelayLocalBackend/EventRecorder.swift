@@ -2,6 +2,7 @@ public import CoreMetrics
 public import Logging
 public import RelayCore
 public import ServiceLifecycle
+import GRDB
 import Synchronization
 
 /// Records every event of `relay.events` in the events store, and every attempt of the delivery log's topic
@@ -66,6 +67,11 @@ public final class EventRecorder: Service {
         logger.info("event recorder stopped")
     }
 
+    /// What the delivery log's part of a batch's transaction recorded.
+    private final class AttemptsRecorded: Sendable {
+        let result = Mutex<(inserted: Int, invalid: [Int])?>(nil)
+    }
+
     /// Records read and not yet written.
     private final class Pending: Sendable {
         private let records = Mutex<[ConsumedRecord]>([])
@@ -81,28 +87,36 @@ public final class EventRecorder: Service {
         }
     }
 
-    /// Records `all` (events in the events store, attempts in the delivery log) and marks its records done;
+    /// Records `all` (events in the events store, attempts in the delivery log, in one transaction: one commit
+    /// a batch, which the worker's state writes wait behind on the same database) and marks its records done;
     /// false when cancelled before it could.
     private func write(_ all: [ConsumedRecord]) async -> Bool {
         let attemptRecords = deliveryLog.map { log in all.filter { $0.topic == log.topic } } ?? []
         let batch = deliveryLog.map { log in all.filter { $0.topic != log.topic } } ?? all
-        if let log = deliveryLog?.log, !attemptRecords.isEmpty {
-            let bodies = attemptRecords.map(\.value)
-            guard let result = await persisting("recording the delivery log", { try await log.record(bodies) }) else { return false }
-            attemptsRecorded.increment(by: result.inserted)
-            for index in result.invalid {
-                attemptsInvalid.increment()
-                logger.warning("a delivery log record is not an attempt; not recorded", metadata: [LogKey.logOffset: "\(attemptRecords[index].offset)"])
+        let bodies = attemptRecords.map(\.value)
+        let logged = AttemptsRecorded()
+        var alongside: (@Sendable (Database) throws -> Void)?
+        if let log = deliveryLog?.log, !bodies.isEmpty {
+            alongside = { db in
+                let result = try log.record(bodies, in: db)
+                logged.result.withLock { $0 = result }
             }
         }
-        if !batch.isEmpty {
+        if !batch.isEmpty || alongside != nil {
             let entries = batch.map { record in
                 EventStore.Entry(
                     app: record.headers.first(named: RelayHeaderName.app)?.stringValue ?? "",
                     body: record.value,
                     historical: record.headers.first(named: RelayHeaderName.historical)?.stringValue == "true")
             }
-            guard let result = await persisting("recording events", { try await store.record(entries) }) else { return false }
+            guard let result = await persisting("recording events", { try await store.record(entries, alongside: alongside) }) else { return false }
+            if let attempts = logged.result.withLock({ $0 }) {
+                attemptsRecorded.increment(by: attempts.inserted)
+                for index in attempts.invalid {
+                    attemptsInvalid.increment()
+                    logger.warning("a delivery log record is not an attempt; not recorded", metadata: [LogKey.logOffset: "\(attemptRecords[index].offset)"])
+                }
+            }
             recorded.increment(by: result.inserted)
             for (index, error) in result.invalid {
                 invalid.increment()

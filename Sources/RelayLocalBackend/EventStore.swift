@@ -74,6 +74,13 @@ public final class EventStore: Sendable {
     /// recorded is left as it is. An entry whose body is not a standardized event is skipped and
     /// returned in `invalid` (with its index), never stored half.
     public func record(_ entries: [Entry]) async throws -> (inserted: Int, invalid: [(Int, InvalidEvent)]) {
+        try await record(entries, alongside: nil)
+    }
+
+    /// - Parameter alongside: more writes for the same transaction (the recorder's delivery log batch).
+    func record(
+        _ entries: [Entry], alongside: (@Sendable (Database) throws -> Void)?
+    ) async throws -> (inserted: Int, invalid: [(Int, InvalidEvent)]) {
         var rows: [StatementArguments] = []
         var invalid: [(Int, InvalidEvent)] = []
         for (index, entry) in entries.enumerated() {
@@ -83,7 +90,7 @@ public final class EventStore: Sendable {
                 invalid.append((index, error))
             }
         }
-        guard !rows.isEmpty else { return (0, invalid) }
+        guard !rows.isEmpty || alongside != nil else { return (0, invalid) }
         let prepared = rows
         let inserted = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int, any Error>) in
             writer.async { [pool] in
@@ -102,6 +109,7 @@ public final class EventStore: Sendable {
                                 try statement.execute(arguments: row)
                                 count += db.changesCount
                             }
+                            try alongside?(db)
                             return count
                         }
                     })
