@@ -31,8 +31,8 @@ public enum NotificationShape {
 
     private static func apple(_ document: JSON) -> Mismatch? {
         guard let jws = document["signedPayload"]?.stringValue else { return Mismatch("the body has no signedPayload string") }
-        guard let parts = compactParts(jws) else { return Mismatch("signedPayload is not a compact JWS (three base64url parts)") }
-        guard let headerBytes = Base64.decode(parts[0], alphabet: .url, padding: .forbidden, canonical: false),
+        guard let headerPart = compactHeader(jws) else { return Mismatch("signedPayload is not a compact JWS (three base64url parts)") }
+        guard let headerBytes = Base64.decode(headerPart, alphabet: .url, padding: .forbidden, canonical: false),
             let header = try? JSON.parse(headerBytes), header.objectValue != nil
         else { return Mismatch("the JWS header of signedPayload is not base64url JSON") }
         guard header["alg"]?.stringValue == "ES256" else { return Mismatch("the JWS header of signedPayload does not name alg ES256") }
@@ -45,7 +45,7 @@ public enum NotificationShape {
     private static func google(_ document: JSON, authorization: String?) -> Mismatch? {
         guard let authorization else { return Mismatch("no Authorization header (Pub/Sub push sends a Bearer token)") }
         let fields = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard fields.count == 2, fields[0].lowercased() == "bearer", compactParts(fields[1]) != nil else {
+        guard fields.count == 2, fields[0].lowercased() == "bearer", compactHeader(String(fields[1])) != nil else {
             return Mismatch("the Authorization header is not a Bearer token of three base64url parts")
         }
         guard let data = document["message"]?["data"]?.stringValue, !data.isEmpty else {
@@ -73,21 +73,39 @@ public enum NotificationShape {
         return nil
     }
 
-    /// The three non-empty base64url parts of a compact JWS/JWT, or nil. Over the UTF-8 bytes: an Apple
-    /// notification is 12 KB, and walking it as Characters is slow.
-    private static func compactParts(_ text: some StringProtocol) -> [Substring.UTF8View]? {
-        let parts = Substring(text).utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 3, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(isBase64URL) }) else { return nil }
-        return parts
-    }
-
-    private static func isBase64URL(_ byte: UInt8) -> Bool {
+    /// Per byte: 0 a base64url character, 2 a dot, 1 anything else.
+    private static let byteClasses: [UInt8] = (0...255).map { value in
+        let byte = UInt8(value)
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"),
             UInt8(ascii: "_"):
-            return true
-        default:
-            return false
+            return 0
+        case UInt8(ascii: "."): return 2
+        default: return 1
+        }
+    }
+
+    /// The first part's bytes when `text` is a compact JWS/JWT (three non-empty base64url parts), else nil.
+    /// An Apple notification is 12 KB and every one is checked, so the scan is one branch-free pass over
+    /// the contiguous UTF-8 bytes (a table lookup per byte), then a search for the two dots. Splitting it as
+    /// a generic `Substring.UTF8View` was 5% of the relay's CPU, and a byte loop with comparisons 2.7–4.5%
+    /// (`perf`, the e2e bench).
+    static func compactHeader(_ text: String) -> [UInt8]? {
+        var text = text
+        return text.withUTF8 { bytes -> [UInt8]? in
+            var refused: UInt8 = 0
+            var dots = 0
+            Self.byteClasses.withUnsafeBufferPointer { classes in
+                for byte in bytes {
+                    let kind = classes[Int(byte)]
+                    refused |= kind & 1
+                    dots &+= Int(kind >> 1)
+                }
+            }
+            guard refused == 0, dots == 2, let first = bytes.firstIndex(of: UInt8(ascii: ".")), first > 0,
+                let second = bytes[(first + 1)...].firstIndex(of: UInt8(ascii: ".")), second > first + 1, second < bytes.count - 1
+            else { return nil }
+            return Array(bytes[0..<first])
         }
     }
 }

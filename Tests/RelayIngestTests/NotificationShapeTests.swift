@@ -1,6 +1,6 @@
 import Foundation
 import RelayCore
-import RelayIngest
+@testable import RelayIngest
 import RelayTestSupport
 import Testing
 
@@ -108,5 +108,16 @@ import Testing
             let headers = header.map { ["paddle-signature": $0] } ?? [:]
             #expect(try mismatch(.paddle, "{}", headers) != nil, "\(header ?? "no header")")
         }
+    }
+
+    /// The one-pass JWS scanner against every way a string can fail to be three base64url parts.
+    @Test(arguments: [
+        ("eyJhIjoxfQ.cGF5bG9hZA.c2ln", "eyJhIjoxfQ"), ("A-_z09.b.c", "A-_z09"), ("a.b.c", "a"),
+        ("a.b", nil), ("a.b.c.d", nil), (".b.c", nil), ("a..c", nil), ("a.b.", nil), ("", nil), ("...", nil),
+        ("a=.b.c", nil), ("a.b.c=", nil), ("a+b.c.d", nil), ("a/b.c.d", nil), ("a.b c.d", nil), ("é.b.c", nil), ("a.b.c\n", nil),
+        ("@.b.c", nil), ("[.b.c", nil), ("`.b.c", nil), ("{.b.c", nil),
+    ] as [(String, String?)])
+    func compactJWSPartsAreCheckedByteByByte(_ text: String, _ header: String?) {
+        #expect(NotificationShape.compactHeader(text).map { String(decoding: $0, as: UTF8.self) } == header, "\(text)")
     }
 }
