@@ -80,71 +80,6 @@ struct CheckoutContext: Equatable {
     }
 }
 
-/// A redemption code as stored: its SHA-256 (never the code), the checkout it pays for, and who redeemed it.
-struct RedemptionCode: Equatable {
-    var applicationId: Int
-    var checkoutSessionId: String
-    var expiresAt: Int64
-    var redeemedBy: String?
-}
-
-extension SubscriptionDatabase {
-    static func createRedemptionSchema(_ db: Database) throws {
-        try db.execute(
-            sql: """
-                CREATE TABLE redemption_code (
-                    code_hash TEXT PRIMARY KEY,
-                    application_id INTEGER NOT NULL,
-                    checkout_session_id TEXT NOT NULL UNIQUE,
-                    created_at INTEGER NOT NULL,
-                    expires_at INTEGER NOT NULL,
-                    redeemed_by TEXT,
-                    redeemed_at INTEGER
-                ) WITHOUT ROWID;
-                """)
-    }
-
-    static func codeHash(_ code: String) -> String { Digest.hex(Digest.sha256(Array(code.utf8))) }
-
-    func storeCode(_ code: String, applicationId: Int, checkoutSessionId: String, createdAt: Int64, expiresAt: Int64) async throws {
-        try await pool.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO redemption_code (code_hash, application_id, checkout_session_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
-                    """, arguments: [Self.codeHash(code), applicationId, checkoutSessionId, createdAt, expiresAt])
-        }
-    }
-
-    func code(_ code: String) async throws -> RedemptionCode? {
-        try await pool.read { db in
-            guard let row = try Row.fetchOne(
-                db, sql: "SELECT application_id, checkout_session_id, expires_at, redeemed_by FROM redemption_code WHERE code_hash = ?",
-                arguments: [Self.codeHash(code)])
-            else { return nil }
-            return RedemptionCode(applicationId: row[0], checkoutSessionId: row[1], expiresAt: row[2], redeemedBy: row[3])
-        }
-    }
-
-    /// Claims the code for `user` if nobody redeemed it yet, in one statement (two redeemers at once: one
-    /// wins). Returns who has it now.
-    func claim(_ code: String, by user: String, at time: Int64) async throws -> String? {
-        try await pool.write { db in
-            try db.execute(
-                sql: "UPDATE redemption_code SET redeemed_by = ?, redeemed_at = ? WHERE code_hash = ? AND redeemed_by IS NULL",
-                arguments: [user, time, Self.codeHash(code)])
-            return try String.fetchOne(db, sql: "SELECT redeemed_by FROM redemption_code WHERE code_hash = ?", arguments: [Self.codeHash(code)])
-        }
-    }
-
-    /// Forgets codes nobody redeemed that expired more than `keep` ago (redeemed ones stay: their user may
-    /// redeem them again).
-    func pruneCodes(before time: Int64) async throws {
-        try await pool.write { db in
-            try db.execute(sql: "DELETE FROM redemption_code WHERE redeemed_by IS NULL AND expires_at < ?", arguments: [time])
-        }
-    }
-}
-
 extension LocalBackend {
     static let checkoutSessionPath = "/subscriptions-api/public/v1/checkout/session"
     static let checkoutStatusPath = "/subscriptions-api/public/v1/checkout/status"
@@ -194,7 +129,7 @@ extension LocalBackend {
 
     /// What every checkout route starts from: the key's app, with web checkout and Stripe's API
     /// configured, and the body as a JSON object.
-    private func checkoutRequest(
+    func checkoutRequest(
         _ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal,
         _ body: (RelayConfiguration.App, RelayConfiguration.Web, any StripeCharges, JSON) async throws -> Response
     ) async throws -> Response {
@@ -216,7 +151,7 @@ extension LocalBackend {
     /// A Stripe call of a checkout route: an unknown object is 404 (`what` says which), a refusal 502
     /// `store_refused` (the request or the configuration is wrong: trying again does not help), an
     /// unreachable API 503. Both logged.
-    private func stripeRead(_ body: () async throws(StoreAPIError) -> JSON, what: String = "this checkout", logger: Logger) async
+    func stripeRead(_ body: () async throws(StoreAPIError) -> JSON, what: String = "this checkout", logger: Logger) async
         -> Result<JSON, RouteProblem>
     {
         do {
@@ -233,7 +168,7 @@ extension LocalBackend {
 
     // MARK: POST checkout/session
 
-    private func createCheckout(
+    func createCheckout(
         _ document: JSON, app: RelayConfiguration.App, web: RelayConfiguration.Web, client: any StripeCharges, client key: String, logger: Logger
     ) async throws -> Response {
         // Each checkout costs Stripe calls and a stored code: 10 at once a client, then one every 6 seconds.
@@ -345,12 +280,12 @@ extension LocalBackend {
 
     // MARK: status, confirm, complete
 
-    private func redemptionURL(_ checkout: CheckoutContext, web: RelayConfiguration.Web) -> String {
+    func redemptionURL(_ checkout: CheckoutContext, web: RelayConfiguration.Web) -> String {
         web.redemptionUrl.replacingOccurrences(of: "{code}", with: checkout.code)
     }
 
     /// `{"status": "pending" | "completed" | "abandoned", "paymentStatus", "redemptionUrl"?}` from Stripe's session.
-    private func checkoutStatus(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web) -> Response {
+    func checkoutStatus(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web) -> Response {
         let status = switch session["status"]?.stringValue {
         case "complete" where Self.isPaid(session): "completed"
         case "expired": "abandoned"
@@ -363,7 +298,7 @@ extension LocalBackend {
 
     /// `complete`: `{"redemptionUrl"}`; `confirm`: `{"customerId", "subscriptionId", "redemptionUrl"}`. 409
     /// `not_completed` while Stripe's session is not complete.
-    private func checkoutResult(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web, confirm: Bool) -> Response {
+    func checkoutResult(_ session: JSON, checkout: CheckoutContext, web: RelayConfiguration.Web, confirm: Bool) -> Response {
         guard Self.isPaid(session) else {
             return errorResponse(.conflict, "not_completed", "the checkout is \(session["status"]?.stringValue ?? "unknown") at Stripe, not complete")
         }
@@ -384,144 +319,5 @@ extension LocalBackend {
     /// A Stripe reference: the id, whether Stripe sent it as a string or an expanded object.
     static func stripeId(_ value: JSON?) -> String? {
         value?.stringValue ?? value?["id"]?.stringValue
-    }
-
-    // MARK: Redemption
-
-    /// `poll-redemption-result`: `pending` while Stripe's session is open, `failed` once it expired, and
-    /// once complete the redemption of its code for the body's `appUserId` (else `deviceId`), as `redeem`.
-    private func pollRedemption(_ document: JSON, session: JSON, checkout: CheckoutContext, app: RelayConfiguration.App, context: BackendRequestContext)
-        async throws -> Response
-    {
-        let empty: JSON = ["subscriptions": [], "nonSubscriptions": [], "entitlements": []]
-        if session["status"]?.stringValue == "expired" { return json(.ok, ["status": "failed", "codes": [], "entitlements": [], "customerInfo": empty]) }
-        guard Self.isPaid(session) else { return json(.ok, ["status": "pending", "codes": [], "entitlements": [], "customerInfo": empty]) }
-        var request = document
-        if case .object(var members) = request {
-            members["appUserId"] = members["appUserId"] ?? checkout.appUserId.map(JSON.string)
-            members["deviceId"] = members["deviceId"] ?? checkout.deviceId.map(JSON.string)
-            members["aliasId"] = members["aliasId"] ?? checkout.aliasId.map(JSON.string)
-            members["codes"] = [["code": .string(checkout.code), "firstRedemption": true]]
-            request = .object(members)
-        }
-        let response = try await redeem(request, app: app, context: context, polled: true)
-        return response
-    }
-
-    /// `POST /redeem`: each code's result, then the redeemer's entitlements and customer info (the seed's
-    /// `RedeemResponse`). The redeemer is `appUserId`, else `deviceId`, else `aliasId`.
-    private func redeem(_ document: JSON, app: RelayConfiguration.App, context: BackendRequestContext, polled: Bool = false) async throws -> Response {
-        guard let purchases = appPurchases, app.web != nil else { return errorResponse(.notFound, "not_found", "no web checkout") }
-        func id(_ key: String) -> String? {
-            guard let text = document[key]?.stringValue, Self.isValidId(text) else { return nil }
-            return text
-        }
-        guard let owner = id("appUserId") ?? id("deviceId") ?? id("aliasId") else {
-            return errorResponse(.badRequest, "bad_request", "name the redeemer: appUserId, else deviceId (1 to 256 bytes)")
-        }
-        // An alias is the SDK's id of a user not identified yet: a user, not a device.
-        let ownership: JSON = id("appUserId") == nil && id("deviceId") != nil
-            ? ["type": "DEVICE", "deviceId": .string(owner)] : ["type": "APP_USER", "appUserId": .string(owner)]
-        guard let list = document["codes"]?.arrayValue, (1...WebCheckout.maximumCodes).contains(list.count) else {
-            return errorResponse(.badRequest, "bad_request", #"codes must hold 1 to 10 {"code", "firstRedemption"}"#)
-        }
-        let codes = list.compactMap { $0["code"]?.stringValue ?? $0.stringValue }
-        guard codes.count == list.count, codes.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 128 }) else {
-            return errorResponse(.badRequest, "bad_request", "each code is a string of 1 to 128 bytes")
-        }
-        // Guessing codes: every code tried takes a token from the client's bucket.
-        let client = context.clientKey ?? BackendAuthentication.bucket(context.peerAddress ?? "unknown")
-        for _ in codes {
-            if case .limited(let seconds) = redeemLimiter.take(client) {
-                var response = errorResponse(.tooManyRequests, "rate_limited", "too many codes tried from this client; try again in \(seconds) s")
-                response.headers[.retryAfter] = String(seconds)
-                redeemOutcomes.increment([("status", "RATE_LIMITED")])
-                return response
-            }
-        }
-        var results: [JSON] = []
-        for code in codes {
-            let result = try await redeemCode(code, owner: owner, ownership: ownership, app: app, purchases: purchases, logger: context.logger)
-            if case .failure(let problem) = result { return problem.response }
-            if case .success(let answer) = result {
-                redeemOutcomes.increment([("status", answer["status"]?.stringValue ?? "-")])
-                results.append(answer)
-            }
-        }
-        let body = try await userEntitlementsJSON(owner, app: app)
-        var answer: [String: JSON] = ["codes": .array(results), "entitlements": body["entitlements"] ?? [], "customerInfo": body["customerInfo"] ?? .null]
-        if polled { answer["status"] = "complete" }
-        return json(.ok, .object(answer))
-    }
-
-    /// One code for `owner`: `INVALID_CODE` (unknown, another app's, not paid yet, redeemed by another user,
-    /// or a purchase another user has), `CODE_EXPIRED` (past its expiry, not redeemed by this user before),
-    /// `EXPIRED_SUBSCRIPTION` (bound, but it gives no access any more), `SUCCESS` (also again for the user
-    /// who redeemed it). A response instead when something could not be reached.
-    private func redeemCode(
-        _ code: String, owner: String, ownership: JSON, app: RelayConfiguration.App, purchases: AppPurchases, logger: Logger
-    ) async throws -> Result<JSON, RouteProblem> {
-        let invalid: JSON = ["status": "INVALID_CODE", "code": .string(code)]
-        guard code.hasPrefix(WebCheckout.codePrefix), let stored = try await database.code(code), stored.applicationId == app.applicationId,
-            let client = purchases.storeAPIs.stripe[app.key]
-        else { return .success(invalid) }
-        let mine = try await stored.redeemedBy.asyncMap { try await sameUser($0, owner, applicationId: app.applicationId) } ?? false
-        // Single use: once redeemed, the code is that user's (under any of its ids); nobody else's.
-        if stored.redeemedBy != nil, !mine { return .success(invalid) }
-        if clock() > stored.expiresAt, !mine {
-            let expired: JSON = ["resent": false, "obfuscatedEmail": .null]
-            return .success(["status": "CODE_EXPIRED", "code": .string(code), "expired": expired])
-        }
-        let session: JSON
-        switch await stripeRead({ () async throws(StoreAPIError) in try await client.checkoutSession(stored.checkoutSessionId) }, logger: logger) {
-        case .success(let found): session = found
-        case .failure(let problem):
-            if problem.response.status == .notFound { return .success(invalid) }
-            return .failure(problem)
-        }
-        // Nothing bought yet (or the payment is still on its way): nothing to redeem.
-        guard Self.isPaid(session) else { return .success(invalid) }
-        // Single use, decided in one statement: of two redeemers at once, one has it.
-        if stored.redeemedBy == nil, let holder = try await database.claim(code, by: owner, at: clock()),
-            try await !sameUser(holder, owner, applicationId: app.applicationId)
-        {
-            return .success(invalid)
-        }
-        let subscriptionId = Self.stripeId(session["subscription"])
-        let subject = subscriptionId ?? Self.stripeId(session["payment_intent"]) ?? stored.checkoutSessionId
-        let claim = PurchaseClaim(
-            store: .stripe, subject: subject,
-            storeUser: session["metadata"]?["app_user_id"]?.stringValue,
-            fields: ["checkoutSessionId": .string(stored.checkoutSessionId), "subject": .string(subject)])
-        let state: SubscriptionState?
-        switch try await bind(claim, to: owner, app: app, purchases: purchases, logger: logger) {
-        case .otherApp, .ownedByAnotherUser: return .success(invalid)
-        case .notStored: return .failure(RouteProblem(response: errorResponse(.serviceUnavailable, "not_stored", "the redemption could not be stored; try again")))
-        case .held(let found), .applied(let found): state = found
-        case .pending: state = nil
-        }
-        let mapping = productMapping(applicationId: app.applicationId)
-        let entitlements = state.flatMap { state in mapping?.entitlements(of: state) } ?? []
-        let active = state?.isActive(at: clock()) ?? true
-        let info: JSON = [
-            "ownership": ownership,
-            "purchaserInfo": [
-                "appUserId": .string(owner), "email": session["customer_details"]?["email"] ?? session["customer_email"] ?? .null,
-                "storeIdentifiers": [
-                    "store": "STRIPE", "stripeCustomerId": Self.stripeId(session["customer"]).map(JSON.string) ?? .null,
-                    "stripeSubscriptionIds": .array(subscriptionId.map { [JSON.string($0)] } ?? []),
-                ],
-            ],
-            "paywallInfo": .null,
-            "entitlements": .array(entitlements.sorted().map { identifier -> JSON in ["identifier": .string(identifier), "type": "SERVICE_LEVEL"] }),
-        ]
-        return .success(["status": active ? "SUCCESS" : "EXPIRED_SUBSCRIPTION", "code": .string(code), "redemptionInfo": info])
-    }
-}
-
-extension Optional {
-    fileprivate func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
-        guard let value = self else { return nil }
-        return try await transform(value)
     }
 }

@@ -184,3 +184,16 @@ extension JSON {
         return value
     }
 }
+
+extension EventDraft {
+    /// Whether money moves with this event: a purchase, a renewal, a refund or its reversal. Other events
+    /// (a product_change too, as Superwall documents: the purchase or renewal beside it carries the money)
+    /// carry a price of 0; a money event whose amount the store does not report carries null.
+    var movesMoney: Bool {
+        switch type {
+        case .initialPurchase, .renewal, .nonRenewingPurchase, .refundReversed: true
+        case .cancellation: cancelReason == Reason.customerSupport
+        default: false
+        }
+    }
+}
