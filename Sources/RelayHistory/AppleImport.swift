@@ -125,14 +125,10 @@ extension AppleHistoryCommands {
                         subject: subject, type: record.type, subtype: record.subtype, uuid: record.uuid, signedTransaction: record.signedTransaction,
                         signedRenewal: nil, historical: true, deliver: deliver, eventTime: record.time)
                 }
-                do {
-                    // One subscription's records in one batch, in order, on one key: the worker applies them in this order.
-                    _ = try await producer.produce(outgoing)
-                } catch {
-                    throw Failure(
-                        .unavailable,
-                        "appending to \(topic) failed (\(error)); \(summary.recordsAppended) records were appended before, run the same import again to finish")
-                }
+                // One subscription's records in one batch, in order, on one key: the worker applies them in this order.
+                try await HistoryRun.append(
+                    outgoing, producer: producer, topic: topic,
+                    rerun: "\(summary.recordsAppended) records were appended before, run the same import again to finish")
                 summary.recordsAppended += outgoing.count
                 progress("[\(position + 1)/\(ids.count)] \(id): subscription \(subject): \(outgoing.count) records appended")
             }

@@ -64,11 +64,7 @@ extension AppleHistoryCommands {
             let record = apiRecord(
                 subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(transactionId):\(last.status)",
                 signedTransaction: last.signedTransactionInfo, signedRenewal: last.signedRenewalInfo, historical: false, deliver: true)
-            do {
-                _ = try await producer.produce(record)
-            } catch {
-                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-            }
+            try await HistoryRun.append([record], producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
             let correction = Correction(
                 originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
                 found: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),

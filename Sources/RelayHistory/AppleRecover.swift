@@ -74,11 +74,7 @@ extension AppleHistoryCommands {
                 outgoing.append(notification.record(topic: topic))
             }
             if !outgoing.isEmpty {
-                do {
-                    _ = try await producer.produce(outgoing)
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
-                }
+                try await HistoryRun.append(outgoing, producer: producer, topic: topic, rerun: HistoryRun.recoverAgain)
                 summary.reingested += outgoing.count
             }
             loop.report(

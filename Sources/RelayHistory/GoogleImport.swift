@@ -80,11 +80,7 @@ extension GoogleHistoryCommands {
         var batch: [OutgoingRecord] = []
         func flush() async throws(Failure) {
             guard !batch.isEmpty else { return }
-            do {
-                _ = try await producer.produce(batch)
-            } catch {
-                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same import again: what was imported is skipped")
-            }
+            try await HistoryRun.append(batch, producer: producer, topic: topic, rerun: HistoryRun.importAgain)
             summary.imported += batch.count
             batch = []
         }

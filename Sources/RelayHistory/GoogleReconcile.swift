@@ -54,11 +54,7 @@ extension GoogleHistoryCommands {
                 store: .google, app: app.key, receivedAtMilliseconds: now(), body: body.serialized(), requestHeaders: [:],
                 source: RawNotification.playAPISource
             ).record(topic: topic, subject: state.originalTransactionId)
-            do {
-                _ = try await producer.produce(record)
-            } catch {
-                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-            }
+            try await HistoryRun.append([record], producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
             let correction = Correction(
                 originalTransactionId: state.originalTransactionId, stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, expiresAt: state.expiresAt),
                 found: Self.describe(

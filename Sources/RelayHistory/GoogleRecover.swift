@@ -106,11 +106,7 @@ public struct GoogleHistoryCommands: Sendable {
                 ).record(topic: topic, subject: token))
         }
         if !records.isEmpty {
-            do {
-                _ = try await producer.produce(records)
-            } catch {
-                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
-            }
+            try await HistoryRun.append(records, producer: producer, topic: topic, rerun: HistoryRun.recoverAgain)
         }
         summary.reingested = records.count
         return summary

@@ -42,6 +42,21 @@ enum HistoryRun {
         return end
     }
 
+    /// What to say when an append fails, for each kind of command: running it again is safe.
+    static let importAgain = "run the same import again: what was imported is skipped"
+    static let reconcileAgain = "run reconcile again: corrected subscriptions are in sync then"
+    static let recoverAgain = "run the same recover again: what was appended is skipped once processed"
+
+    /// Appends `records` to `topic` in one batch (one subscription's, in order, on one key), or fails saying
+    /// what to do (`rerun`).
+    static func append(_ records: [OutgoingRecord], producer: any RecordProducer, topic: String, rerun: String) async throws(CommandFailure) {
+        do {
+            _ = try await producer.produce(records)
+        } catch {
+            throw CommandFailure(.unavailable, "appending to \(topic) failed (\(error)); \(rerun)")
+        }
+    }
+
     static func clock(_ now: (@Sendable () -> Int64)?) -> @Sendable () -> Int64 {
         now ?? { Int64(Date().timeIntervalSince1970 * 1000) }
     }

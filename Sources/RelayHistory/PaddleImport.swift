@@ -91,11 +91,7 @@ extension PaddleHistoryCommands {
                 }
                 if !held { records.append(record(objectId: id, subject: id, field: "import", value: "current", historical: true, deliver: deliver)) }
                 guard !records.isEmpty else { continue }
-                do {
-                    _ = try await producer.produce(records)
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same import again: what was imported is skipped")
-                }
+                try await HistoryRun.append(records, producer: producer, topic: topic, rerun: HistoryRun.importAgain)
                 if !held { summary.imported += 1 }
                 loop.report(
                     summary.subscriptions, "subscriptions",

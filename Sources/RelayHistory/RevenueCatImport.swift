@@ -244,11 +244,7 @@ public struct RevenueCatHistoryCommands: Sendable {
                 records = kept
             }
             if !records.isEmpty {
-                do {
-                    _ = try await producer.produce(records.map(\.record))
-                } catch {
-                    throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same import again: what was imported is skipped")
-                }
+                try await HistoryRun.append(records.map(\.record), producer: producer, topic: topic, rerun: HistoryRun.importAgain)
                 summary.appended += records.count
             }
             if (index + 1) % 50 == 0 || index + 1 == order.count {

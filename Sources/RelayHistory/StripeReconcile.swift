@@ -68,11 +68,7 @@ extension StripeHistoryCommands {
                 summary.inSync += 1
                 return
             }
-            do {
-                _ = try await producer.produce(records)
-            } catch {
-                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run reconcile again: corrected subscriptions are in sync then")
-            }
+            try await HistoryRun.append(records, producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
             let correction = Correction(
                 originalTransactionId: state.originalTransactionId,
                 stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),

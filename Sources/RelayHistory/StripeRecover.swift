@@ -94,11 +94,7 @@ public struct StripeHistoryCommands: Sendable {
             ).record(topic: topic, subject: event.subject)
         }
         for batch in stride(from: 0, to: records.count, by: 500).map({ Array(records[$0..<min($0 + 500, records.count)]) }) {
-            do {
-                _ = try await producer.produce(batch)
-            } catch {
-                throw Failure(.unavailable, "appending to \(topic) failed (\(error)); run the same recover again: what was appended is skipped once processed")
-            }
+            try await HistoryRun.append(batch, producer: producer, topic: topic, rerun: HistoryRun.recoverAgain)
             summary.reingested += batch.count
         }
         return summary

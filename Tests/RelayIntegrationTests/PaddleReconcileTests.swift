@@ -53,7 +53,10 @@ import Testing
     }
 
     static func subscription(_ id: String, user: String, _ change: (inout [String: JSON]) -> Void = { _ in }) -> JSON {
-        guard case .object(var members) = WebPurchaseTests.paddleSubscription else { return .null }
+        guard case .object(var members) = WebPurchaseTests.paddleSubscription else {
+            Issue.record("the Paddle subscription fixture is not a JSON object")
+            return .null
+        }
         members["id"] = .string(id)
         members["custom_data"] = ["app_user_id": .string(user)]
         change(&members)
@@ -137,7 +140,8 @@ import Testing
         #expect(paddle.listCalls.value.count == 4, "\(paddle.listCalls.value)")
         #expect(paddle.listCalls.value.contains { $0.contains("subscription_id=sub_PB") && $0.contains("per_page=1") }, "\(paddle.listCalls.value)")
         // Again before the worker caught up: absorbed by the records' ids.
-        _ = try await commands.reconcile(since: nil)
+        let secondRun = try await commands.reconcile(since: nil)
+        #expect(secondRun.failures.isEmpty && secondRun.checked == 4, "\(secondRun)")
 
         try await waitUntil("the missed events") {
             let cancellations = try await distinct("cancellation")
@@ -155,6 +159,11 @@ import Testing
             let b = try await state("sub_PB")
             let c = try await state("sub_PC")
             return a?.autoRenew == false && b?.expiresAt == Timestamp.milliseconds("2099-03-01T00:00:00Z") && c?.status == .expired
+        }
+        // Both runs processed: each missed event is on the events topic once, whatever the second run appended.
+        try await relay.waitForWorker()
+        for type in ["cancellation", "renewal", "expiration"] {
+            #expect(try await events(type).count == 1, "\(type) once")
         }
         // In step now: nothing is appended (PC has ended and is no longer listed).
         let appended = try await relay.records(topic: configuration.topics.notifications).count

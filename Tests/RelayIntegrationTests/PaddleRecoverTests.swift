@@ -68,7 +68,7 @@ import Testing
     @Test func eventsMissedDuringAnOutageAreReplayedByPaddleOnce() async throws {
         let paddle = FakePaddle()
         let api = try await TestHTTPServer { request in await paddle.answer(request) }
-        guard case .object(var subscription) = WebPurchaseTests.paddleSubscription else { return }
+        var subscription = try #require(WebPurchaseTests.paddleSubscription.objectValue, "the Paddle subscription fixture is a JSON object")
         subscription["custom_data"] = ["app_user_id": "user-p"]
         subscription["transaction_id"] = "txn_p1"
         var canceled = subscription

@@ -205,7 +205,8 @@ import Testing
         #expect(refund["data"]?["price"]?.doubleValue == -9.99)
         #expect(cancellations.contains { $0["data"]?["originalTransactionId"] == "sub_I2" && $0["data"]?["cancelReason"] == "UNSUBSCRIBE" })
         #expect(try await events("expiration").first?["data"]?["originalTransactionId"] == "sub_I1")
-        // Historical, and not delivered.
+        // Historical, and not delivered (counted once the worker has processed every imported record).
+        try await relay.waitForWorker()
         let imported = try await relay.records(topic: configuration.topics.events).filter {
             (try? JSON.parse($0.value))?["data"]?["originalTransactionId"] != "sub_K" || (try? JSON.parse($0.value))?["type"] == "renewal"
         }

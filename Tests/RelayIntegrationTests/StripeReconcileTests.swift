@@ -127,7 +127,8 @@ import Testing
         ])
         #expect(waits.value == [.seconds(120)], "\(waits.value)")
         // Again before the worker caught up: absorbed by the records' ids.
-        _ = try await commands.reconcile(since: nil)
+        let secondRun = try await commands.reconcile(since: nil)
+        #expect(secondRun.failures.isEmpty && secondRun.checked == 4, "\(secondRun)")
 
         try await waitUntil("the missed events") {
             let cancellations = try await distinct("cancellation")
@@ -145,6 +146,11 @@ import Testing
             let b = try await state("sub_RB")
             let c = try await state("sub_RC")
             return a?.autoRenew == false && b?.expiresAt == renewedEnd * 1000 && c?.status == .expired
+        }
+        // Both runs processed: each missed event is on the events topic once, whatever the second run appended.
+        try await relay.waitForWorker()
+        for type in ["cancellation", "renewal", "expiration"] {
+            #expect(try await events(type).count == 1, "\(type) once")
         }
         // A record that names one subscription as another's subject is refused (it would write one over the other).
         _ = try await relay.environment.process.log.producer.produce(

@@ -129,6 +129,18 @@ final class TestRelay: Sendable {
         Set(try await events(type).compactMap { $0["data"]?["id"]?.stringValue }).count
     }
 
+    /// Waits until the worker has processed everything on the notifications topic now (its group's committed
+    /// offsets reach the topic's ends): what was appended has had its effect, or been absorbed.
+    func waitForWorker(timeout: Duration = .seconds(60)) async throws {
+        let log = environment.process.log
+        let topic = configuration.topics.notifications
+        let ends = try log.partitionEnds(of: topic)
+        try await waitUntil("the worker caught up with \(topic)", timeout: timeout) {
+            let committed = try log.committedOffsets(group: "relay-worker", topic: topic)
+            return ends.allSatisfy { $0.endOffset == $0.startOffset || (committed[$0.partition] ?? 0) >= $0.endOffset }
+        }
+    }
+
     /// A subscription's stored state, through the backend's internal route (key `test-backend-key`).
     func state(_ store: Store, _ id: String) async throws -> SubscriptionState? {
         let backendURL = await environment.process.backendAddress.value()
