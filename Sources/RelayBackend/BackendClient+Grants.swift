@@ -29,9 +29,6 @@ extension BackendClient {
         return try Self.answer(response, path: path)
     }
 
-    /// A path segment for an id (percent-encoded).
-    public static func segment(_ id: String) -> String { pathSegment(id) }
-
     private static func answer(_ response: HTTPClientResponse, path: String) throws(BackendError) -> JSON {
         let document = try? JSON.parse(response.body)
         let detail = document?["detail"]?.stringValue

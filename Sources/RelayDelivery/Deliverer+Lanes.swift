@@ -27,13 +27,7 @@ extension Deliverer {
     /// Starts what `lane` may start now, then arms its timer for the rest.
     func startReady(_ lane: EndpointLane) {
         while let next = lane.takeReady(now: options.now(), limit: maxPerEndpoint) {
-            if lane.isDisabled && next.delivery.replayedFrom == nil {
-                if next.probe { lane.abandonProbe(now: options.now()) }
-                finishSlot(lane)
-                deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
-                continue
-            }
-            start(next.record, next.delivery, lane, probe: next.probe)
+            startUnlessDisabled(next, lane, probe: next.probe, freeingItsSlot: true)
         }
         armWake(lane)
     }
@@ -69,14 +63,7 @@ extension Deliverer {
         guard let (next, admission) = lane.keyFinished(record, now: now, limit: maxPerEndpoint, canDefer: !policy.schedule.isEmpty) else { return }
         switch admission {
         case .start(let probe):
-            // The endpoint answered 410 meanwhile: as for queued deliveries, dead-lettered unsent (but replays).
-            if lane.isDisabled && next.delivery.replayedFrom == nil {
-                if probe { lane.abandonProbe(now: now) }
-                finishSlot(lane)
-                deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
-                return
-            }
-            start(next.record, next.delivery, lane, probe: probe)
+            startUnlessDisabled(next, lane, probe: probe, freeingItsSlot: true)
         case .queued:
             armWake(lane)
         case .disabled:
@@ -117,15 +104,24 @@ extension Deliverer {
     /// A slot of `lane` is free: start the next queued delivery in it, or release it.
     func finishSlot(_ lane: EndpointLane) {
         while let next = lane.release(now: options.now()) {
-            // The endpoint answered 410 meanwhile: queued deliveries (but replays) are dead-lettered unsent.
-            if lane.isDisabled && next.delivery.replayedFrom == nil {
-                if next.probe { lane.abandonProbe(now: options.now()) }
-                deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
-                continue
-            }
-            start(next.record, next.delivery, lane, probe: next.probe)
-            return
+            // Dead-lettered unsent (a 410 meanwhile): `release` handed its slot on; look for the next.
+            if startUnlessDisabled(next, lane, probe: next.probe, freeingItsSlot: false) { return }
         }
         armWake(lane)
+    }
+
+    /// Starts `next`, which holds one of the lane's slots; or, when the endpoint answered 410 meanwhile,
+    /// dead-letters it unsent (a replay still goes), first freeing its slot when `freeingItsSlot` (false when
+    /// the caller's `release` loop hands the slot on). Returns whether it started.
+    @discardableResult
+    func startUnlessDisabled(_ next: EndpointLane.Pending, _ lane: EndpointLane, probe: Bool, freeingItsSlot: Bool) -> Bool {
+        guard lane.isDisabled && next.delivery.replayedFrom == nil else {
+            start(next.record, next.delivery, lane, probe: probe)
+            return true
+        }
+        if probe { lane.abandonProbe(now: options.now()) }
+        if freeingItsSlot { finishSlot(lane) }
+        deadLetter(next.record, next.delivery, reason: .endpointDisabled, endpointLabel: lane.id)
+        return false
     }
 }

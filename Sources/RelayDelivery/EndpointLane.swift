@@ -110,7 +110,6 @@ final class EndpointLane: Sendable {
         self.counters = EndpointCounters(endpoint: id, metrics: metrics)
         var initial = State(breaker: breaker)
         initial.tokens = max(1, rate ?? 1)
-        initial.refilledAt = 0
         self.state = Mutex(initial)
     }
 
@@ -266,11 +265,6 @@ final class EndpointLane: Sendable {
             _ = state.mayStart(now: now, rate: rate)
             return state.startableAt(now: now, rate: rate)
         }
-    }
-
-    /// Until when a `Retry-After` pauses the endpoint (Unix ms); nil when it does not.
-    func pausedUntil(now: Int64) -> Int64? {
-        state.withLock { $0.resumeAt > now ? $0.resumeAt : nil }
     }
 
     var isCircuitOpen: Bool { state.withLock { $0.breaker.isOpen } }

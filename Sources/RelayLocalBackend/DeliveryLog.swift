@@ -315,11 +315,11 @@ extension DeliveryLog {
     /// to this endpoint failed (`retrying`) or died (`dead`) in `[since, until)`, that has not succeeded there
     /// since its first failure in the range (a re-send that worked, then a failed retry of the original
     /// chain, is not sent a third time), unless that latest failure was re-sent before. A re-sent delivery
-    /// that fails again fails after `until` when the range ends now, so the same range never claims it again. At most `limit`; each claimed failure is written to the ledger with `replayedFrom`
-    /// (the caller's mark for the re-sent delivery), so concurrent and later recovers skip it.
+    /// that fails again fails after `until` when the range ends now, so the same range never claims it again.
+    /// At most `limit`; each claimed failure is written to the ledger with its `recoverMark` (the re-sent
+    /// delivery's `relay-replayed-from`), so concurrent and later recovers skip it.
     public func claimFailures(
-        endpoint: String, since: Int64, until: Int64, limit: Int, now: Int64, apps: Set<String>?,
-        replayedFrom: @escaping @Sendable (Recorded) -> String
+        endpoint: String, since: Int64, until: Int64, limit: Int, now: Int64
     ) async throws -> Claim {
         try await pool.write { db in
             var claim = Claim()
@@ -345,7 +345,6 @@ extension DeliveryLog {
                     """,
                 arguments: [endpoint, since, until])
             for row in rows {
-                if let apps, !apps.contains(row["app"] as String) { continue }
                 if row["resent"] as Bool {
                     claim.alreadyResent += 1
                     continue
@@ -356,12 +355,15 @@ extension DeliveryLog {
                 }
                 guard let json = try? JSON.parse(Array((row["body"] as String).utf8)), let attempt = DeliveryAttempt(json: json) else { continue }
                 let recorded = Recorded(seq: row["seq"], attempt: attempt)
-                try Self.ledger(db, recorded, now: now, replayedFrom: replayedFrom(recorded))
+                try Self.ledger(db, recorded, now: now, replayedFrom: Self.recoverMark(recorded))
                 claim.claimed.append(recorded)
             }
             return claim
         }
     }
+
+    /// The `relay-replayed-from` of a recover's re-sent delivery, and its ledger mark.
+    static func recoverMark(_ failure: Recorded) -> String { "recover:\(failure.seq)" }
 
     /// Writes an explicit resend of `recorded` to the ledger (a recover then skips that failure); written before
     /// the resend is appended, and forgotten if the append fails.

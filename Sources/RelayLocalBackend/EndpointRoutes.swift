@@ -61,7 +61,7 @@ extension LocalBackend {
         }
 
         route(router, .post, Self.endpointEnablePath) { _, context, _ in
-            let result = try await backend.enable(endpoint: context.parameters.get("endpointId"))
+            let result = try await backend.enable(endpoint: context.parameters.get("endpointId")?.removingPercentEncoding)
             return json(result.status, result.body)
         }
 
@@ -72,12 +72,13 @@ extension LocalBackend {
                 if let value = parameters.get(name) { return value }
                 return body?[name]?.stringValue ?? body?[name]?.int64Value.map { String($0) }
             }
-            let result = try await backend.recover(endpoint: context.parameters.get("endpointId"), since: text("since"), until: text("until"))
+            let result = try await backend.recover(
+                endpoint: context.parameters.get("endpointId")?.removingPercentEncoding, since: text("since"), until: text("until"))
             return json(result.status, result.body)
         }
 
         route(router, .post, Self.deliveryResendPath) { _, context, _ in
-            let result = try await backend.resend(attemptId: context.parameters.get("deliveryId"))
+            let result = try await backend.resend(attemptId: context.parameters.get("deliveryId")?.removingPercentEncoding)
             return json(result.status, result.body)
         }
     }
@@ -99,10 +100,10 @@ extension LocalBackend {
     private static let unknownEndpoint = ActionResult.refusal(.notFound, "not_found", "no endpoint with this id is configured")
 
     /// Enables the endpoint in every deliverer (`POST .../endpoints/{id}/enable`).
-    /// - Parameter decoded: the id is already percent-decoded (a form's value), not a path segment.
-    func enable(endpoint id: String?, decoded: Bool = false) async throws -> ActionResult {
+    /// The ids the actions take are decoded (the routes decode their path segments).
+    func enable(endpoint id: String?) async throws -> ActionResult {
         guard let actions = deliveryActions else { return Self.actionsUnavailable }
-        guard let endpoint = endpoint(decoded ? id : id?.removingPercentEncoding) else { return Self.unknownEndpoint }
+        guard let endpoint = endpoint(id) else { return Self.unknownEndpoint }
         let partitions: Int
         do {
             partitions = try await actions.partitions()
@@ -114,9 +115,9 @@ extension LocalBackend {
     }
 
     /// Re-sends, once, the failures of a time range (`POST .../endpoints/{id}/recover`).
-    func recover(endpoint id: String?, since sinceText: String?, until untilText: String?, decoded: Bool = false) async throws -> ActionResult {
+    func recover(endpoint id: String?, since sinceText: String?, until untilText: String?) async throws -> ActionResult {
         guard let actions = deliveryActions else { return Self.actionsUnavailable }
-        guard let endpoint = endpoint(decoded ? id : id?.removingPercentEncoding) else { return Self.unknownEndpoint }
+        guard let endpoint = endpoint(id) else { return Self.unknownEndpoint }
         let now = clock()
         let since: Int64
         let until: Int64
@@ -131,11 +132,11 @@ extension LocalBackend {
             return .refusal(.badRequest, "bad_request", invalid.message)
         }
         let claim = try await deliveryLog.claimFailures(
-            endpoint: endpoint.id, since: since, until: until, limit: Self.recoverBatch, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+            endpoint: endpoint.id, since: since, until: until, limit: Self.recoverBatch, now: now)
         var records: [OutgoingRecord] = []
         var unavailable: [String] = []
         for failure in claim.claimed {
-            if let record = try await resendRecord(failure, topic: actions.topic, replayedFrom: "recover:\(failure.seq)") {
+            if let record = try await resendRecord(failure, topic: actions.topic, replayedFrom: DeliveryLog.recoverMark(failure)) {
                 records.append(record)
             } else {
                 unavailable.append(failure.attempt.eventId)
@@ -145,7 +146,7 @@ extension LocalBackend {
             if !records.isEmpty { try await actions.append(records) }
         } catch {
             // Not appended: forgotten, so the next recover tries them again.
-            try? await deliveryLog.forgetResends(replayedFrom: claim.claimed.map { "recover:\($0.seq)" })
+            try? await deliveryLog.forgetResends(replayedFrom: claim.claimed.map(DeliveryLog.recoverMark))
             return .refusal(.serviceUnavailable, "not_stored", "the log did not take the deliveries; nothing was re-sent; try again (\(error))")
         }
         return ActionResult(
@@ -157,9 +158,9 @@ extension LocalBackend {
     }
 
     /// Sends one recorded attempt's event to its endpoint again (`POST .../deliveries/{id}/resend`).
-    func resend(attemptId: String?, decoded: Bool = false) async throws -> ActionResult {
+    func resend(attemptId: String?) async throws -> ActionResult {
         guard let actions = deliveryActions else { return Self.actionsUnavailable }
-        guard let id = decoded ? attemptId : attemptId?.removingPercentEncoding, !id.isEmpty, let recorded = try await deliveryLog.attempt(id: id) else {
+        guard let id = attemptId, !id.isEmpty, let recorded = try await deliveryLog.attempt(id: id) else {
             return .refusal(.notFound, "not_found", "no attempt with this id is kept in the delivery log (GET .../deliveries lists them)")
         }
         guard configuration.endpoints.contains(where: { $0.id == recorded.attempt.endpoint }) else {

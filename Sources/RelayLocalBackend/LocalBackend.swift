@@ -76,15 +76,15 @@ public struct LocalBackend: Sendable {
         self.rateLimited = LabeledCounters(label: "relay_backend_rate_limited_total", factory: metrics)
         self.purchaseOutcomes = LabeledCounters(label: "relay_backend_purchases_total", factory: metrics)
         self.redeemOutcomes = LabeledCounters(label: "relay_backend_redemptions_total", factory: metrics)
-        self.redeemLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
-        self.checkoutLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
+        self.redeemLimiter = ClientRateLimiter.guessing(now: rateLimitClock)
+        self.checkoutLimiter = ClientRateLimiter.guessing(now: rateLimitClock)
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }
         self.appTransactions = appTransactions
         self.appPurchases = appPurchases
         self.deliveryActions = deliveryActions
         self.rejectedNotifications = rejectedNotifications
         self.consoleSessions = ConsoleSessions(configuration)
-        self.signInLimiter = ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: rateLimitClock)
+        self.signInLimiter = ClientRateLimiter.guessing(now: rateLimitClock)
         self.mappings = Dictionary(grouping: configuration.apps, by: \.applicationId).mapValues { apps in
             // Grandfathering rule i grants product `$grandfathered:i` (AppTransactionMapping writes it).
             let grandfathered = apps.flatMap { app in

@@ -120,7 +120,7 @@ struct DeliveriesResend: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let reader = try backend.reader()
-        let path = "/subscriptions-api/internal/v1/deliveries/\(BackendClient.segment(id))/resend"
+        let path = "/subscriptions-api/internal/v1/deliveries/\(PercentEncoding.pathSegment(id))/resend"
         let answer = try await reading(reader) { (client) async throws(BackendError) in try await client.act(path) }
         printLine(answer.text)
     }
@@ -208,7 +208,7 @@ struct EndpointsEnable: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let reader = try backend.reader()
-        let path = "/subscriptions-api/internal/v1/endpoints/\(BackendClient.segment(endpoint))/enable"
+        let path = "/subscriptions-api/internal/v1/endpoints/\(PercentEncoding.pathSegment(endpoint))/enable"
         let answer = try await reading(reader) { (client) async throws(BackendError) in try await client.act(path) }
         printLine(answer.text)
     }
@@ -236,17 +236,14 @@ struct EndpointsRecover: AsyncParsableCommand {
     var until: String?
 
     func validate() throws {
-        for (name, value) in [("--since", since), ("--until", until)] {
-            if let value, Timestamp.milliseconds(dateOrTime: value, unixMilliseconds: true) == nil {
-                throw ValidationError("\(name) must be a date (2026-11-24), an RFC 3339 time or Unix milliseconds")
-            }
-        }
+        _ = try time(since, option: "since")
+        _ = try time(until, option: "until")
     }
 
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let reader = try backend.reader()
-        let path = "/subscriptions-api/internal/v1/endpoints/\(BackendClient.segment(endpoint))/recover"
+        let path = "/subscriptions-api/internal/v1/endpoints/\(PercentEncoding.pathSegment(endpoint))/recover"
         // The range is fixed once, so the calls after the first cover the same range.
         let until = until ?? String(Int64(Date().timeIntervalSince1970 * 1000))
         let query = [("since", since), ("until", until)]

@@ -403,6 +403,7 @@ final class TestBackend: Sendable {
             ("get", "/subscriptions-api/internal/v1/endpoints", "/subscriptions-api/internal/v1/endpoints?endpoint=nope", [auth], nil),
             ("post", "/subscriptions-api/internal/v1/deliveries/{deliveryId}/resend", "/subscriptions-api/internal/v1/deliveries/x/resend", [auth], nil),
             ("post", "/subscriptions-api/internal/v1/endpoints/{endpointId}/recover", "/subscriptions-api/internal/v1/endpoints/x/recover?since=2026-01-01", [auth], nil),
+            ("post", "/subscriptions-api/internal/v1/endpoints/{endpointId}/enable", "/subscriptions-api/internal/v1/endpoints/x/enable", [auth], nil),
             ("post", "/subscriptions-api/internal/v1/endpoints/{endpointId}/enable", "/subscriptions-api/internal/v1/endpoints/x/enable", [], nil),
         ]
         var statuses: [Int] = []
@@ -415,7 +416,7 @@ final class TestBackend: Sendable {
         }
         #expect(statuses == [
             200, 404, 200, 401, 200, 412, 409, 200, 200, 200, 404, 200, 400, 200, 401, 200, 400, 401, 200, 404, 200, 400, 200, 400, 404, 401, 200, 400, 404,
-            200, 404, 401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401, 200, 404, 503, 503, 401,
+            200, 404, 401, 200, 400, 404, 401, 404, 401, 404, 404, 404, 401, 200, 404, 503, 503, 503, 401,
         ])
         await backend.stop()
     }

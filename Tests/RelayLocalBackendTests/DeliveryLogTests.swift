@@ -128,17 +128,17 @@ import Testing
 
         // Recover claims each failed event once: the dead and retrying ones in the range, not the throttled or succeeded.
         let claim = try await log.claimFailures(
-            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 2, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 2, now: now)
         #expect(claim.claimed.count == 2)
         #expect(claim.more)
         let rest = try await log.claimFailures(
-            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now)
         #expect(Set((claim.claimed + rest.claimed).map(\.attempt.eventId)) == ["bad", "old", "unsent"])
         #expect(rest.alreadyResent == 2)
         // The same failure written again (a repeated record) is no new failure: nothing to claim.
         _ = try await log.record([attempt("bad", 1, .dead, duration: 90, at: now - 50_000)])
         let none = try await log.claimFailures(
-            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now)
         #expect(none.claimed.isEmpty && none.alreadyResent == 3)
         // The re-sent delivery failed again: a new failure, claimed again.
         _ = try await log.record([
@@ -148,7 +148,7 @@ import Testing
             ).json.serialized()
         ])
         let again = try await log.claimFailures(
-            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now, apps: nil, replayedFrom: { "recover:\($0.seq)" })
+            endpoint: "hooks", since: now - 86_400_000, until: now, limit: 10, now: now)
         #expect(again.claimed.map(\.attempt.eventId) == ["bad"])
     }
 }

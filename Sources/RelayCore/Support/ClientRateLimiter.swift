@@ -74,6 +74,12 @@ public final class ClientRateLimiter: Sendable {
         self.now = now ?? { ContinuousClock.nanosecondsSinceStart() }
     }
 
+    /// The limit on guessing a secret (redemption codes, console keys) and on costly creations (checkouts):
+    /// 10 at once per client, then one every 6 seconds.
+    public static func guessing(now: (@Sendable () -> UInt64)? = nil) -> ClientRateLimiter {
+        ClientRateLimiter(ratePerSecond: 1.0 / 6, burst: 10, now: now)
+    }
+
     /// Takes one request of `client` from its bucket.
     public func take(_ client: String) -> Decision {
         guard enabled else { return .allowed }

@@ -21,10 +21,8 @@ enum HTML {
         return out
     }
 
-    /// A query string's value.
-    static func query(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? ""
-    }
+    /// A query string's value (every byte but ASCII's unreserved characters percent-encoded).
+    static func query(_ text: String) -> String { PercentEncoding.encode(text) }
 
     static func table(_ headers: [String], _ rows: [[String]], empty: String = "Nothing yet.") -> String {
         guard !rows.isEmpty else { return "<p class=\"muted\">\(escape(empty))</p>" }

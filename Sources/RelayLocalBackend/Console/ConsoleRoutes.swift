@@ -153,12 +153,11 @@ extension LocalBackend {
             accessRefusals.increment([("status", "403")])
             return page("Refused", session, active: "", status: .forbidden, body: "<p class=\"error\">A read key sees the console but cannot act: sign in with the secret key.</p>")
         }
-        // Form values arrive decoded.
         let result: ActionResult
         switch action {
-        case "resend": result = try await resend(attemptId: fields["id"], decoded: true)
-        case "recover": result = try await recover(endpoint: fields["endpoint"], since: fields["since"], until: fields["until"], decoded: true)
-        default: result = try await enable(endpoint: fields["endpoint"], decoded: true)
+        case "resend": result = try await resend(attemptId: fields["id"])
+        case "recover": result = try await recover(endpoint: fields["endpoint"], since: fields["since"], until: fields["until"])
+        default: result = try await enable(endpoint: fields["endpoint"])
         }
         let notice: String
         if result.succeeded {
