@@ -7,8 +7,6 @@ import RelayVerification
 extension AppleHistoryCommands {
     public typealias Correction = ReconcileCorrection
 
-
-
     /// For each of the app's Apple subscriptions the backend lists as active or changed since `since`,
     /// Get All Subscription Statuses; where Apple's status or expiry differs from the stored state, an
     /// apple-api record (delivered, not historical: these are missed events) with the type that brings
@@ -18,19 +16,16 @@ extension AppleHistoryCommands {
     public func reconcile(
         since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
-        var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
         let environment = client.environment == .production ? "PRODUCTION" : "SANDBOX"
-        try await loop.stored(backend, store: .apple, applicationId: app.applicationId, since: since) { state throws(Failure) in
+        return try await loop.reconcile(
+            backend, store: .apple, applicationId: app.applicationId, since: since, producer: producer, topic: topic, corrected: corrected
+        ) { state, _ throws(Failure) in
             // A grandfathering grant is no App Store subscription: Apple has no status for it. Nor has
             // a one-time purchase (no renewal, no expiry; the backend no longer lists them).
-            if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { return }
-            if !state.autoRenew, state.expiresAt == nil { return }
-            guard state.environment == environment else {
-                summary.otherEnvironment += 1
-                return
-            }
-            summary.checked += 1
+            if state.productId.hasPrefix(AppTransactionGrant.productPrefix) { return .skipped }
+            if !state.autoRenew, state.expiresAt == nil { return .skipped }
+            guard state.environment == environment else { return .otherEnvironment }
             let statuses: SubscriptionStatusesResponse
             do throws(AppStoreAPIError) {
                 statuses = try await loop.call("the subscription's statuses") { () async throws(AppStoreAPIError) in
@@ -38,43 +33,32 @@ extension AppleHistoryCommands {
                 }
             } catch {
                 if error.kind == .keyRefused || error.kind == .configuration { throw Failure(.configuration, error.message) }
-                summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                return
+                return .failed(error.message)
             }
             guard let last = statuses.data.flatMap(\.lastTransactions).first(where: { $0.originalTransactionId == state.originalTransactionId })
-            else {
-                summary.failures.append("\(state.originalTransactionId): Apple lists no status for this subscription")
-                return
-            }
+            else { return .failed("Apple lists no status for this subscription") }
             let transaction: JSON
             var renewal: JSON?
             do {
                 transaction = try verifier.verifySignedData(last.signedTransactionInfo)
                 if let signed = last.signedRenewalInfo { renewal = try verifier.verifySignedData(signed) }
             } catch {
-                summary.failures.append("\(state.originalTransactionId): Apple's signed status was rejected (\(error))")
-                return
+                return .failed("Apple's signed status was rejected (\(error))")
             }
-            guard let fix = Self.correction(stored: state, appleStatus: last.status, transaction: transaction, renewal: renewal) else {
-                summary.inSync += 1
-                return
+            guard let (type, subtype) = Self.correction(stored: state, appleStatus: last.status, transaction: transaction, renewal: renewal) else {
+                return .inSync
             }
-            let (type, subtype) = fix
             let transactionId = transaction["transactionId"]?.stringValue ?? state.originalTransactionId
             let record = apiRecord(
                 subject: state.originalTransactionId, type: type, subtype: subtype, uuid: "reconcile:\(transactionId):\(last.status)",
                 signedTransaction: last.signedTransactionInfo, signedRenewal: last.signedRenewalInfo, historical: false, deliver: true)
-            try await HistoryRun.append([record], producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
-            let correction = Correction(
-                originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
-                found: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
-                action: subtype.map { "\(type)/\($0)" } ?? type, storeName: "Apple")
-            summary.corrections.append(correction)
-            corrected(correction)
-        } page: {
-            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+            return .corrected(
+                [record],
+                Correction(
+                    originalTransactionId: state.originalTransactionId, stored: Self.describe(status: state.status.rawValue, expiresAt: state.expiresAt),
+                    found: Self.describe(apple: last.status, expiresAt: transaction["expiresDate"]?.int64Value),
+                    action: subtype.map { "\(type)/\($0)" } ?? type, storeName: "Apple"))
         }
-        return summary
     }
 
     /// The notification type (and subtype) that makes the normalizer reach Apple's `status`, or nil when

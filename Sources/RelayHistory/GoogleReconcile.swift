@@ -13,37 +13,30 @@ public import RelayCore
 extension GoogleHistoryCommands {
     public typealias Correction = ReconcileCorrection
 
-
-
     /// Checks each of the app's Google subscriptions that the backend lists as active (or able to regain
     /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
     public func reconcile(
         since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
-        var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
-        try await loop.stored(backend, store: .google, applicationId: app.applicationId, since: since) { state throws(Failure) in
+        return try await loop.reconcile(
+            backend, store: .google, applicationId: app.applicationId, since: since, producer: producer, topic: topic, corrected: corrected
+        ) { state, _ throws(Failure) in
             // A one-time product has no Play subscription; a token a plan change replaced is Play's
             // EXPIRED by design, its access carried by the new token.
-            if state.replacedBy != nil || (!state.autoRenew && state.expiresAt == nil) { return }
-            summary.checked += 1
+            if state.replacedBy != nil || (!state.autoRenew && state.expiresAt == nil) { return .skipped }
             let purchase: JSON
             do throws(StoreAPIError) {
                 purchase = try await loop.call("a subscription") { () async throws(StoreAPIError) in
                     try await client.subscription(packageName: packageName, purchaseToken: state.originalTransactionId)
                 }
             } catch {
-                if error.kind == .configuration || (error.kind == .rejected && [401, 403].contains(error.status ?? 0)) {
+                if error.kind == .configuration || error.kind == .unavailable || (error.kind == .rejected && [401, 403].contains(error.status ?? 0)) {
                     throw Self.failure(error, reading: "the subscription")
                 }
-                if error.kind == .unavailable { throw Self.failure(error, reading: "the subscription") }
-                summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                return
+                return .failed(error.message)
             }
-            guard let fix = Self.correction(stored: state, play: purchase) else {
-                summary.inSync += 1
-                return
-            }
+            guard let fix = Self.correction(stored: state, play: purchase) else { return .inSync }
             let expiry = Self.lineItem(purchase, productId: state.productId).flatMap { Timestamp.milliseconds($0["expiryTime"]?.stringValue) } ?? 0
             let productId = state.productId.split(separator: ":").first.map(String.init) ?? state.productId
             let body: JSON = [
@@ -54,18 +47,16 @@ extension GoogleHistoryCommands {
                 store: .google, app: app.key, receivedAtMilliseconds: now(), body: body.serialized(), requestHeaders: [:],
                 source: RawNotification.playAPISource
             ).record(topic: topic, subject: state.originalTransactionId)
-            try await HistoryRun.append([record], producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
-            let correction = Correction(
-                originalTransactionId: state.originalTransactionId, stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, expiresAt: state.expiresAt),
-                found: Self.describe(
-                    purchase["subscriptionState"]?.stringValue ?? "?", autoRenew: Self.autoRenew(purchase, productId: state.productId), expiresAt: expiry == 0 ? nil : expiry),
-                action: fix.name, storeName: "Google")
-            summary.corrections.append(correction)
-            corrected(correction)
-        } page: {
-            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+            return .corrected(
+                [record],
+                Correction(
+                    originalTransactionId: state.originalTransactionId,
+                    stored: Correction.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt),
+                    found: Correction.describe(
+                        purchase["subscriptionState"]?.stringValue ?? "?", autoRenew: Self.autoRenew(purchase, productId: state.productId),
+                        until: expiry == 0 ? nil : expiry),
+                    action: fix.name, storeName: "Google"))
         }
-        return summary
     }
 
     /// The Real-time Developer Notification that brings `stored` to what Play answers (`SubscriptionPurchaseV2`),
@@ -109,10 +100,5 @@ extension GoogleHistoryCommands {
 
     static func autoRenew(_ play: JSON, productId: String) -> Bool {
         lineItem(play, productId: productId)?["autoRenewingPlan"]?["autoRenewEnabled"]?.boolValue ?? false
-    }
-
-    static func describe(_ status: String, autoRenew: Bool, expiresAt: Int64?) -> String {
-        let expiry = expiresAt.map { " until \(Timestamp.rfc3339(milliseconds: $0))" } ?? ""
-        return "\(status)\(autoRenew ? "" : " (not renewing)")\(expiry)"
     }
 }

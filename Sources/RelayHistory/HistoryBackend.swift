@@ -124,7 +124,7 @@ struct HistoryBackend: Sendable {
     }
 
     /// One page of the backend's list of the application's subscriptions of `store`.
-    func subscriptions(store: Store = .apple, applicationId: Int, activeOrChangedSince since: Int64?, cursor: String?) async throws(CommandFailure)
+    func subscriptions(store: Store, applicationId: Int, activeOrChangedSince since: Int64?, cursor: String?) async throws(CommandFailure)
         -> (states: [SubscriptionState], next: String?)
     {
         do {

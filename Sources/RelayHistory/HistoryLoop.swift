@@ -63,14 +63,14 @@ public struct HistoryLoop: Sendable {
         }
     }
 
-    /// Every page of a list, from `start` (nil: the first): `fetch` gets the cursor and answers the page with
+    /// Every page of a list, from the first: `fetch` gets the cursor and answers the page with
     /// the next cursor (nil after the last page); `each` does the command's work with it and its number. A
     /// failed page is called again as `call` does; `failure` turns what ends the run into the command's error.
     public func pages<Page, Failure: StoreCallFailure>(
-        _ what: String, from start: String? = nil, fetch: (String?) async throws(Failure) -> (page: Page, next: String?),
+        _ what: String, fetch: (String?) async throws(Failure) -> (page: Page, next: String?),
         failure: (Failure) -> CommandFailure, each: (Page, Int) async throws(CommandFailure) -> Void
     ) async throws(CommandFailure) {
-        var cursor = start
+        var cursor: String?
         var number = 0
         repeat {
             let answer: (page: Page, next: String?)
@@ -117,5 +117,53 @@ public struct HistoryLoop: Sendable {
     static func seconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components
         return seconds + (attoseconds > 0 ? 1 : 0)
+    }
+}
+
+/// What `reconcile` found for one stored subscription (every store's check answers one).
+enum ReconcileCheck {
+    /// Not a subscription this store's reconcile compares: not counted.
+    case skipped
+    /// Stored for another environment than the store client's: counted apart, not checked.
+    case otherEnvironment
+    /// Could not be compared, and why; the run goes on.
+    case failed(String)
+    case inSync
+    /// The records that bring the state to the store's (appended in one batch), and what to report.
+    case corrected([OutgoingRecord], ReconcileCorrection)
+}
+
+extension HistoryLoop {
+    /// `reconcile` of every store: each stored subscription of `store` (`stored`) is compared by `check`,
+    /// which gets the corrections so far (for the message of a failure that ends the run); corrections are
+    /// appended to `topic`, counted, passed to `corrected` and reported after each page.
+    func reconcile(
+        _ backend: HistoryBackend, store: Store, applicationId: Int, since: Int64?, producer: any RecordProducer, topic: String,
+        corrected: @Sendable (ReconcileCorrection) -> Void,
+        check: (SubscriptionState, _ correctedSoFar: Int) async throws(CommandFailure) -> ReconcileCheck
+    ) async throws(CommandFailure) -> ReconcileSummary {
+        var summary = ReconcileSummary()
+        try await stored(backend, store: store, applicationId: applicationId, since: since) { state throws(CommandFailure) in
+            switch try await check(state, summary.corrections.count) {
+            case .skipped:
+                return
+            case .otherEnvironment:
+                summary.otherEnvironment += 1
+            case .failed(let why):
+                summary.checked += 1
+                summary.failures.append("\(state.originalTransactionId): \(why)")
+            case .inSync:
+                summary.checked += 1
+                summary.inSync += 1
+            case .corrected(let records, let correction):
+                summary.checked += 1
+                try await HistoryRun.append(records, producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
+                summary.corrections.append(correction)
+                corrected(correction)
+            }
+        } page: {
+            report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+        }
+        return summary
     }
 }

@@ -101,6 +101,13 @@ public struct ReconcileCorrection: Sendable, Equatable {
     }
 
     public var line: String { "\(originalTransactionId): \(stored) → \(storeName) \(found): \(action) appended" }
+
+    /// A side of the line: `ACTIVE price_pro (not renewing) until 2026-12-01T00:00:00.000Z`; without `price`
+    /// (Google's states name no price) `ACTIVE until …`.
+    static func describe(_ status: String, autoRenew: Bool, until: Int64?, price: String? = nil) -> String {
+        let expiry = until.map { " until \(Timestamp.rfc3339(milliseconds: $0))" } ?? ""
+        return "\(status)\(price.map { " \($0)" } ?? "")\(autoRenew ? "" : " (not renewing)")\(expiry)"
+    }
 }
 
 /// What a `reconcile` command did.

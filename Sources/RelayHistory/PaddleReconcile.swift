@@ -12,29 +12,25 @@ public import RelayCore
 extension PaddleHistoryCommands {
     public typealias Correction = ReconcileCorrection
 
-
-
     /// Checks each of the app's Paddle subscriptions that the backend lists as active (or able to regain
     /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
     public func reconcile(
         since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
         let producer = try appender()
-        var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
-        try await loop.stored(backend, store: .paddle, applicationId: app.applicationId, since: since) { state throws(Failure) in
+        return try await loop.reconcile(
+            backend, store: .paddle, applicationId: app.applicationId, since: since, producer: producer, topic: topic, corrected: corrected
+        ) { state, correctedSoFar throws(Failure) in
             // One-time purchases (keyed by their payment) have no subscription to compare.
-            guard state.originalTransactionId.hasPrefix("sub_") else { return }
-            summary.checked += 1
+            guard state.originalTransactionId.hasPrefix("sub_") else { return .skipped }
+            let done = "\(correctedSoFar) subscriptions were corrected before"
             let subscription: JSON
             do throws(StoreAPIError) {
                 subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
             } catch {
-                if error.kind == .notFound {
-                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                    return
-                }
-                throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                if error.kind == .notFound { return .failed(error.message) }
+                throw Self.failure(error, done: done)
             }
             let paddle = Observed(subscription)
             var records: [OutgoingRecord] = []
@@ -47,7 +43,7 @@ extension PaddleHistoryCommands {
                     try await client.transactions(subscriptionId: state.originalTransactionId, newestFirst: true, perPage: 1, after: nil)
                 }["data"]?.arrayValue?.first
             } catch {
-                throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                throw Self.failure(error, done: done)
             }
             if let latest, let id = latest["id"]?.stringValue, state.transaction(id) == nil, Self.isRenewal(latest) {
                 records.append(record(objectId: id, subject: state.originalTransactionId, field: "reconcile", value: "completed"))
@@ -58,22 +54,15 @@ extension PaddleHistoryCommands {
                 records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
                 actions.append(paddle.status == "canceled" ? "subscription.canceled" : "subscription.updated")
             }
-            guard !records.isEmpty else {
-                summary.inSync += 1
-                return
-            }
-            try await HistoryRun.append(records, producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
-            let correction = Correction(
-                originalTransactionId: state.originalTransactionId,
-                stored: StripeHistoryCommands.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                found: StripeHistoryCommands.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
-                action: actions.joined(separator: ", "), storeName: "Paddle")
-            summary.corrections.append(correction)
-            corrected(correction)
-        } page: {
-            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+            guard !records.isEmpty else { return .inSync }
+            return .corrected(
+                records,
+                Correction(
+                    originalTransactionId: state.originalTransactionId,
+                    stored: Correction.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                    found: Correction.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
+                    action: actions.joined(separator: ", "), storeName: "Paddle"))
         }
-        return summary
     }
 
     /// A completed transaction that pays a renewal: a recurring one, or a charged change of plan.

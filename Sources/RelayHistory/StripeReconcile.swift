@@ -12,34 +12,27 @@ public import RelayCore
 extension StripeHistoryCommands {
     public typealias Correction = ReconcileCorrection
 
-
-
     /// Checks each of the app's Stripe subscriptions that the backend lists as active (or able to regain
     /// access) or changed at or after `since` (Unix ms; nil: active ones only), as the type's comment says.
     public func reconcile(
         since: Int64?, progress: @escaping @Sendable (String) -> Void = { _ in }, corrected: @Sendable (Correction) -> Void = { _ in }
     ) async throws(Failure) -> ReconcileSummary {
-        var summary = ReconcileSummary()
         let loop = HistoryLoop(pacing: pacing, progress: progress)
-        try await loop.stored(backend, store: .stripe, applicationId: app.applicationId, since: since) { state throws(Failure) in
+        return try await loop.reconcile(
+            backend, store: .stripe, applicationId: app.applicationId, since: since, producer: producer, topic: topic, corrected: corrected
+        ) { state, correctedSoFar throws(Failure) in
             // One-time purchases (keyed by their payment) have no subscription to compare.
-            guard state.originalTransactionId.hasPrefix("sub_") else { return }
-            summary.checked += 1
+            guard state.originalTransactionId.hasPrefix("sub_") else { return .skipped }
+            let done = "\(correctedSoFar) subscriptions were corrected before"
             let subscription: JSON
             do throws(StoreAPIError) {
                 subscription = try await loop.call("a subscription") { () async throws(StoreAPIError) in try await client.subscription(state.originalTransactionId) }
             } catch {
-                if error.kind == .notFound {
-                    summary.failures.append("\(state.originalTransactionId): \(error.message)")
-                    return
-                }
-                throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                if error.kind == .notFound { return .failed(error.message) }
+                throw Self.failure(error, done: done)
             }
             let stripe = Self.Observed(subscription)
-            guard stripe.status != "incomplete" else {
-                summary.inSync += 1
-                return
-            }
+            guard stripe.status != "incomplete" else { return .inSync }
             var records: [OutgoingRecord] = []
             var actions: [String] = []
             // A renewal whose payment the state never recorded (its invoice.paid lost, whatever else arrived):
@@ -49,7 +42,7 @@ extension StripeHistoryCommands {
                 do throws(StoreAPIError) {
                     invoice = try await loop.call("an invoice") { () async throws(StoreAPIError) in try await client.invoice(invoiceId) }
                 } catch {
-                    throw Self.failure(error, done: "\(summary.corrections.count) subscriptions were corrected before")
+                    throw Self.failure(error, done: done)
                 }
                 let reason = invoice["billing_reason"]?.stringValue
                 if invoice["status"]?.stringValue == "paid",
@@ -64,22 +57,15 @@ extension StripeHistoryCommands {
                 records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
                 actions.append(["canceled", "incomplete_expired"].contains(stripe.status) ? "customer.subscription.deleted" : "customer.subscription.updated")
             }
-            guard !records.isEmpty else {
-                summary.inSync += 1
-                return
-            }
-            try await HistoryRun.append(records, producer: producer, topic: topic, rerun: HistoryRun.reconcileAgain)
-            let correction = Correction(
-                originalTransactionId: state.originalTransactionId,
-                stored: Self.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                found: Self.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
-                action: actions.joined(separator: ", "), storeName: "Stripe")
-            summary.corrections.append(correction)
-            corrected(correction)
-        } page: {
-            loop.report(summary.checked, "subscriptions checked", "\(summary.corrections.count) corrected, \(summary.failures.count) failed")
+            guard !records.isEmpty else { return .inSync }
+            return .corrected(
+                records,
+                Correction(
+                    originalTransactionId: state.originalTransactionId,
+                    stored: Correction.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                    found: Correction.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
+                    action: actions.joined(separator: ", "), storeName: "Stripe"))
         }
-        return summary
     }
 
     /// What reconcile compares of a Stripe Subscription (API version 2024-06-20, which the client pins).
@@ -117,10 +103,5 @@ extension StripeHistoryCommands {
         if stripe.relayStatus == .expired { return [.expired, .revoked, .refunded].contains(state.status) }
         return state.status == stripe.relayStatus && state.expiresAt == stripe.periodEnd && state.autoRenew == stripe.autoRenew
             && (stripe.priceId == nil || stripe.priceId == state.productId)
-    }
-
-    static func describe(_ status: String, autoRenew: Bool, until: Int64?, price: String) -> String {
-        let expiry = until.map { " until \(Timestamp.rfc3339(milliseconds: $0))" } ?? ""
-        return "\(status) \(price)\(autoRenew ? "" : " (not renewing)")\(expiry)"
     }
 }

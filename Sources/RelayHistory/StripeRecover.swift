@@ -23,7 +23,6 @@ public struct StripeHistoryCommands: Sendable {
     let topic: String
     let backend: HistoryBackend
     let now: @Sendable () -> Int64
-    let logger: Logger
     /// How the commands wait out Stripe's rate limits and outages.
     public var pacing = HistoryLoop.Pacing.standard
 
@@ -52,7 +51,6 @@ public struct StripeHistoryCommands: Sendable {
         self.producer = producer
         self.topic = configuration.topics.notifications
         self.now = HistoryRun.clock(now)
-        self.logger = logger
     }
 
     /// What the recover command did.
