@@ -42,6 +42,23 @@ struct AppleCommandOptions: ParsableArguments {
         }
     }
 
+    /// Each store's commands for this app and backend (`runHistory`'s `make`).
+    func stripe(_ configuration: RelayConfiguration, _ producer: any RecordProducer, _ logger: Logger) throws(CommandFailure) -> StripeHistoryCommands {
+        try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+    }
+
+    func google(_ configuration: RelayConfiguration, _ producer: any RecordProducer, _ logger: Logger) throws(CommandFailure) -> GoogleHistoryCommands {
+        try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+    }
+
+    func paddle(_ configuration: RelayConfiguration, _ producer: any RecordProducer, _ logger: Logger) throws(CommandFailure) -> PaddleHistoryCommands {
+        try PaddleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+    }
+
+    func revenueCat(_ configuration: RelayConfiguration, _ producer: any RecordProducer, _ logger: Logger) throws(CommandFailure) -> RevenueCatHistoryCommands {
+        try RevenueCatHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
+    }
+
     /// The log (closed by the caller) and a store's commands made by `make`, or exit with the problem.
     func open<Commands>(
         clientID: String, _ make: (RelayConfiguration, any RecordProducer, Logger) throws(CommandFailure) -> Commands

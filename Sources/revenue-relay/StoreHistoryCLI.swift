@@ -64,11 +64,9 @@ struct RecoverStripe: AsyncParsableCommand {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since") ?? 0
         let until = try time(until, option: "until")
-        let app = options.app
-        let backendURL = options.backendURL
-        let summary = try await runHistory(options, clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
-            try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.recover(since: since, until: until, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-recover", options.stripe) { commands, progress throws(CommandFailure) in
+            try await commands.recover(since: since, until: until, progress: progress)
+        }
         printLine("found: \(summary.found)")
         printLine("already processed: \(summary.alreadyProcessed)")
         printLine("re-ingested: \(summary.reingested)")
@@ -103,11 +101,9 @@ struct RecoverGoogle: AsyncParsableCommand {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since") ?? 0
         let until = try time(until, option: "until")
-        let app = options.app
-        let backendURL = options.backendURL
-        let summary = try await runHistory(options, clientID: "revenue-relay-recover") { configuration, producer, logger throws(CommandFailure) in
-            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.recover(since: since, until: until, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-recover", options.google) { commands, progress throws(CommandFailure) in
+            try await commands.recover(since: since, until: until, progress: progress)
+        }
         printLine("found: \(summary.found)")
         printLine("already recorded: \(summary.alreadyProcessed)")
         printLine("re-ingested: \(summary.reingested)")
@@ -140,13 +136,11 @@ struct RecoverPaddle: AsyncParsableCommand {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since") ?? 0
         let until = try time(until, option: "until")
-        let app = options.app
-        let backendURL = options.backendURL
         // Nothing is appended to the log: Paddle sends the replays to the ingest. The log is opened (and
         // closed at once) only so the options mean what they mean for the other stores.
-        let summary = try await runHistory(options, clientID: "revenue-relay-recover") { configuration, _, logger throws(CommandFailure) in
-            try PaddleHistoryCommands(configuration: configuration, appKey: app, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.recover(since: since, until: until, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-recover", options.paddle) { commands, progress throws(CommandFailure) in
+            try await commands.recover(since: since, until: until, progress: progress)
+        }
         printLine("found: \(summary.found)")
         printLine("already processed: \(summary.alreadyProcessed)")
         printLine("replayed: \(summary.replayed)")
@@ -188,12 +182,10 @@ struct ImportGoogle: AsyncParsableCommand {
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
             throw ExitCode(error.exitCode)
         }
-        let app = options.app
-        let backendURL = options.backendURL
         let deliver = deliver
-        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
-            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.importPurchases(purchases, deliver: deliver, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-import", options.google) { commands, progress throws(CommandFailure) in
+            try await commands.importPurchases(purchases, deliver: deliver, progress: progress)
+        }
         printLine("purchases: \(summary.purchases)")
         printLine("imported: \(summary.imported)")
         printLine("already known: \(summary.alreadyKnown)")
@@ -226,11 +218,7 @@ struct ReconcileGoogle: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since")
-        let app = options.app
-        let backendURL = options.backendURL
-        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile") { configuration, producer, logger throws(CommandFailure) in
-            try GoogleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in
+        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile", options.google) { commands, progress throws(CommandFailure) in
             try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
         }
         printReconcile(summary)
@@ -262,11 +250,7 @@ struct ReconcileStripe: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since")
-        let app = options.app
-        let backendURL = options.backendURL
-        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile") { configuration, producer, logger throws(CommandFailure) in
-            try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in
+        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile", options.stripe) { commands, progress throws(CommandFailure) in
             try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
         }
         printReconcile(summary)
@@ -298,11 +282,7 @@ struct ReconcilePaddle: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since")
-        let app = options.app
-        let backendURL = options.backendURL
-        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile") { configuration, producer, logger throws(CommandFailure) in
-            try PaddleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in
+        let summary = try await runHistory(options, clientID: "revenue-relay-reconcile", options.paddle) { commands, progress throws(CommandFailure) in
             try await commands.reconcile(since: since, progress: progress, corrected: { printLine($0.line) })
         }
         printReconcile(summary)
@@ -336,12 +316,10 @@ struct ImportStripe: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
         let since = try time(since, option: "since")
-        let app = options.app
-        let backendURL = options.backendURL
         let deliver = deliver
-        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
-            try StripeHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.importSubscriptions(since: since, deliver: deliver, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-import", options.stripe) { commands, progress throws(CommandFailure) in
+            try await commands.importSubscriptions(since: since, deliver: deliver, progress: progress)
+        }
         printImport(summary)
     }
 }
@@ -369,12 +347,10 @@ struct ImportPaddle: AsyncParsableCommand {
 
     func run() async throws {
         bootstrapLogging(defaultLevel: .warning)
-        let app = options.app
-        let backendURL = options.backendURL
         let deliver = deliver
-        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
-            try PaddleHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.importSubscriptions(deliver: deliver, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-import", options.paddle) { commands, progress throws(CommandFailure) in
+            try await commands.importSubscriptions(deliver: deliver, progress: progress)
+        }
         printImport(summary)
     }
 }
@@ -422,12 +398,10 @@ struct ImportRevenueCat: AsyncParsableCommand {
             FileHandle.standardError.write(Data("revenue-relay: \(error)\n".utf8))
             throw ExitCode(error.exitCode)
         }
-        let app = options.app
-        let backendURL = options.backendURL
         let deliver = deliver
-        let summary = try await runHistory(options, clientID: "revenue-relay-import") { configuration, producer, logger throws(CommandFailure) in
-            try RevenueCatHistoryCommands(configuration: configuration, appKey: app, producer: producer, backendURL: backendURL, logger: logger)
-        } _: { commands, progress throws(CommandFailure) in try await commands.importTransactions(transactions, deliver: deliver, progress: progress) }
+        let summary = try await runHistory(options, clientID: "revenue-relay-import", options.revenueCat) { commands, progress throws(CommandFailure) in
+            try await commands.importTransactions(transactions, deliver: deliver, progress: progress)
+        }
         printLine("transactions: \(summary.transactions)")
         printLine("subscriptions: \(summary.subscriptions)")
         printLine("records appended: \(summary.appended)")
