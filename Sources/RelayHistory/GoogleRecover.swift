@@ -64,7 +64,7 @@ public struct GoogleHistoryCommands: Sendable {
         let now = self.now()
         let end = try HistoryRun.window(since: since, until: until, now: now, days: Self.voidedDays, what: "voided purchases Google lists")
         var summary = RecoverSummary()
-        var missed: [(voided: JSON, time: Int64)] = []
+        var missed: [(voided: JSON, time: Int64, state: SubscriptionState?)] = []
         let loop = HistoryLoop(pacing: pacing, progress: progress)
         try await loop.pages("the voided purchases") { pageToken throws(StoreAPIError) in
             let page = try await client.voidedPurchases(packageName: packageName, startTime: since, endTime: end, pageToken: pageToken)
@@ -84,17 +84,17 @@ public struct GoogleHistoryCommands: Sendable {
                     summary.alreadyProcessed += 1
                     continue
                 }
-                missed.append((voided, Self.milliseconds(voided["voidedTimeMillis"]) ?? now))
+                missed.append((voided, Self.milliseconds(voided["voidedTimeMillis"]) ?? now, state))
             }
             loop.report(summary.found, "voided purchases", "page \(number), \(summary.alreadyProcessed) already recorded, \(missed.count) missed")
         }
         var records: [OutgoingRecord] = []
-        for (voided, time) in missed.sorted(by: { $0.time < $1.time }) {
+        for (voided, time, state) in missed.sorted(by: { $0.time < $1.time }) {
             guard let token = voided["purchaseToken"]?.stringValue else { continue }
             let notification: JSON = [
                 "version": "1.0", "packageName": .string(packageName), "eventTimeMillis": .string(String(time)),
                 "voidedPurchaseNotification": [
-                    "purchaseToken": .string(token), "orderId": voided["orderId"] ?? .null, "productType": .integer(try await productType(token, loop: loop)),
+                    "purchaseToken": .string(token), "orderId": voided["orderId"] ?? .null, "productType": .integer(try await productType(token, state: state, loop: loop)),
                     // A quantity-based partial refund names its quantity; anything else voids the whole order.
                     "refundType": .integer(voided["voidedQuantity"].map { $0.isNull ? 1 : 2 } ?? 1),
                 ],
@@ -115,8 +115,9 @@ public struct GoogleHistoryCommands: Sendable {
     /// Play's `productType` of a voided purchase, which the Voided Purchases API does not say: 1 for a
     /// subscription (a stored state that expires, or one the Play API knows as a subscription), else 2. The
     /// worker decides it again from what it holds and Google answers; this only keys the record.
-    private func productType(_ token: String, loop: HistoryLoop) async throws(Failure) -> Int64 {
-        if let state = try await backend.subscription(store: .google, id: token) { return state.expiresAt == nil && !state.autoRenew ? 2 : 1 }
+    /// `state`: the token's stored state, as the caller read it.
+    private func productType(_ token: String, state: SubscriptionState?, loop: HistoryLoop) async throws(Failure) -> Int64 {
+        if let state { return state.expiresAt == nil && !state.autoRenew ? 2 : 1 }
         do {
             _ = try await loop.call("a voided purchase's subscription") { () async throws(StoreAPIError) in
                 try await client.subscription(packageName: packageName, purchaseToken: token)

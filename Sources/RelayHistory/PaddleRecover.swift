@@ -105,10 +105,15 @@ public struct PaddleHistoryCommands: Sendable {
             loop.report(summary.found, "events", "page \(number)")
         }
         var missed: [(notification: String, occurredAt: String)] = []
+        // Each subscription's state is read once a run, however many of its events are listed.
+        var states: [String: SubscriptionState?] = [:]
         for (eventId, notification) in events {
             var processed = false
             if notification.subject.hasPrefix("sub_") || notification.subject.hasPrefix("txn_") {
-                processed = try await backend.subscription(store: .paddle, id: notification.subject)?.recentNotifications.contains { $0.id == eventId } ?? false
+                if states[notification.subject] == nil {
+                    states[notification.subject] = .some(try await backend.subscription(store: .paddle, id: notification.subject))
+                }
+                processed = states[notification.subject]??.recentNotifications.contains { $0.id == eventId } ?? false
             }
             if !processed { processed = try await backend.hasEvents(notificationId: eventId) }
             if processed {

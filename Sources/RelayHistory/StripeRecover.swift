@@ -65,6 +65,8 @@ public struct StripeHistoryCommands: Sendable {
         var summary = RecoverSummary()
         // Stripe lists newest first: the missed ones are gathered, then appended in the order they happened.
         var missed: [(id: String, type: String, subject: String)] = []
+        // Each subscription's state is read once a run, however many of its events are listed.
+        var states: [String: SubscriptionState?] = [:]
         let loop = HistoryLoop(pacing: pacing, progress: progress)
         try await loop.pages("the events list") { cursor throws(StoreAPIError) in
             let page = try await client.events(createdFrom: since / 1000, createdBefore: (end + 999) / 1000, types: StripeEventTypes.mapped, startingAfter: cursor)
@@ -76,7 +78,7 @@ public struct StripeHistoryCommands: Sendable {
                 guard let id = event["id"]?.stringValue, let type = event["type"]?.stringValue else { continue }
                 summary.found += 1
                 let subject = NotificationSubject.extract(store: .stripe, body: event.serialized())
-                if try await processed(id, subject: subject) {
+                if try await processed(id, subject: subject, states: &states) {
                     summary.alreadyProcessed += 1
                 } else {
                     missed.append((id, type, subject))
@@ -100,10 +102,11 @@ public struct StripeHistoryCommands: Sendable {
 
     /// Whether the relay processed the event: events recorded for its id, or its id remembered by its
     /// subscription's state.
-    private func processed(_ id: String, subject: String) async throws(Failure) -> Bool {
+    private func processed(_ id: String, subject: String, states: inout [String: SubscriptionState?]) async throws(Failure) -> Bool {
         if try await backend.hasEvents(notificationId: id) { return true }
         guard subject.hasPrefix("sub_") || subject.hasPrefix("pi_") else { return false }
-        return try await backend.subscription(store: .stripe, id: subject)?.recentNotifications.contains { $0.id == id } ?? false
+        if states[subject] == nil { states[subject] = .some(try await backend.subscription(store: .stripe, id: subject)) }
+        return states[subject]??.recentNotifications.contains { $0.id == id } ?? false
     }
 
     static func failure(_ error: StoreAPIError, done: String) -> Failure {
