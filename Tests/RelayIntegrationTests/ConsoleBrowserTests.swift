@@ -45,19 +45,10 @@ import Testing
         let now = Int64(Date().timeIntervalSince1970)
         let purchases = [(25, 999), (21, 1999), (17, 4999), (14, 999), (10, 1999), (7, 999), (3, 4999), (1, 1999)]
         for (index, (daysAgo, cents)) in purchases.enumerated() {
-            let start = now - Int64(daysAgo) * 86_400 - 60
-            let subscription: JSON = [
-                "id": .string("sub_\(index)"), "object": "subscription", "customer": .string("cus_\(index)"), "status": "active", "start_date": .integer(start),
-                "current_period_end": .integer(start + 2_592_000), "cancel_at_period_end": false, "livemode": true,
-                "metadata": ["app_user_id": .string("user-\(index)")],
-                "items": ["data": [["quantity": 1, "price": ["id": "price_pro", "product": "prod_pro", "unit_amount": .integer(Int64(cents)), "currency": "usd", "recurring": ["interval": "month", "interval_count": 1]]]]],
-            ]
-            let body = JSON.object([
-                "id": .string("evt_console_\(index)"), "object": "event", "type": "customer.subscription.created", "created": .integer(start), "livemode": true,
-                "data": ["object": subscription],
-            ]).text
-            let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
-            #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", signature)]).status == 200)
+            let body = StripeTestEvent.subscriptionCreated(
+                subscription: "sub_\(index)", event: "evt_console_\(index)", user: "user-\(index)", cents: Int64(cents),
+                start: now - Int64(daysAgo) * 86_400 - 60, livemode: true)
+            #expect(try await relay.postStripe(body) == 200)
         }
         // And one forged notification, which the worker rejects.
         let forged = #"{"id": "evt_forged", "object": "event", "type": "customer.subscription.created", "livemode": true, "data": {"object": {}}}"#
@@ -68,9 +59,8 @@ import Testing
         try await rejectedRecords.waitFor(count: 1)
         await rejectedReader.close()
         try await waitUntil("sixteen dead letters in the delivery log") {
-            let response = try await relay.http.send(
-                "GET", backendURL + "/subscriptions-api/internal/v1/deliveries?status=dead&limit=100", headers: [("Authorization", "Bearer sk_console_secret_0001")])
-            return (try JSON.parse(response.body))["deliveries"]?.arrayValue?.count == 16
+            let dead = try await relay.backend("/subscriptions-api/internal/v1/deliveries?status=dead&limit=100", key: "sk_console_secret_0001")
+            return dead.json["deliveries"]?.arrayValue?.count == 16
         }
         #expect(receiver.requests.count == 32)
 

@@ -17,20 +17,6 @@ import Testing
 
     enum Mode: Int { case failing = 0, ok = 1, gone = 2 }
 
-    static func stripeSubscription(_ id: String, event: String, now: Int64) -> (body: String, signature: String) {
-        let subscription: JSON = [
-            "id": .string(id), "object": "subscription", "customer": "cus_1", "status": "active", "start_date": .integer(now),
-            "current_period_end": .integer(now + 2_592_000), "cancel_at_period_end": false, "livemode": false,
-            "metadata": ["app_user_id": .string("user-\(id)")],
-            "items": ["data": [["quantity": 1, "price": ["id": "price_pro", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
-        ]
-        let body = JSON.object([
-            "id": .string(event), "object": "event", "type": "customer.subscription.created", "created": .integer(now), "livemode": false,
-            "data": ["object": subscription],
-        ]).text
-        return (body, WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now))
-    }
-
     @Test(arguments: TestLog.allCases)
     func aFailingEndpointIsSeenResentRecoveredOnceDisabledByA410AndEnabled(_ log: TestLog) async throws {
         let mode = Atomic<Int>(Mode.failing.rawValue)
@@ -70,20 +56,19 @@ import Testing
         let backendURL = await relay.environment.process.backendAddress.value()
         let started = Int64(Date().timeIntervalSince1970 * 1000)
         @Sendable func call(_ method: String, _ path: String, key: String = "test-backend-key") async throws -> (status: Int, json: JSON) {
-            let response = try await relay.http.send(method, backendURL + "/subscriptions-api/internal/v1" + path, headers: [("Authorization", "Bearer \(key)")])
-            return (response.status, (try? JSON.parse(response.body)) ?? .null)
+            try await relay.backend("/subscriptions-api/internal/v1" + path, method: method, key: key)
         }
         @Sendable func hooks() async throws -> JSON { try await call("GET", "/endpoints").json["endpoints"]?.arrayValue?.first ?? .null }
         @Sendable func post(_ id: String, event: String) async throws {
-            let (body, signature) = Self.stripeSubscription(id, event: event, now: started / 1000)
-            #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", signature)]).status == 200)
+            let body = StripeTestEvent.subscriptionCreated(subscription: id, event: event, user: "user-\(id)", start: started / 1000)
+            #expect(try await relay.postStripe(body) == 200)
         }
 
         // Two events, each failing twice: dead-lettered. The endpoint's health says so.
         try await post("sub_a", event: "evt_a")
         let ids = ["stripe:evt_a:initial_purchase", "stripe:evt_a:subscription_status_did_change"]
         try await waitUntil("both dead in the endpoint's backlog") { try await hooks()["backlog"]?["dead"]?.int64Value == 2 }
-        var health = try await hooks()
+        let health = try await hooks()
         #expect(receiver.requests.count == 4)
         #expect(health["host"] == "127.0.0.1", "the host only, never the URL's token")
         #expect(!health.text.contains("not-shown"))

@@ -48,19 +48,8 @@ import Testing
         let relay = try await TestRelay(configuration: configuration, log: log)
 
         let now = Int64(Date().timeIntervalSince1970)
-        let subscription: JSON = [
-            "id": "sub_hook", "object": "subscription", "customer": "cus_1", "status": "active", "start_date": .integer(now),
-            "current_period_end": .integer(now + 2_592_000), "cancel_at_period_end": false, "livemode": false,
-            "metadata": ["app_user_id": "user-hook"],
-            "items": ["data": [["quantity": 1, "price": ["id": "price_pro", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
-        ]
-        let event: JSON = [
-            "id": "evt_hook_1", "object": "event", "type": "customer.subscription.created", "created": .integer(now), "livemode": false,
-            "data": ["object": subscription],
-        ]
-        let body = event.text
-        let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
-        #expect(try await relay.post("/v1/notifications/stripe/demo", body: body, headers: [("Stripe-Signature", signature)]).status == 200)
+        let body = StripeTestEvent.subscriptionCreated(subscription: "sub_hook", event: "evt_hook_1", user: "user-hook", start: now)
+        #expect(try await relay.postStripe(body) == 200)
 
         // Two events, each tried twice (the first attempt and the one retry step), all signed.
         let ids = ["stripe:evt_hook_1:initial_purchase", "stripe:evt_hook_1:subscription_status_did_change"]
@@ -113,9 +102,7 @@ import Testing
         // (the second dead-lettered) and the replay's success.
         let backendURL = await relay.environment.process.backendAddress.value()
         @Sendable func deliveries(_ query: String) async throws -> [JSON] {
-            let response = try await relay.http.send(
-                "GET", backendURL + "/subscriptions-api/internal/v1/deliveries?" + query, headers: [("Authorization", "Bearer test-backend-key")])
-            return try JSON.parse(response.body)["deliveries"]?.arrayValue ?? []
+            try await relay.backend("/subscriptions-api/internal/v1/deliveries?" + query).json["deliveries"]?.arrayValue ?? []
         }
         try await waitUntil("the delivery log") { try await deliveries("appUserId=user-hook").count == 6 }
         let timeline = try await deliveries("eventId=stripe:evt_hook_1:initial_purchase")
@@ -129,10 +116,7 @@ import Testing
         #expect(try await deliveries("status=dead").count == 2)
         #expect(try await deliveries("endpoint=other").isEmpty)
         // Paged: two a page, newest first, six in all.
-        let firstPage = try JSON.parse(
-            try await relay.http.send(
-                "GET", backendURL + "/subscriptions-api/internal/v1/deliveries?limit=2", headers: [("Authorization", "Bearer test-backend-key")]
-            ).body)
+        let firstPage = try await relay.backend("/subscriptions-api/internal/v1/deliveries?limit=2").json
         #expect(firstPage["deliveries"]?.arrayValue?.count == 2)
         let cursor = try #require(firstPage["nextCursor"]?.stringValue)
         #expect(try await deliveries("limit=100&cursor=\(cursor)").count == 4)

@@ -40,7 +40,7 @@ struct IngestAndWorker {
 func postSignedStripeSubscription(to ingest: String, http: HTTPClient) async throws -> Int {
     let now = Int64(Date().timeIntervalSince1970)
     let body = ShutdownTests.stripeEvent(now: now)
-    let signature = WebhookSigning.stripeHeader(body: Array(body.utf8), secret: "whsec_test", timestamp: now)
+    let signature = StripeTestEvent.signature(body, now: now)
     return try await http.send(
         "POST", ingest + "/v1/notifications/stripe/demo", headers: [("Content-Type", "application/json"), ("Stripe-Signature", signature)],
         body: Array(body.utf8)

@@ -144,16 +144,6 @@ import Testing
     }
 
     static func stripeEvent(now: Int64) -> String {
-        let subscription: JSON = [
-            "id": "sub_shutdown", "object": "subscription", "customer": "cus_1", "status": "active", "start_date": .integer(now),
-            "current_period_end": .integer(now + 2_592_000), "cancel_at_period_end": false, "livemode": false,
-            "metadata": ["app_user_id": "user-shutdown"],
-            "items": ["data": [["quantity": 1, "price": ["id": "price_pro", "product": "prod_pro", "unit_amount": 999, "currency": "usd"]]]],
-        ]
-        let event: JSON = [
-            "id": "evt_shutdown", "object": "event", "type": "customer.subscription.created", "created": .integer(now), "livemode": false,
-            "data": ["object": subscription],
-        ]
-        return event.text
+        StripeTestEvent.subscriptionCreated(subscription: "sub_shutdown", event: "evt_shutdown", user: "user-shutdown", start: now)
     }
 }
