@@ -17,31 +17,48 @@ final class AttemptWriter: Sendable {
     static let capacity = 100_000
     static let batch = 1_000
 
+    /// What is queued: the values, serialized when their batch is written (on the writer's task, not on the
+    /// HTTP engine's thread where attempts finish).
+    enum Entry: Sendable {
+        case attempt(DeliveryAttempt)
+        case status(EndpointStatus)
+
+        func record(topic: String) -> OutgoingRecord {
+            switch self {
+            case .attempt(let attempt): attempt.record(topic: topic)
+            case .status(let status): status.record(topic: topic)
+            }
+        }
+    }
+
     private struct State {
-        var pending = Deque<OutgoingRecord>()
+        var pending = Deque<Entry>()
         var finished = false
         var done = false
     }
 
     private let producer: any RecordProducer
+    /// The delivery log's topic (`topics.attempts`).
+    private let topic: String
     private let logger: Logger
     private let state = Mutex(State())
     private let doorbell: AsyncStream<Void>
     private let ring: AsyncStream<Void>.Continuation
     private let dropped: Counter
 
-    init(producer: any RecordProducer, logger: Logger, metrics: any MetricsFactory) {
+    init(producer: any RecordProducer, topic: String, logger: Logger, metrics: any MetricsFactory) {
         self.producer = producer
+        self.topic = topic
         self.logger = logger
         (doorbell, ring) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         dropped = Counter(label: "relay_delivery_log_dropped_total", dimensions: [], factory: metrics)
     }
 
-    /// Queues `record` for the next batch (never blocks; constant time).
-    func append(_ record: OutgoingRecord) {
+    /// Queues an attempt's or an endpoint's record for the next batch (never blocks; constant time).
+    func append(_ entry: Entry) {
         let overflow = state.withLock { state -> Int in
             guard !state.finished else { return 1 }
-            state.pending.append(record)
+            state.pending.append(entry)
             guard state.pending.count > Self.capacity else { return 0 }
             state.pending.removeFirst()
             return 1
@@ -56,7 +73,7 @@ final class AttemptWriter: Sendable {
         for await _ in doorbell {
             while let batch = take() {
                 do {
-                    _ = try await producer.produce(batch)
+                    _ = try await producer.produce(batch.map { $0.record(topic: topic) })
                     backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
                 } catch {
                     if !error.isRetriable || Task.isCancelled {
@@ -87,7 +104,7 @@ final class AttemptWriter: Sendable {
         if left > 0 { dropped.increment(by: left) }
     }
 
-    private func take() -> [OutgoingRecord]? {
+    private func take() -> [Entry]? {
         state.withLock { state in
             guard !state.pending.isEmpty else { return nil }
             let count = min(Self.batch, state.pending.count)

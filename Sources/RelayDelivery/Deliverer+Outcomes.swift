@@ -24,9 +24,7 @@ extension Deliverer {
             // Slow down, not a failure: the endpoint pauses (this lane only), the attempt is not spent and the
             // breaker does not count it; the delivery goes first once the pause is over.
             lane.counters.throttled.increment()
-            attempts.append(
-                logEntry(record, answered, result, outcome: .throttled, startedAt: startedAt, now: now, nextAttemptAt: now + wait)
-                    .record(topic: topics.attempts))
+            attempts.append(.attempt(logEntry(record, answered, result, outcome: .throttled, startedAt: startedAt, now: now, nextAttemptAt: now + wait)))
             logger.info("endpoint asked to slow down; paused", metadata: ["endpoint": "\(lane.id)", "pause.ms": "\(wait)"])
             if lane.throttle(unsent, until: now + wait, now: now) {
                 publishStatus(lane)
@@ -43,7 +41,7 @@ extension Deliverer {
         case .aborted, .throttled:
             return
         case .delivered:
-            attempts.append(logEntry(record, attempt, result, outcome: .succeeded, startedAt: startedAt, now: now).record(topic: topics.attempts))
+            attempts.append(.attempt(logEntry(record, attempt, result, outcome: .succeeded, startedAt: startedAt, now: now)))
             let wasDisabled = attempt.replayedFrom != nil && lane.isDisabled
             if lane.record(success: true, replayed: attempt.replayedFrom != nil, now: now) == .closed {
                 logger.info("endpoint recovered; circuit closed", metadata: ["endpoint": "\(lane.id)"])
@@ -151,7 +149,7 @@ extension Deliverer {
             do {
                 _ = try await producer.produce(commit.outgoing)
                 consumer.markDone(commit.record)
-                if let logged = commit.logged { attempts.append(logged.record(topic: topics.attempts)) }
+                if let logged = commit.logged { attempts.append(.attempt(logged)) }
                 break
             } catch {
                 if Task.isCancelled || !consumer.isAssigned(commit.record) { break }

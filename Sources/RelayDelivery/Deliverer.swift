@@ -140,7 +140,7 @@ public final class Deliverer: Service {
         self.logger = logger
         self.counters = DeliveryCounters(metrics: metrics)
         (self.commits, self.commitQueue) = AsyncStream.makeStream(of: Commit.self)
-        self.attempts = AttemptWriter(producer: producer, logger: logger, metrics: metrics)
+        self.attempts = AttemptWriter(producer: producer, topic: settings.topics.attempts, logger: logger, metrics: metrics)
     }
 
     /// What the deliverer consumes: `relay.deliveries` and every retry topic in group `relay-deliverer`,
@@ -283,6 +283,6 @@ public final class Deliverer: Service {
 
     /// Writes `lane`'s state to the delivery log's topic (the endpoints route reads it).
     func publishStatus(_ lane: EndpointLane) {
-        attempts.append(lane.status(now: options.now()).record(topic: topics.attempts))
+        attempts.append(.status(lane.status(now: options.now())))
     }
 }
