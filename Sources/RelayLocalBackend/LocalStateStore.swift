@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 public import RelayCore
 
 /// The worker's state store when the local backend runs in the same process (`dev`, `run` with every
@@ -50,20 +51,44 @@ public struct LocalStateStore: SubscriptionStateStore {
     public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {
-        // As the entitlements route answers the secret key: every id linked to the user counts (`aliases`).
-        var all: [SubscriptionState]
         do {
-            let ids = try await database.allUserIds(of: [appUserId], applicationIds: nil)
-            all = ids.count == 1
-                ? try await database.subscriptions(ofUser: appUserId, excluding: (store, originalTransactionId))
-                : try await database.subscriptions(ofUsers: ids)
+            let all = try await database.pool.read { db in try Self.subscriptions(db, ofUserIds: appUserId, excluding: (store, originalTransactionId)) }
+            return activeOthers(all, excluding: store, originalTransactionId)
         } catch {
             throw Self.unavailable("reading the subscriptions of a user", error)
         }
-        all.removeAll { $0.store == store && $0.originalTransactionId == originalTransactionId }
+    }
+
+    /// `appUser` and `otherActiveSubscriptions` of one id in one read transaction: the worker asks both for
+    /// every notification, and each read of its own is two thread hops and its pages read again.
+    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+    {
+        do {
+            let (user, all) = try await database.pool.read { db in
+                (try SubscriptionDatabase.appUser(db, id, applicationId: applicationId),
+                 try Self.subscriptions(db, ofUserIds: id, excluding: (store, originalTransactionId)))
+            }
+            return (user, activeOthers(all, excluding: store, originalTransactionId))
+        } catch {
+            throw Self.unavailable("reading the user of an id and its subscriptions", error)
+        }
+    }
+
+    /// As the entitlements route answers the secret key: every id linked to the user counts (`aliases`).
+    private static func subscriptions(_ db: Database, ofUserIds appUserId: String, excluding: (store: Store, originalTransactionId: String))
+        throws -> [SubscriptionState]
+    {
+        let ids = try SubscriptionDatabase.allUserIds(db, of: [appUserId], applicationIds: nil)
+        return ids.count == 1
+            ? try SubscriptionDatabase.subscriptions(db, ofUser: appUserId, excluding: excluding)
+            : try SubscriptionDatabase.subscriptions(db, ofUsers: ids)
+    }
+
+    private func activeOthers(_ all: [SubscriptionState], excluding store: Store, _ originalTransactionId: String) -> [SubscriptionState] {
         // The backend's clock, as the entitlements route's (tests give it theirs).
         let now = backend.clock()
-        return all.filter { $0.isActive(at: now) }
+        return all.filter { $0.isActive(at: now) && !($0.store == store && $0.originalTransactionId == originalTransactionId) }
     }
 
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {

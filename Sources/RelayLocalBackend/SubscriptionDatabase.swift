@@ -161,11 +161,19 @@ public final class SubscriptionDatabase: Sendable {
     }
 
     private static func apply(_ state: SubscriptionState, ifMatch: Int64, in db: Database) throws -> WriteOutcome {
-        let current = try fetch(db, store: state.store.rawValue, id: state.originalTransactionId)
-        guard (current?.version ?? 0) == ifMatch else { return .versionMismatch(current: current) }
-        if let current, state.sourceTimestamp < current.sourceTimestamp { return .stale(current: current) }
-        var stored = state
-        stored.version = ifMatch + 1
+        let store = state.store.rawValue, id = state.originalTransactionId
+        // The stored version and source time are columns: the state itself (kilobytes of JSON) is decoded only
+        // to answer a refused write, never on the single writer's path of a write that goes through.
+        let stored = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT version, source_timestamp FROM subscription WHERE store = ? AND original_transaction_id = ?"),
+            arguments: [store, id])
+        let storedVersion: Int64 = stored?["version"] ?? 0
+        guard storedVersion == ifMatch else { return .versionMismatch(current: try fetch(db, store: store, id: id)) }
+        if let stored, state.sourceTimestamp < stored["source_timestamp"] as Int64, let current = try fetch(db, store: store, id: id) {
+            return .stale(current: current)
+        }
+        var next = state
+        next.version = ifMatch + 1
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         // Cached statements: this runs for every notification, and preparing SQL costs more than running it.
         try db.cachedStatement(
@@ -176,50 +184,65 @@ public final class SubscriptionDatabase: Sendable {
                     version = excluded.version, source_timestamp = excluded.source_timestamp,
                     state = excluded.state, updated_at = excluded.updated_at
                 """
-        ).execute(
-            arguments: [stored.store.rawValue, stored.originalTransactionId, stored.version, stored.sourceTimestamp, stored.json.text, now])
-        try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?")
-            .execute(arguments: [stored.store.rawValue, stored.originalTransactionId])
-        for user in stored.entitlementUserIds {
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)")
-                .execute(arguments: [user, stored.store.rawValue, stored.originalTransactionId])
+        ).execute(arguments: [store, id, next.version, next.sourceTimestamp, next.json.text, now])
+        // The users it entitles, rewritten only when they change (a renewal keeps them): every row of
+        // subscription_user and its index is a page of the WAL, and their keys are random.
+        let users = next.entitlementUserIds
+        let previous = stored == nil
+            ? []
+            : try String.fetchAll(
+                db.cachedStatement(sql: "SELECT app_user_id FROM subscription_user WHERE store = ? AND original_transaction_id = ?"),
+                arguments: [store, id])
+        if Set(previous) != Set(users) {
+            try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?").execute(arguments: [store, id])
+            for user in users {
+                try db.cachedStatement(sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)")
+                    .execute(arguments: [user, store, id])
+            }
         }
-        return .written(stored)
+        return .written(next)
     }
 
     /// Every subscription of one user, but the one `excluding` names (not even decoded).
     public func subscriptions(ofUser appUserId: String, excluding: (store: Store, originalTransactionId: String)? = nil) async throws
         -> [SubscriptionState]
     {
-        try await pool.read { db in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT s.state FROM subscription_user u
-                        JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
-                        WHERE u.app_user_id = ? AND NOT (s.store = ? AND s.original_transaction_id = ?)
-                        ORDER BY s.store, s.original_transaction_id
-                        """),
-                arguments: [appUserId, excluding?.store.rawValue ?? "", excluding?.originalTransactionId ?? ""])
-            return try rows.map { row in try Self.decode(row[0]) }
-        }
+        try await pool.read { db in try Self.subscriptions(db, ofUser: appUserId, excluding: excluding) }
+    }
+
+    static func subscriptions(_ db: Database, ofUser appUserId: String, excluding: (store: Store, originalTransactionId: String)?) throws
+        -> [SubscriptionState]
+    {
+        let rows = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT s.state FROM subscription_user u
+                    JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
+                    WHERE u.app_user_id = ? AND NOT (s.store = ? AND s.original_transaction_id = ?)
+                    ORDER BY s.store, s.original_transaction_id
+                    """),
+            arguments: [appUserId, excluding?.store.rawValue ?? "", excluding?.originalTransactionId ?? ""])
+        return try rows.map { row in try decode(row[0]) }
     }
 
     /// Every subscription of any of these users, each once (one that several of them own too), in one read.
     public func subscriptions(ofUsers appUserIds: [String]) async throws -> [SubscriptionState] {
         guard !appUserIds.isEmpty else { return [] }
-        return try await pool.read { db in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT DISTINCT s.store, s.original_transaction_id, s.state FROM subscription_user u
-                        JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
-                        WHERE u.app_user_id IN (\(Array(repeating: "?", count: appUserIds.count).joined(separator: ", ")))
-                        ORDER BY s.store, s.original_transaction_id
-                        """),
-                arguments: StatementArguments(appUserIds))
-            return try rows.map { row in try Self.decode(row[2]) }
-        }
+        return try await pool.read { db in try Self.subscriptions(db, ofUsers: appUserIds) }
+    }
+
+    static func subscriptions(_ db: Database, ofUsers appUserIds: [String]) throws -> [SubscriptionState] {
+        guard !appUserIds.isEmpty else { return [] }
+        let rows = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT DISTINCT s.store, s.original_transaction_id, s.state FROM subscription_user u
+                    JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
+                    WHERE u.app_user_id IN (\(Array(repeating: "?", count: appUserIds.count).joined(separator: ", ")))
+                    ORDER BY s.store, s.original_transaction_id
+                    """),
+            arguments: StatementArguments(appUserIds))
+        return try rows.map { row in try decode(row[2]) }
     }
 
     /// One page of a store's subscriptions of one application that are active (a status that still

@@ -84,34 +84,36 @@ extension SubscriptionDatabase {
     /// Every id `ids` stand for, in the given applications (nil: every one): each id, the user it is an
     /// alias of, and that user's aliases. One read, whatever the number of applications.
     public func allUserIds(of ids: [String], applicationIds: Set<Int>?) async throws -> [String] {
-        try await pool.read { db in
-            var all: [String] = []
-            func add(_ id: String) { if !all.contains(id) { all.append(id) } }
-            for id in ids {
-                add(id)
-                var users = [id]
+        try await pool.read { db in try Self.allUserIds(db, of: ids, applicationIds: applicationIds) }
+    }
+
+    static func allUserIds(_ db: Database, of ids: [String], applicationIds: Set<Int>?) throws -> [String] {
+        var all: [String] = []
+        func add(_ id: String) { if !all.contains(id) { all.append(id) } }
+        for id in ids {
+            add(id)
+            var users = [id]
+            for row in try Row.fetchAll(
+                db.cachedStatement(sql: "SELECT application_id, app_user_id FROM user_alias WHERE alias = ?"), arguments: [id])
+            where applicationIds?.contains(row[0]) ?? true {
+                let user: String = row[1]
+                add(user)
+                users.append(user)
+            }
+            for user in users {
                 for row in try Row.fetchAll(
-                    db.cachedStatement(sql: "SELECT application_id, app_user_id FROM user_alias WHERE alias = ?"), arguments: [id])
+                    db.cachedStatement(sql: "SELECT application_id, alias FROM user_alias WHERE app_user_id = ?"), arguments: [user])
                 where applicationIds?.contains(row[0]) ?? true {
-                    let user: String = row[1]
-                    add(user)
-                    users.append(user)
-                }
-                for user in users {
-                    for row in try Row.fetchAll(
-                        db.cachedStatement(sql: "SELECT application_id, alias FROM user_alias WHERE app_user_id = ?"), arguments: [user])
-                    where applicationIds?.contains(row[0]) ?? true {
-                        add(row[1])
-                    }
+                    add(row[1])
                 }
             }
-            return all
         }
+        return all
     }
 
     private static func owner(_ db: Database, of alias: String, applicationId: Int) throws -> String? {
         try String.fetchOne(
-            db, sql: "SELECT app_user_id FROM user_alias WHERE application_id = ? AND alias = ?", arguments: [applicationId, alias])
+            db.cachedStatement(sql: "SELECT app_user_id FROM user_alias WHERE application_id = ? AND alias = ?"), arguments: [applicationId, alias])
     }
 
     static func canonicalUser(_ db: Database, of id: String, applicationId: Int) throws -> String {

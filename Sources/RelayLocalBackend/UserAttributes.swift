@@ -69,19 +69,22 @@ extension SubscriptionDatabase {
 
     /// The app user `id` stands for, with its other ids and its attributes.
     public func appUser(_ id: String, applicationId: Int) async throws -> AppUser {
-        try await pool.read { db in
-            let user = try Self.canonicalUser(db, of: id, applicationId: applicationId)
-            let aliases = try String.fetchAll(
-                db, sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias",
-                arguments: [applicationId, user])
-            return AppUser(appUserId: user, aliases: aliases, attributes: try Self.attributes(db, of: user, applicationId: applicationId))
-        }
+        try await pool.read { db in try Self.appUser(db, id, applicationId: applicationId) }
+    }
+
+    static func appUser(_ db: Database, _ id: String, applicationId: Int) throws -> AppUser {
+        let user = try canonicalUser(db, of: id, applicationId: applicationId)
+        let aliases = try String.fetchAll(
+            db.cachedStatement(sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias"),
+            arguments: [applicationId, user])
+        return AppUser(appUserId: user, aliases: aliases, attributes: try attributes(db, of: user, applicationId: applicationId))
     }
 
     static func attributes(_ db: Database, of user: String, applicationId: Int) throws -> [String: JSON] {
         var attributes: [String: JSON] = [:]
         for row in try Row.fetchAll(
-            db, sql: "SELECT name, value FROM user_attribute WHERE application_id = ? AND app_user_id = ?", arguments: [applicationId, user])
+            db.cachedStatement(sql: "SELECT name, value FROM user_attribute WHERE application_id = ? AND app_user_id = ?"),
+            arguments: [applicationId, user])
         {
             attributes[row[0]] = try? JSON.parse(row[1] as String)
         }

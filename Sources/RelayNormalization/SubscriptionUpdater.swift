@@ -209,18 +209,20 @@ public final class SubscriptionUpdater: Sendable {
             if let user = step.user {
                 // The user an app linked the store's id to (an alias, a device id), with its other ids and
                 // attributes: the events name that user and carry them.
-                appUser = try await backend { () async throws(BackendError) in try await stateStore.appUser(user, applicationId: app.applicationId) }
-                let active = try await backend { () async throws(BackendError) in
-                    try await stateStore.otherActiveSubscriptions(appUserId: user, excluding: notification.store, originalTransactionId: subject)
+                let read = try await backend { () async throws(BackendError) in
+                    try await stateStore.appUserAndOtherActiveSubscriptions(
+                        user, applicationId: app.applicationId, excluding: notification.store, originalTransactionId: subject)
                 }
+                appUser = read.user
+                let active = read.active
                 others = active.flatMap { products.entitlements(of: $0) }
                 othersAfter = active.filter { $0.store != notification.store || $0.originalTransactionId != step.result.replaces }
                     .flatMap { products.entitlements(of: $0) }
             }
             if let from = transferFrom {
-                let user = try await backend { () async throws(BackendError) in try await stateStore.appUser(from, applicationId: app.applicationId) }
-                let active = try await backend { () async throws(BackendError) in
-                    try await stateStore.otherActiveSubscriptions(appUserId: from, excluding: notification.store, originalTransactionId: subject)
+                let (user, active) = try await backend { () async throws(BackendError) in
+                    try await stateStore.appUserAndOtherActiveSubscriptions(
+                        from, applicationId: app.applicationId, excluding: notification.store, originalTransactionId: subject)
                 }
                 step.binding?.transferredFrom = .init(user: user, others: active.flatMap { products.entitlements(of: $0) })
             }

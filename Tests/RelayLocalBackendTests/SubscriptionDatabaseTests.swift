@@ -38,11 +38,12 @@ import Testing
             return
         }
         #expect(second.version == 2)
-        // One write that fails (its stored row no longer decodes) fails alone; the writes committed with it land.
+        // One write that fails (refused, it must name the stored state, whose row no longer decodes) fails
+        // alone; the writes committed with it land. (A write that goes through never decodes the stored state.)
         let raw = try DatabaseQueue(path: path)
         try await raw.write { db in try db.execute(sql: "UPDATE subscription SET state = '{\"broken\": true}' WHERE original_transaction_id = 'own-3'") }
         let mixed = await withTaskGroup(of: (String, Bool).self) { group in
-            group.addTask { ("own-3", (try? await database.write(testSubscriptionState("own-3", user: "owner-3", at: 3_000), ifMatch: 1)) != nil) }
+            group.addTask { ("own-3", (try? await database.write(testSubscriptionState("own-3", user: "owner-3", at: 3_000), ifMatch: 0)) != nil) }
             for index in 20..<40 {
                 group.addTask { ("own-\(index)", (try? await database.write(testSubscriptionState("own-\(index)", user: "owner-\(index)", at: 3_000), ifMatch: 0)) != nil) }
             }
@@ -54,6 +55,32 @@ import Testing
         // A user's other subscriptions leave out the one named.
         #expect(try await database.subscriptions(ofUser: "owner-1").map(\.originalTransactionId) == ["own-1"])
         #expect(try await database.subscriptions(ofUser: "owner-1", excluding: (.apple, "own-1")).isEmpty)
+    }
+
+    @Test func aWriteRefusedOrStaleStoresNothingAndTheUsersFollowTheState() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
+        let database = try SubscriptionDatabase(path: path)
+        let first = try await database.write(testSubscriptionState("sub", user: "user-a", at: 1_000), ifMatch: 0)
+        guard case .written(let stored) = first else { Issue.record("not written: \(first)"); return }
+
+        // Refused: the wrong version names the stored state; older in source time is stale. Neither changes it.
+        #expect(try await database.write(testSubscriptionState("sub", user: "user-b", at: 2_000), ifMatch: 0) == .versionMismatch(current: stored))
+        #expect(try await database.write(testSubscriptionState("sub", user: "user-b", at: 500), ifMatch: 1) == .stale(current: stored))
+        #expect(try await database.subscription(store: .apple, originalTransactionId: "sub") == stored)
+        #expect(try await database.subscriptions(ofUser: "user-b").isEmpty)
+
+        // A renewal of the same user keeps it that user's; a new owner takes it from the first.
+        guard case .written = try await database.write(testSubscriptionState("sub", user: "user-a", at: 2_000), ifMatch: 1) else {
+            Issue.record("the renewal was not written")
+            return
+        }
+        #expect(try await database.subscriptions(ofUser: "user-a").map(\.version) == [2])
+        guard case .written = try await database.write(testSubscriptionState("sub", user: "user-b", at: 3_000), ifMatch: 2) else {
+            Issue.record("the new owner's state was not written")
+            return
+        }
+        #expect(try await database.subscriptions(ofUser: "user-a").isEmpty)
+        #expect(try await database.subscriptions(ofUser: "user-b").map(\.version) == [3])
     }
 }
 

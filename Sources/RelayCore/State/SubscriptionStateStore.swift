@@ -47,11 +47,22 @@ public protocol SubscriptionStateStore: Sendable {
     /// The app user `id` stands for in an application: the user an app linked it to (`aliases`), else
     /// itself, with that user's other ids and attributes.
     func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser
+    /// `appUser(id)` and `otherActiveSubscriptions(appUserId: id)` together (one read where the store can).
+    func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
 }
 
 extension SubscriptionStateStore {
     /// A store that knows no linked ids or attributes: every id is its own user.
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser { AppUser(appUserId: id) }
+
+    /// The two calls, one after the other.
+    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+    {
+        let user = try await appUser(id, applicationId: applicationId)
+        return (user, try await otherActiveSubscriptions(appUserId: id, excluding: store, originalTransactionId: originalTransactionId))
+    }
 }
 
 /// An app user as the backend knows them: the id, the other ids an app linked to it, its attributes.
