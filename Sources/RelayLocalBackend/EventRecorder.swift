@@ -10,12 +10,9 @@ import Synchronization
 /// at-least-once semantics: a record is marked done once its row is committed, and recording is
 /// idempotent on the event id, so a record read twice is one row.
 ///
-/// Records are written in batches: after the first record of a batch arrives, the recorder waits
-/// `coalescing` (20 ms) for more, then writes what it has, up to 512 records, in one transaction and one
-/// fsync. A batch's cost on the database is mostly the pages it changes, and each event changes a page of
-/// each of its indexes whose key is random (its id, its user, its subscription): fewer, larger batches
-/// share the other pages and commits. Recording is not on a webhook's path; an event is in the events
-/// store about 20 ms later than it could be, at any rate. A failing write (the disk) is retried with backoff, holding back only the recorder. A record that is
+/// Records are written in batches (one transaction and one fsync for whatever arrived while the last
+/// batch committed, up to 512), so recording keeps up with the worker without a commit per event. A
+/// failing write (the disk) is retried with backoff, holding back only the recorder. A record that is
 /// not a standardized event is logged, counted and marked done: it can never be recorded.
 public final class EventRecorder: Service {
     private let consumer: any RecordConsumer
@@ -26,17 +23,13 @@ public final class EventRecorder: Service {
     private let attemptsRecorded: Counter
     private let attemptsInvalid: Counter
     private let retryBackoff: (initial: Duration, maximum: Duration)
-    /// How long a batch waits, from its first record, for more.
-    private let coalescing: Duration
     /// The delivery log and its topic (`topics.attempts`); nil: the consumer reads events only.
     private let deliveryLog: (log: DeliveryLog, topic: String)?
 
     public init(
         consumer: any RecordConsumer, store: EventStore, deliveryLog: (log: DeliveryLog, topic: String)? = nil, logger: Logger,
-        metrics: any MetricsFactory, retryBackoff: (initial: Duration, maximum: Duration) = (.milliseconds(100), .seconds(30)),
-        coalescing: Duration = .milliseconds(20)
+        metrics: any MetricsFactory, retryBackoff: (initial: Duration, maximum: Duration) = (.milliseconds(100), .seconds(30))
     ) {
-        self.coalescing = coalescing
         self.consumer = consumer
         self.store = store
         self.deliveryLog = deliveryLog
@@ -55,11 +48,8 @@ public final class EventRecorder: Service {
         await withDiscardingTaskGroup { group in
             group.addTask { [self] in
                 for await _ in doorbell {
-                    // More arrive meanwhile (at any rate, a batch is one commit a window, not one a few records).
-                    // Cancelled (shutdown): no wait; what is pending is written now.
-                    if coalescing > .zero, pending.count < Self.batchLimit { try? await Task.sleep(for: coalescing) }
                     while true {
-                        let batch = pending.take(upTo: Self.batchLimit)
+                        let batch = pending.take(upTo: 512)
                         guard !batch.isEmpty else { break }
                         // Cancelled (shutdown past its bound): what is not recorded stays not done and is read again.
                         guard await write(batch) else { return }
@@ -77,9 +67,6 @@ public final class EventRecorder: Service {
         logger.info("event recorder stopped")
     }
 
-    /// The most records one transaction writes.
-    private static let batchLimit = 512
-
     /// What the delivery log's part of a batch's transaction recorded.
     private final class AttemptsRecorded: Sendable {
         let result = Mutex<(inserted: Int, invalid: [Int])?>(nil)
@@ -90,8 +77,6 @@ public final class EventRecorder: Service {
         private let records = Mutex<[ConsumedRecord]>([])
 
         func append(_ record: ConsumedRecord) { records.withLock { $0.append(record) } }
-
-        var count: Int { records.withLock { $0.count } }
 
         func take(upTo limit: Int) -> [ConsumedRecord] {
             records.withLock { records in
