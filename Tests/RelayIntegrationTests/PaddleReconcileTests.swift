@@ -139,9 +139,13 @@ import Testing
         // Each subscription's latest completed transaction is read: a payment lost alone is found too.
         #expect(paddle.listCalls.value.count == 4, "\(paddle.listCalls.value)")
         #expect(paddle.listCalls.value.contains { $0.contains("subscription_id=sub_PB") && $0.contains("per_page=1") }, "\(paddle.listCalls.value)")
-        // Again before the worker caught up: absorbed by the records' ids.
+        // Again, racing the worker: a correction it has not applied yet is appended again under the same record
+        // id and absorbed (each missed event is counted once below); one it has applied is in sync now, and
+        // the subscription it ended is no longer listed. Nothing new is found either way.
         let secondRun = try await commands.reconcile(since: nil)
-        #expect(secondRun.failures.isEmpty && secondRun.checked == 4, "\(secondRun)")
+        let firstCorrected = Set(summary.corrections.map(\.originalTransactionId))
+        #expect(secondRun.failures.isEmpty && (3...4).contains(secondRun.checked), "\(secondRun)")
+        #expect(Set(secondRun.corrections.map(\.originalTransactionId)).isSubset(of: firstCorrected), "\(secondRun)")
 
         try await waitUntil("the missed events") {
             let cancellations = try await distinct("cancellation")

@@ -126,9 +126,13 @@ import Testing
             "sub_RA": "customer.subscription.updated", "sub_RB": "invoice.paid, customer.subscription.updated", "sub_RC": "customer.subscription.deleted",
         ])
         #expect(waits.value == [.seconds(120)], "\(waits.value)")
-        // Again before the worker caught up: absorbed by the records' ids.
+        // Again, racing the worker: a correction it has not applied yet is appended again under the same record
+        // id and absorbed (each missed event is counted once below); one it has applied is in sync now, and
+        // the subscription it ended is no longer listed. Nothing new is found either way.
         let secondRun = try await commands.reconcile(since: nil)
-        #expect(secondRun.failures.isEmpty && secondRun.checked == 4, "\(secondRun)")
+        let firstCorrected = Set(summary.corrections.map(\.originalTransactionId))
+        #expect(secondRun.failures.isEmpty && (3...4).contains(secondRun.checked), "\(secondRun)")
+        #expect(Set(secondRun.corrections.map(\.originalTransactionId)).isSubset(of: firstCorrected), "\(secondRun)")
 
         try await waitUntil("the missed events") {
             let cancellations = try await distinct("cancellation")
