@@ -137,8 +137,8 @@ public final class SubscriptionDatabase: Sendable {
             guard !batch.isEmpty else { return }
             do {
                 let outcomes = try pool.write { db in
-                    // Each write in its own savepoint: one that fails (a stored row that no longer decodes)
-                    // is rolled back and answered alone, and the others still commit.
+                    // Each write in its own savepoint: one that fails (refused, and the stored row it must name
+                    // no longer decodes) is rolled back and answered alone, and the others still commit.
                     batch.map { write -> Result<WriteOutcome, any Error> in
                         var outcome: WriteOutcome?
                         do {
@@ -169,7 +169,8 @@ public final class SubscriptionDatabase: Sendable {
             arguments: [store, id])
         let storedVersion: Int64 = stored?["version"] ?? 0
         guard storedVersion == ifMatch else { return .versionMismatch(current: try fetch(db, store: store, id: id)) }
-        if let stored, state.sourceTimestamp < stored["source_timestamp"] as Int64, let current = try fetch(db, store: store, id: id) {
+        if let stored, state.sourceTimestamp < stored["source_timestamp"] as Int64 {
+            guard let current = try fetch(db, store: store, id: id) else { throw DatabaseError(message: "subscription \(store)/\(id) vanished mid-transaction") }
             return .stale(current: current)
         }
         var next = state
@@ -193,7 +194,8 @@ public final class SubscriptionDatabase: Sendable {
             : try String.fetchAll(
                 db.cachedStatement(sql: "SELECT app_user_id FROM subscription_user WHERE store = ? AND original_transaction_id = ?"),
                 arguments: [store, id])
-        if Set(previous) != Set(users) {
+        // Compared as bytes, as SQLite compares them (Swift's == equates canonically equivalent strings).
+        if Set(previous.map { Array($0.utf8) }) != Set(users.map { Array($0.utf8) }) {
             try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?").execute(arguments: [store, id])
             for user in users {
                 try db.cachedStatement(sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)")

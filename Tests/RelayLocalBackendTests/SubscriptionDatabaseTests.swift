@@ -51,6 +51,13 @@ import Testing
         }
         #expect(mixed["own-3"] == false)
         #expect(mixed.filter { $0.key != "own-3" }.values.allSatisfy { $0 }, "\(mixed.filter { !$0.value })")
+        // A write that names the stored version goes through without decoding the old row, and replaces it.
+        guard case .written(let repaired) = try await database.write(testSubscriptionState("own-3", user: "owner-3", at: 3_000), ifMatch: 1) else {
+            Issue.record("the write over the broken row was refused")
+            return
+        }
+        #expect(repaired.version == 2)
+        #expect(try await database.subscription(store: .apple, originalTransactionId: "own-3") == repaired)
 
         // A user's other subscriptions leave out the one named.
         #expect(try await database.subscriptions(ofUser: "owner-1").map(\.originalTransactionId) == ["own-1"])
