@@ -229,6 +229,8 @@ import Testing
         }
         try await harness.storeNotification(renewal, signer: signer, type: "DID_RENEW", signedDate: Fixtures.signedDate + 2_592_000_000)
         try await waitUntil("the renewal applied") { try await harness.state("2000000500000005")?.lastTransactionId == "2000000500000015" }
+        // Its state is written before its events are produced: wait for the record to be done.
+        try await harness.relay.waitForWorker()
         #expect(try await harness.entitlements("user-b") == ["pro"])
         #expect(try await harness.entitlements("user-a").isEmpty)
         #expect(try await harness.events("renewal").first?["data"]?["subscriptionStatus"]?["status"] == "ACTIVE")

@@ -576,6 +576,7 @@ final class AppleServerModel: Sendable {
 
         let uuid = "reconcile:8100:1"
         try await waitUntil("the extension applied") { try await Self.state(relay, backendURL, "8100")["expiresAt"]?.int64Value == extended }
+        try await relay.waitForRecordedEvents()
         let appended = try await relay.records(topic: relay.configuration.topics.notifications).filter {
             $0.headers.first(named: RelayHeaderName.source)?.stringValue == "apple-api"
         }

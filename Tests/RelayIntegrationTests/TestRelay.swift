@@ -132,11 +132,22 @@ final class TestRelay: Sendable {
     /// Waits until the worker has processed everything on the notifications topic now (its group's committed
     /// offsets reach the topic's ends): what was appended has had its effect, or been absorbed.
     func waitForWorker(timeout: Duration = .seconds(60)) async throws {
+        try await waitFor(group: "relay-worker", topic: configuration.topics.notifications, timeout: timeout)
+    }
+
+    /// Waits until the worker, then the backend's recorder, have processed everything appended so far: the
+    /// events store holds every event the notifications caused (the worker writes a state before it
+    /// produces its events, so a state seen is not yet its events recorded).
+    func waitForRecordedEvents(timeout: Duration = .seconds(60)) async throws {
+        try await waitForWorker(timeout: timeout)
+        try await waitFor(group: "relay-backend", topic: configuration.topics.events, timeout: timeout)
+    }
+
+    private func waitFor(group: String, topic: String, timeout: Duration) async throws {
         let log = environment.process.log
-        let topic = configuration.topics.notifications
         let ends = try log.partitionEnds(of: topic)
-        try await waitUntil("the worker caught up with \(topic)", timeout: timeout) {
-            let committed = try log.committedOffsets(group: "relay-worker", topic: topic)
+        try await waitUntil("\(group) caught up with \(topic)", timeout: timeout) {
+            let committed = try log.committedOffsets(group: group, topic: topic)
             return ends.allSatisfy { $0.endOffset == $0.startOffset || (committed[$0.partition] ?? 0) >= $0.endOffset }
         }
     }
