@@ -75,6 +75,25 @@ public struct LocalStateStore: SubscriptionStateStore {
         }
     }
 
+    /// The state and, in the same read transaction, the likely user's `appUserAndOtherActiveSubscriptions`: for
+    /// most notifications the worker then needs no second read (two thread hops and the pages read again).
+    public func subscriptionReadingAhead(store: Store, originalTransactionId: String, likelyUser: String?, applicationId: Int)
+        async throws(BackendError) -> (state: SubscriptionState?, user: UserReadAhead?)
+    {
+        do {
+            let (state, read) = try await database.pool.read { db -> (SubscriptionState?, (String, AppUser, [SubscriptionState])?) in
+                let state = try SubscriptionDatabase.fetch(db, store: store.rawValue, id: originalTransactionId)
+                let stored = state?.entitlementUserIds.first.flatMap { $0.hasPrefix(SubscriptionState.anonymousUserPrefix) ? nil : $0 }
+                guard let id = likelyUser ?? stored else { return (state, nil) }
+                let user = try SubscriptionDatabase.appUser(db, id, applicationId: applicationId)
+                return (state, (id, user, try Self.subscriptions(db, ofUserIds: id, excluding: (store, originalTransactionId))))
+            }
+            return (state, read.map { UserReadAhead(id: $0.0, user: $0.1, active: activeOthers($0.2, excluding: store, originalTransactionId)) })
+        } catch {
+            throw Self.unavailable("reading subscription \(store.rawValue)/\(originalTransactionId)", error)
+        }
+    }
+
     /// As the entitlements route answers the secret key: every id linked to the user counts (`aliases`).
     private static func subscriptions(_ db: Database, ofUserIds appUserId: String, excluding: (store: Store, originalTransactionId: String))
         throws -> [SubscriptionState]

@@ -275,7 +275,7 @@ public final class SubscriptionDatabase: Sendable {
         }
     }
 
-    private static func fetch(_ db: Database, store: String, id: String) throws -> SubscriptionState? {
+    static func fetch(_ db: Database, store: String, id: String) throws -> SubscriptionState? {
         guard let row = try Row.fetchOne(
             db.cachedStatement(sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?"), arguments: [store, id])
         else { return nil }

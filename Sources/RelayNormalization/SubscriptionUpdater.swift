@@ -140,9 +140,13 @@ public final class SubscriptionUpdater: Sendable {
         }
 
         var fetched = notification.store != .google
+        // The user the events will likely need (the one the notification names; else the store reads the stored
+        // state's), read with the state where the store can: one read instead of two for most notifications.
+        let likelyUser = first.state?.entitlementUserIds.first.flatMap { $0.hasPrefix(SubscriptionState.anonymousUserPrefix) ? nil : $0 }
         for _ in 0..<10 {
-            let current = try await backend { () async throws(BackendError) in
-                try await stateStore.subscription(store: notification.store, originalTransactionId: subject)
+            let (current, readAhead) = try await backend { () async throws(BackendError) in
+                try await stateStore.subscriptionReadingAhead(
+                    store: notification.store, originalTransactionId: subject, likelyUser: likelyUser, applicationId: app.applicationId)
             }
             if let id = notification.notificationId, let recent = current?.recentNotifications.last(where: { $0.id == id }),
                 let context = AppliedContext(recent.context)
@@ -209,9 +213,14 @@ public final class SubscriptionUpdater: Sendable {
             if let user = step.user {
                 // The user an app linked the store's id to (an alias, a device id), with its other ids and
                 // attributes: the events name that user and carry them.
-                let read = try await backend { () async throws(BackendError) in
-                    try await stateStore.appUserAndOtherActiveSubscriptions(
-                        user, applicationId: app.applicationId, excluding: notification.store, originalTransactionId: subject)
+                let read: (user: AppUser, active: [SubscriptionState])
+                if let readAhead, readAhead.id == user {
+                    read = (readAhead.user, readAhead.active)
+                } else {
+                    read = try await backend { () async throws(BackendError) in
+                        try await stateStore.appUserAndOtherActiveSubscriptions(
+                            user, applicationId: app.applicationId, excluding: notification.store, originalTransactionId: subject)
+                    }
                 }
                 appUser = read.user
                 let active = read.active

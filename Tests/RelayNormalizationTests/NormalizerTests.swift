@@ -163,6 +163,39 @@ import Testing
         await harness.stop()
     }
 
+    /// The local store reads the likely user with the state (one read, `subscriptionReadingAhead`): what it reads
+    /// ahead is what the separate read answers, for an alias, for the stored state's user, and for nobody.
+    @Test func theUserReadAheadWithTheStateIsWhatTheSeparateReadFinds() async throws {
+        let harness = try await ScenarioHarness(transport: .inProcess)
+        func state(_ id: String, user: String?, product: String = "com.example.pro.monthly") -> SubscriptionState {
+            SubscriptionState(
+                store: .apple, originalTransactionId: id, applicationId: 1, originalAppUserId: user, appUserIds: user.map { [$0] } ?? [],
+                productId: product, status: .active, expiresAt: nil, environment: "PRODUCTION", sourceTimestamp: 1)
+        }
+        try await harness.store(state("5000", user: "user-y"))
+        try await harness.store(state("5001", user: "user-y", product: "com.example.lifetime"))
+        try await harness.store(state("5002", user: nil))
+        try await harness.link(["$SuperwallAlias:R"], to: "user-y")
+        try await harness.setAttributes(["plan": "team"], of: "user-y")
+        let store = harness.stateStore
+        for (likely, expected) in [("$SuperwallAlias:R", "$SuperwallAlias:R"), (nil, "user-y")] as [(String?, String)] {
+            let (current, ahead) = try await store.subscriptionReadingAhead(store: .apple, originalTransactionId: "5000", likelyUser: likely, applicationId: 1)
+            #expect(current?.originalTransactionId == "5000")
+            let read = try #require(ahead, "nothing read ahead for \(likely ?? "the stored user")")
+            #expect(read.id == expected)
+            let separate = try await store.appUserAndOtherActiveSubscriptions(expected, applicationId: 1, excluding: .apple, originalTransactionId: "5000")
+            #expect(read.user == separate.user)
+            #expect(read.user.appUserId == "user-y" && read.user.attributes == ["plan": "team"])
+            #expect(read.active.map(\.originalTransactionId) == separate.active.map(\.originalTransactionId))
+            #expect(read.active.map(\.originalTransactionId) == ["5001"], "the one read is left out")
+        }
+        // An anonymous subscription and an unknown one: nobody to read ahead.
+        #expect(try await store.subscriptionReadingAhead(store: .apple, originalTransactionId: "5002", likelyUser: nil, applicationId: 1).user == nil)
+        let unknown = try await store.subscriptionReadingAhead(store: .apple, originalTransactionId: "5999", likelyUser: nil, applicationId: 1)
+        #expect(unknown.state == nil && unknown.user == nil)
+        await harness.stop()
+    }
+
     /// Events are counted (`relay_events_total`) once, when they are the answer: a write that fails and
     /// is tried again (a backend outage, a lost If-Match race) counts nothing twice.
     @Test func eventsAreCountedOnceAcrossAFailedWriteAndItsRetry() async throws {

@@ -178,8 +178,11 @@ public struct SubscriptionState: Sendable, Equatable {
         if let ownerAppUserId { return [ownerAppUserId] }
         var ids = appUserIds
         if let originalAppUserId, !ids.contains(originalAppUserId) { ids.insert(originalAppUserId, at: 0) }
-        return ids.isEmpty ? ["$RelayAnonymous:\(store.rawValue):\(originalTransactionId)"] : ids
+        return ids.isEmpty ? ["\(Self.anonymousUserPrefix)\(store.rawValue):\(originalTransactionId)"] : ids
     }
+
+    /// How the id of a subscription's anonymous user starts (`entitlementUserIds`).
+    public static let anonymousUserPrefix = "$RelayAnonymous:"
 
     // MARK: Wire form
 

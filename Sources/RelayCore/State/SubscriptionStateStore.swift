@@ -50,11 +50,38 @@ public protocol SubscriptionStateStore: Sendable {
     /// `appUser(id)` and `otherActiveSubscriptions(appUserId: id)` together (one read where the store can).
     func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
         async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+    /// `subscription(store:originalTransactionId:)`, and where the store can read them in the same read, what
+    /// `appUserAndOtherActiveSubscriptions` answers for the user the notification likely concerns: `likelyUser`,
+    /// else the stored state's first entitled user (anonymous ids never). nil `user`: not read ahead.
+    func subscriptionReadingAhead(store: Store, originalTransactionId: String, likelyUser: String?, applicationId: Int)
+        async throws(BackendError) -> (state: SubscriptionState?, user: UserReadAhead?)
+}
+
+/// A user's `appUserAndOtherActiveSubscriptions`, read with the subscription's state (`subscriptionReadingAhead`).
+public struct UserReadAhead: Sendable {
+    /// The id it was read for.
+    public var id: String
+    public var user: AppUser
+    /// That user's other subscriptions that give access, without the one read.
+    public var active: [SubscriptionState]
+
+    public init(id: String, user: AppUser, active: [SubscriptionState]) {
+        self.id = id
+        self.user = user
+        self.active = active
+    }
 }
 
 extension SubscriptionStateStore {
     /// A store that knows no linked ids or attributes: every id is its own user.
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser { AppUser(appUserId: id) }
+
+    /// The state alone: nothing read ahead.
+    public func subscriptionReadingAhead(store: Store, originalTransactionId: String, likelyUser: String?, applicationId: Int)
+        async throws(BackendError) -> (state: SubscriptionState?, user: UserReadAhead?)
+    {
+        (try await subscription(store: store, originalTransactionId: originalTransactionId), nil)
+    }
 
     /// The two calls, one after the other.
     public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
