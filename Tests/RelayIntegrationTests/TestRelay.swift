@@ -4,6 +4,7 @@ import RelayApp
 import RelayConfig
 import RelayCore
 import RelayHTTPClient
+import RelayHistory
 import RelayKafka
 import RelayTestSupport
 import Testing
@@ -170,5 +171,39 @@ final class TestRelay: Sendable {
     func stop() async throws {
         await environment.process.triggerGracefulShutdown()
         try await runTask.value
+    }
+}
+
+extension TestRelay {
+    /// Runs a store's reconcile again (`run`) right after its first run (`first`), racing the worker: a
+    /// correction the worker has not applied yet is appended again under the same record id (the object and
+    /// its `reconcile` value) and absorbed; one it has applied is in sync now, and the subscription it ended
+    /// (`ended`) is no longer listed. Either way the run finds nothing the first did not, and appends only
+    /// record ids the first appended.
+    func reconcileAgain(
+        after first: ReconcileSummary, ended: (store: Store, id: String), _ run: () async throws -> ReconcileSummary,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        @Sendable func reconcileRecords() async throws -> [String] {
+            try await records(topic: configuration.topics.notifications).compactMap { record in
+                let body = try? JSON.parse(record.value)
+                guard let object = body?["objectId"]?.stringValue, let value = body?["reconcile"]?.stringValue else { return nil }
+                return "\(object):\(value)"
+            }
+        }
+        let firstRecords = try await reconcileRecords()
+        let second = try await run()
+        #expect(second.failures.isEmpty, "\(second)", sourceLocation: sourceLocation)
+        #expect(
+            Set(second.corrections.map(\.originalTransactionId)).isSubset(of: Set(first.corrections.map(\.originalTransactionId))), "\(second)",
+            sourceLocation: sourceLocation)
+        if second.checked == first.checked - 1 {
+            #expect(try await state(ended.store, ended.id)?.status == .expired, "\(second)", sourceLocation: sourceLocation)
+        } else {
+            #expect(second.checked == first.checked, "\(second)", sourceLocation: sourceLocation)
+        }
+        #expect(second.inSync + second.corrections.count == second.checked, "\(second)", sourceLocation: sourceLocation)
+        let repeated = try await reconcileRecords().dropFirst(firstRecords.count)
+        #expect(Set(repeated).isSubset(of: Set(firstRecords)), "\(Array(repeated)) against \(firstRecords)", sourceLocation: sourceLocation)
     }
 }
