@@ -85,8 +85,12 @@ public struct LocalStateStore: SubscriptionStateStore {
                 let state = try SubscriptionDatabase.fetch(db, store: store.rawValue, id: originalTransactionId)
                 let stored = state?.entitlementUserIds.first.flatMap { $0.hasPrefix(SubscriptionState.anonymousUserPrefix) ? nil : $0 }
                 guard let id = likelyUser ?? stored else { return (state, nil) }
-                let user = try SubscriptionDatabase.appUser(db, id, applicationId: applicationId)
-                return (state, (id, user, try Self.subscriptions(db, ofUserIds: id, excluding: (store, originalTransactionId))))
+                // Best effort: a failure here (a state of the user's that no longer decodes) is for the separate
+                // read to report, if the notification needs that user at all.
+                guard let user = try? SubscriptionDatabase.appUser(db, id, applicationId: applicationId),
+                    let others = try? Self.subscriptions(db, ofUserIds: id, excluding: (store, originalTransactionId))
+                else { return (state, nil) }
+                return (state, (id, user, others))
             }
             return (state, read.map { UserReadAhead(id: $0.0, user: $0.1, active: activeOthers($0.2, excluding: store, originalTransactionId)) })
         } catch {

@@ -155,12 +155,17 @@ public final class SubscriptionUpdater: Sendable {
                 try await markReplaced(notification.store, applied)
                 return applied.events()
             }
+            // Whether this pass called a store's API: the user read ahead is then older than that call, and is
+            // read again after it, as it always was.
+            var calledStore = false
             if !stripeFetched, let eventId = notification.stripeEventId {
+                calledStore = true
                 notification = try await stripeEvent(eventId, notification, app: app)
                 input.notification = notification
                 stripeFetched = true
             }
             if !reconciled, let object = notification.reconcileObject {
+                calledStore = true
                 let charge: JSON?
                 (notification, charge) = try await storeObject(object, notification, prior: current, app: app)
                 input.notification = notification
@@ -168,11 +173,13 @@ public final class SubscriptionUpdater: Sendable {
                 reconciled = true
             }
             if !voidedConfirmed {
+                calledStore = true
                 notification = try await confirmVoided(notification, state: current, app: app)
                 input.notification = notification
                 voidedConfirmed = true
             }
             if !fetched {
+                calledStore = true
                 input.api = try await fetchPlay(app: app, notification: notification.payload, known: current != nil)
                 // `reconcile google` named the change it saw; Play's answer now must still be that change, or the
                 // record is stale (or forged) and applying its type would force a state Play does not have.
@@ -188,6 +195,7 @@ public final class SubscriptionUpdater: Sendable {
                 fetched = true
             }
             if !purchaseFetched {
+                calledStore = true
                 input.api = StoreAPIData(purchase: try await fetchPurchase(notification, app: app))
                 purchaseFetched = true
             }
@@ -214,7 +222,7 @@ public final class SubscriptionUpdater: Sendable {
                 // The user an app linked the store's id to (an alias, a device id), with its other ids and
                 // attributes: the events name that user and carry them.
                 let read: (user: AppUser, active: [SubscriptionState])
-                if let readAhead, readAhead.id == user {
+                if let readAhead, readAhead.id == user, !calledStore {
                     read = (readAhead.user, readAhead.active)
                 } else {
                     read = try await backend { () async throws(BackendError) in

@@ -167,27 +167,36 @@ import Testing
     /// ahead is what the separate read answers, for an alias, for the stored state's user, and for nobody.
     @Test func theUserReadAheadWithTheStateIsWhatTheSeparateReadFinds() async throws {
         let harness = try await ScenarioHarness(transport: .inProcess)
-        func state(_ id: String, user: String?, product: String = "com.example.pro.monthly") -> SubscriptionState {
+        func state(_ id: String, user: String?, product: String = "com.example.pro.monthly", status: SubscriptionState.Status = .active) -> SubscriptionState {
             SubscriptionState(
                 store: .apple, originalTransactionId: id, applicationId: 1, originalAppUserId: user, appUserIds: user.map { [$0] } ?? [],
-                productId: product, status: .active, expiresAt: nil, environment: "PRODUCTION", sourceTimestamp: 1)
+                productId: product, status: status, expiresAt: status == .active ? nil : 1_000, environment: "PRODUCTION", sourceTimestamp: 1)
         }
         try await harness.store(state("5000", user: "user-y"))
         try await harness.store(state("5001", user: "user-y", product: "com.example.lifetime"))
+        try await harness.store(state("5003", user: "user-y", status: .expired))
         try await harness.store(state("5002", user: nil))
+        try await harness.store(state("5100", user: "user-z", product: "com.example.lifetime"))
         try await harness.link(["$SuperwallAlias:R"], to: "user-y")
         try await harness.setAttributes(["plan": "team"], of: "user-y")
+        try await harness.setAttributes(["plan": "solo"], of: "user-z")
         let store = harness.stateStore
-        for (likely, expected) in [("$SuperwallAlias:R", "$SuperwallAlias:R"), (nil, "user-y")] as [(String?, String)] {
+        // (likely user, the id read ahead, the user it stands for, its attributes, its other active subscriptions)
+        let cases: [(String?, String, String, JSON, [String])] = [
+            ("$SuperwallAlias:R", "$SuperwallAlias:R", "user-y", ["plan": "team"], ["5001"]),  // an alias of the stored user
+            (nil, "user-y", "user-y", ["plan": "team"], ["5001"]),  // the stored state's user; its expired one left out
+            ("user-z", "user-z", "user-z", ["plan": "solo"], ["5100"]),  // another user than the stored one, without aliases
+        ]
+        for (likely, id, user, attributes, active) in cases {
             let (current, ahead) = try await store.subscriptionReadingAhead(store: .apple, originalTransactionId: "5000", likelyUser: likely, applicationId: 1)
             #expect(current?.originalTransactionId == "5000")
             let read = try #require(ahead, "nothing read ahead for \(likely ?? "the stored user")")
-            #expect(read.id == expected)
-            let separate = try await store.appUserAndOtherActiveSubscriptions(expected, applicationId: 1, excluding: .apple, originalTransactionId: "5000")
+            #expect(read.id == id)
+            #expect(read.user.appUserId == user && .object(read.user.attributes) == attributes, "\(read.user)")
+            #expect(read.active.map(\.originalTransactionId) == active, "\(id)")
+            let separate = try await store.appUserAndOtherActiveSubscriptions(id, applicationId: 1, excluding: .apple, originalTransactionId: "5000")
             #expect(read.user == separate.user)
-            #expect(read.user.appUserId == "user-y" && read.user.attributes == ["plan": "team"])
             #expect(read.active.map(\.originalTransactionId) == separate.active.map(\.originalTransactionId))
-            #expect(read.active.map(\.originalTransactionId) == ["5001"], "the one read is left out")
         }
         // An anonymous subscription and an unknown one: nobody to read ahead.
         #expect(try await store.subscriptionReadingAhead(store: .apple, originalTransactionId: "5002", likelyUser: nil, applicationId: 1).user == nil)
