@@ -61,8 +61,11 @@ import Testing
             return try JSON.parse(response.body)["entitlements"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } ?? []
         }
 
+        /// Every event, once the worker has processed everything appended so far (a hand-over answers when its
+        /// state is written, before its events are produced).
         func events() async throws -> [JSON] {
-            try await relay.records(topic: relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }
+            try await relay.waitForWorker()
+            return try await relay.records(topic: relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }
         }
 
         func events(_ type: String) async throws -> [JSON] {
@@ -229,8 +232,6 @@ import Testing
         }
         try await harness.storeNotification(renewal, signer: signer, type: "DID_RENEW", signedDate: Fixtures.signedDate + 2_592_000_000)
         try await waitUntil("the renewal applied") { try await harness.state("2000000500000005")?.lastTransactionId == "2000000500000015" }
-        // Its state is written before its events are produced: wait for the record to be done.
-        try await harness.relay.waitForWorker()
         #expect(try await harness.entitlements("user-b") == ["pro"])
         #expect(try await harness.entitlements("user-a").isEmpty)
         #expect(try await harness.events("renewal").first?["data"]?["subscriptionStatus"]?["status"] == "ACTIVE")

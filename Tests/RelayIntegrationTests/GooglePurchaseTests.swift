@@ -148,7 +148,7 @@ import Testing
         }
 
         func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
+            try await relay.settledEvents(type)
         }
 
         func acknowledgements() -> [TestHTTPRequest] { api.requests.filter { $0.method == "POST" && $0.path.hasSuffix(":acknowledge") } }

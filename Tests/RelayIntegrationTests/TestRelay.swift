@@ -124,6 +124,13 @@ final class TestRelay: Sendable {
         try await records(topic: configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
     }
 
+    /// `events(type)` once the worker has processed everything appended so far: a route that answers when a
+    /// state is written (a hand-over) answers before that state's events are produced.
+    func settledEvents(_ type: String) async throws -> [JSON] {
+        try await waitForWorker()
+        return try await events(type)
+    }
+
     /// How many different events of `type` (by `data.id`) the events topic holds: a repeated record is
     /// replayed with the same ids, which receivers deduplicate.
     func distinctEvents(_ type: String) async throws -> Int {
@@ -138,7 +145,8 @@ final class TestRelay: Sendable {
 
     /// Waits until the worker, then the backend's recorder, have processed everything appended so far: the
     /// events store holds every event the notifications caused (the worker writes a state before it
-    /// produces its events, so a state seen is not yet its events recorded).
+    /// produces its events, so a state seen is not yet its events recorded). Needs the backend role in the
+    /// relay's process (its recorder is the `relay-backend` group).
     func waitForRecordedEvents(timeout: Duration = .seconds(60)) async throws {
         try await waitForWorker(timeout: timeout)
         try await waitFor(group: "relay-backend", topic: configuration.topics.events, timeout: timeout)

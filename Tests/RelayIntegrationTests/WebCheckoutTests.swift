@@ -183,7 +183,7 @@ import Testing
         }
 
         func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
+            try await relay.settledEvents(type)
         }
 
         func stop() async throws {

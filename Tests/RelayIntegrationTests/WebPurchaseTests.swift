@@ -95,7 +95,7 @@ import Testing
         }
 
         func events(_ type: String) async throws -> [JSON] {
-            try await relay.records(topic: relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter { $0["type"]?.stringValue == type }
+            try await relay.settledEvents(type)
         }
 
         func state(_ store: Store, _ id: String) async throws -> SubscriptionState? {
