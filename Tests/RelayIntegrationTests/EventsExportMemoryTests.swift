@@ -12,6 +12,8 @@ import Testing
     @Test func anNDJSONExportOf100kEventsStreamsInBoundedMemory() async throws {
         let executable = try #require(CommandLineTests.executable)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("export"))
+        // Its database is 150 MB: removed after the relay stopped (defers run last-declared first).
+        defer { try? FileManager.default.removeItem(at: directory) }
         let data = directory.appendingPathComponent("data")
         try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
 
@@ -20,7 +22,11 @@ import Testing
         let database = data.appendingPathComponent("backend.sqlite").path
         _ = try SubscriptionDatabase(path: database)  // creates the schema
         let template = #"{"applicationId":1,"data":{"id":"EVENT-ID","name":"renewal","padding":"\#(String(repeating: "x", count: 1_000))"},"object":"event","projectId":1,"timestamp":1767225600005,"type":"renewal"}"#
-        let queue = try DatabaseQueue(path: database)
+        // Waits out the lock the closing schema connections hold for a moment (the last one to close a WAL
+        // database checkpoints it): without a busy timeout the open failed at once, in some runs every time.
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        let queue = try DatabaseQueue(path: database, configuration: configuration)
         try await queue.write { db in
             try db.execute(
                 sql: """

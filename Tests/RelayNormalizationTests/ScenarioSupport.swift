@@ -146,6 +146,8 @@ final class ScenarioHarness: Sendable {
     let client: BackendClient
     private let backend: LocalBackend
     private let database: SubscriptionDatabase
+    /// The folder of the database file, removed by `stop()`.
+    private let directory: URL
     let transport: Transport
     /// The receive time of the current step: the backend's clock and the Play API's answers follow it.
     let now = LockedBox<Int64>(Fixtures.signedDate)
@@ -192,7 +194,8 @@ final class ScenarioHarness: Sendable {
             }
             return TestHTTPResponse(body: document.serialized())
         }
-        let database = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scenario") + "/backend.sqlite").path
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("scenario"))
+        let database = directory.appendingPathComponent("backend.sqlite").path
         configuration = try RelayConfiguration.parse(
             yaml: Self.yaml(database: database, playURL: playServer?.baseURL ?? "http://127.0.0.1:9", stripeAPI: stripeAPI),
             baseDirectory: Fixtures.directory.path,
@@ -278,6 +281,8 @@ final class ScenarioHarness: Sendable {
         await backendGroup?.triggerGracefulShutdown()
         _ = try? await backendTask?.value
         await playServer?.stop()
+        // Thousands of scenario runs would otherwise leave their databases in the temporary folder.
+        try? FileManager.default.removeItem(at: directory)
     }
 
     static func yaml(database: String, playURL: String, stripeAPI: Bool) -> String {
