@@ -20,23 +20,10 @@ import Testing
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-console"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let file = directory.appendingPathComponent("relay.yaml")
-        try Data(
-            """
-            ingest: { listen: "127.0.0.1:0" }
-            backend: { apiKey: "sk_console_secret_0001", database: backend.sqlite, listen: "127.0.0.1:0", readKeys: [{ key: "rk_console_read_0002", apps: [demo] }] }
-            apps:
-              - key: demo
-                projectId: 1
-                applicationId: 1
-                stripe: { signingSecrets: ["whsec_test"] }
-                products:
-                  - { productId: price_pro, store: STRIPE, entitlements: [pro] }
-            endpoints:
-              - { id: hooks, app: demo, url: "\(receiver.baseURL)/hooks", secrets: ["\(Self.secret)"], events: ["*"] }
-            delivery: { retrySchedule: [100ms], allowPrivateNetworks: true }
-            shutdownTimeout: 20s
-            """.utf8
-        ).write(to: file)
+        try StripeDemoConfiguration.write(
+            to: file,
+            backend: #"apiKey: "sk_console_secret_0001", database: backend.sqlite, listen: "127.0.0.1:0", readKeys: [{ key: "rk_console_read_0002", apps: [demo] }]"#,
+            endpoints: [#"id: hooks, app: demo, url: "\#(receiver.baseURL)/hooks", secrets: ["\#(Self.secret)"], events: ["*"]"#])
         let relay = try await TestRelay(configuration: try RelayConfiguration.load(path: file.path, environment: [:]), log: .embedded)
         let backendURL = await relay.environment.process.backendAddress.value()
 

@@ -31,23 +31,10 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         func writeConfiguration(_ name: String, key: String) throws -> URL {
             let file = directory.appendingPathComponent(name)
-            try Data(
-                """
-                ingest: { listen: "127.0.0.1:0" }
-                backend: { apiKey: "\(key)", database: backend.sqlite, listen: "127.0.0.1:0", readKeys: [{ key: "\(Self.readKey)", apps: [demo] }] }
-                apps:
-                  - key: demo
-                    projectId: 1
-                    applicationId: 1
-                    stripe: { signingSecrets: ["whsec_test"] }
-                    products:
-                      - { productId: price_pro, store: STRIPE, entitlements: [pro] }
-                endpoints:
-                  - { id: hooks, app: demo, url: "\(receiver.baseURL)/hooks?token=not-shown", secrets: ["\(Self.secret)"], events: ["*"] }
-                delivery: { retrySchedule: [100ms], allowPrivateNetworks: true }
-                shutdownTimeout: 20s
-                """.utf8
-            ).write(to: file)
+            try StripeDemoConfiguration.write(
+                to: file,
+                backend: #"apiKey: "\#(key)", database: backend.sqlite, listen: "127.0.0.1:0", readKeys: [{ key: "\#(Self.readKey)", apps: [demo] }]"#,
+                endpoints: [#"id: hooks, app: demo, url: "\#(receiver.baseURL)/hooks?token=not-shown", secrets: ["\#(Self.secret)"], events: ["*"]"#])
             return file
         }
         let file = try writeConfiguration("relay.yaml", key: "test-backend-key")

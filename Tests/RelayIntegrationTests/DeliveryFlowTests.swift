@@ -26,24 +26,12 @@ import Testing
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("relay-delivery"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let file = directory.appendingPathComponent("relay.yaml")
-        try Data(
-            """
-            ingest: { listen: "127.0.0.1:0" }
-            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
-            apps:
-              - key: demo
-                projectId: 1
-                applicationId: 1
-                stripe: { signingSecrets: ["whsec_test"] }
-                products:
-                  - { productId: price_pro, store: STRIPE, entitlements: [pro] }
-            endpoints:
-              - { id: hooks, app: demo, url: "\(receiver.baseURL)/hooks", secrets: ["\(Self.secret)"], events: ["*"] }
-              - { id: other, app: demo, url: "\(receiver.baseURL)/other", secrets: ["\(Self.secret)"], events: [renewal] }
-            delivery: { retrySchedule: [100ms], allowPrivateNetworks: true }
-            shutdownTimeout: 20s
-            """.utf8
-        ).write(to: file)
+        try StripeDemoConfiguration.write(
+            to: file,
+            endpoints: [
+                #"id: hooks, app: demo, url: "\#(receiver.baseURL)/hooks", secrets: ["\#(Self.secret)"], events: ["*"]"#,
+                #"id: other, app: demo, url: "\#(receiver.baseURL)/other", secrets: ["\#(Self.secret)"], events: [renewal]"#,
+            ])
         let configuration = try RelayConfiguration.load(path: file.path, environment: [:])
         let relay = try await TestRelay(configuration: configuration, log: log)
 

@@ -15,23 +15,9 @@ import Testing
     static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
     private func writeConfiguration(_ file: URL, endpoint: String) throws {
-        try Data(
-            """
-            ingest: { listen: "127.0.0.1:0" }
-            backend: { apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0" }
-            apps:
-              - key: demo
-                projectId: 1
-                applicationId: 1
-                stripe: { signingSecrets: ["whsec_test"] }
-                products:
-                  - { productId: price_pro, store: STRIPE, entitlements: [pro] }
-            endpoints:
-              - { id: hooks, app: demo, url: "\(endpoint)", secrets: ["\(Self.secret)"], events: ["*"] }
-            delivery: { timeout: 60s, allowPrivateNetworks: true }
-            shutdownTimeout: 8s
-            """.utf8
-        ).write(to: file)
+        try StripeDemoConfiguration.write(
+            to: file, endpoints: [#"id: hooks, app: demo, url: "\#(endpoint)", secrets: ["\#(Self.secret)"], events: ["*"]"#],
+            delivery: "timeout: 60s, allowPrivateNetworks: true", shutdownTimeout: "8s")
     }
 
     @Test func sigtermWithAWebhookInFlightToASlowEndpointExitsZeroInTimeAndRedeliversAfterRestart() async throws {

@@ -52,3 +52,35 @@ extension TestRelay {
         return (response.status, (try? JSON.parse(response.body)) ?? .null)
     }
 }
+
+/// The configuration the delivery, console and shutdown tests run: the `demo` app, which sells Stripe's
+/// `price_pro` (entitlement `pro`), with the test's own backend, endpoints and delivery settings.
+enum StripeDemoConfiguration {
+    /// Writes it to `file`.
+    /// - Parameters:
+    ///   - backend: the inside of `backend: { … }` (a database and `listen` are the test's to give).
+    ///   - endpoints: each endpoint's inside of `{ … }`.
+    ///   - delivery: the inside of `delivery: { … }`.
+    static func write(
+        to file: URL, backend: String = #"apiKey: "test-backend-key", database: backend.sqlite, listen: "127.0.0.1:0""#, endpoints: [String],
+        delivery: String = "retrySchedule: [100ms], allowPrivateNetworks: true", shutdownTimeout: String = "20s"
+    ) throws {
+        try Data(
+            """
+            ingest: { listen: "127.0.0.1:0" }
+            backend: { \(backend) }
+            apps:
+              - key: demo
+                projectId: 1
+                applicationId: 1
+                stripe: { signingSecrets: ["whsec_test"] }
+                products:
+                  - { productId: price_pro, store: STRIPE, entitlements: [pro] }
+            endpoints:
+            \(endpoints.map { "  - { \($0) }" }.joined(separator: "\n"))
+            delivery: { \(delivery) }
+            shutdownTimeout: \(shutdownTimeout)
+            """.utf8
+        ).write(to: file)
+    }
+}
