@@ -110,6 +110,33 @@ public struct ReconcileCorrection: Sendable, Equatable {
     }
 }
 
+/// What `reconcile stripe` and `reconcile paddle` compare of a store's subscription.
+protocol ObservedWebSubscription {
+    var status: String { get }
+    /// Unix milliseconds.
+    var periodEnd: Int64? { get }
+    var autoRenew: Bool { get }
+    var priceId: String? { get }
+}
+
+extension ObservedWebSubscription {
+    /// The `reconcile` value of the subscription's record: what the store answered, so that a run repeated
+    /// before the worker caught up appends the same record id.
+    var reconcileKey: String { "\(status):\(periodEnd ?? 0):\(autoRenew):\(priceId ?? "-")" }
+
+    /// `state` corrected by `records` (doing `actions`), or in sync when there are none.
+    func check(_ state: SubscriptionState, records: [OutgoingRecord], actions: [String], storeName: String) -> ReconcileCheck {
+        guard !records.isEmpty else { return .inSync }
+        return .corrected(
+            records,
+            ReconcileCorrection(
+                originalTransactionId: state.originalTransactionId,
+                stored: ReconcileCorrection.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
+                found: ReconcileCorrection.describe(status, autoRenew: autoRenew, until: periodEnd, price: priceId ?? "-"),
+                action: actions.joined(separator: ", "), storeName: storeName))
+    }
+}
+
 /// What a `reconcile` command did.
 public struct ReconcileSummary: Sendable, Equatable {
     public var checked = 0

@@ -50,18 +50,10 @@ extension PaddleHistoryCommands {
                 actions.append("transaction.completed")
             }
             if !Self.agrees(state, paddle) {
-                let key = "\(paddle.status):\(paddle.periodEnd ?? 0):\(paddle.autoRenew):\(paddle.priceId ?? "-")"
-                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
+                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: paddle.reconcileKey))
                 actions.append(paddle.status == "canceled" ? "subscription.canceled" : "subscription.updated")
             }
-            guard !records.isEmpty else { return .inSync }
-            return .corrected(
-                records,
-                Correction(
-                    originalTransactionId: state.originalTransactionId,
-                    stored: Correction.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                    found: Correction.describe(paddle.status, autoRenew: paddle.autoRenew, until: paddle.periodEnd, price: paddle.priceId ?? "-"),
-                    action: actions.joined(separator: ", "), storeName: "Paddle"))
+            return paddle.check(state, records: records, actions: actions, storeName: "Paddle")
         }
     }
 
@@ -87,7 +79,7 @@ extension PaddleHistoryCommands {
     }
 
     /// What reconcile compares of a Paddle Subscription.
-    struct Observed {
+    struct Observed: ObservedWebSubscription {
         var status: String
         var periodEnd: Int64?
         var autoRenew: Bool

@@ -53,23 +53,15 @@ extension StripeHistoryCommands {
                 }
             }
             if !Self.agrees(state, stripe) {
-                let key = "\(stripe.status):\(stripe.periodEnd ?? 0):\(stripe.autoRenew):\(stripe.priceId ?? "-")"
-                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: key))
+                records.append(record(objectId: state.originalTransactionId, subject: state.originalTransactionId, field: "reconcile", value: stripe.reconcileKey))
                 actions.append(["canceled", "incomplete_expired"].contains(stripe.status) ? "customer.subscription.deleted" : "customer.subscription.updated")
             }
-            guard !records.isEmpty else { return .inSync }
-            return .corrected(
-                records,
-                Correction(
-                    originalTransactionId: state.originalTransactionId,
-                    stored: Correction.describe(state.status.rawValue, autoRenew: state.autoRenew, until: state.expiresAt, price: state.productId),
-                    found: Correction.describe(stripe.status, autoRenew: stripe.autoRenew, until: stripe.periodEnd, price: stripe.priceId ?? "-"),
-                    action: actions.joined(separator: ", "), storeName: "Stripe"))
+            return stripe.check(state, records: records, actions: actions, storeName: "Stripe")
         }
     }
 
     /// What reconcile compares of a Stripe Subscription (API version 2024-06-20, which the client pins).
-    struct Observed {
+    struct Observed: ObservedWebSubscription {
         var status: String
         var periodEnd: Int64?
         var autoRenew: Bool
