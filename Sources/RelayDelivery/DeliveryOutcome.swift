@@ -40,7 +40,11 @@ enum DeliveryOutcome: Sendable {
         }
         if result.response?.status == 410 { return .gone(failed) }
         let retryAfter = RetryAfter.milliseconds(result.response?.header("retry-after"), now: now)
-        if let retryAfter, let status = result.response?.status, status == 429 || status == 503 {
+        // A receiver asking for time spends no attempt, but only within the schedule's span from the first
+        // attempt: one that asks forever is then failing like any other and ends in the dead-letter topic.
+        if let retryAfter, let status = result.response?.status, status == 429 || status == 503,
+            now - (attempt.firstAttemptAt ?? now) < policy.spanMilliseconds
+        {
             return .throttled(failed, waitMilliseconds: min(max(retryAfter, pause.lowerBound), pause.upperBound))
         }
         let failure = RetryPolicy.Failure(

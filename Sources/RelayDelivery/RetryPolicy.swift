@@ -13,6 +13,10 @@ public struct RetryPolicy: Sendable {
     /// Fraction of each step added or taken away at random. Default 0.2.
     public var jitter: Double
 
+    /// The schedule's whole span (without jitter): how long after its first attempt a delivery may still
+    /// be waiting before it is dead-lettered.
+    public var spanMilliseconds: Int64 { schedule.reduce(0) { $0 + $1.wholeMilliseconds } }
+
     public init(schedule: [Duration], throttledMinimumWait: Duration = .seconds(60), jitter: Double = 0.2) {
         self.schedule = schedule
         self.throttledMinimumWait = throttledMinimumWait

@@ -88,6 +88,22 @@ import Testing
         }
     }
 
+    /// Asking for time is free only within the schedule's span (35 min 5 s here) from the first attempt: an
+    /// endpoint that asks forever still ends its deliveries in the dead-letter topic.
+    @Test func aThrottleAfterTheSchedulesSpanIsAFailedAttempt() {
+        func outcome(firstAttemptAgo: Int64, attempt: Int) -> DeliveryOutcome {
+            var delivery = Self.attempt(attempt)
+            delivery.firstAttemptAt = Self.now - firstAttemptAgo
+            return DeliveryOutcome.classify(Self.response(429, [("retry-after", "30")]), attempt: delivery, policy: Self.policy, now: Self.now) { 0.5 }
+        }
+        let span = Self.policy.spanMilliseconds
+        #expect(span == 2_105_000)
+        guard case .throttled = outcome(firstAttemptAgo: span - 1, attempt: 1) else { Issue.record("within the span: not throttled"); return }
+        guard case .retry = outcome(firstAttemptAgo: span, attempt: 1) else { Issue.record("past the span, attempt 1: not a retry"); return }
+        guard case .exhausted(let failed) = outcome(firstAttemptAgo: span, attempt: 4) else { Issue.record("past the span, last attempt: not dead-lettered"); return }
+        #expect(failed.lastError == "HTTP 429")
+    }
+
     @Test func theJitterIsAskedForOnlyWhenARetryIsConsidered() {
         var asked = 0
         _ = DeliveryOutcome.classify(Self.response(200), attempt: Self.attempt(1), policy: Self.policy, now: Self.now) { asked += 1; return 0.5 }
