@@ -105,8 +105,9 @@ struct Dev: AsyncParsableCommand {
                 else { return }
                 printLine("ingest: http://127.0.0.1:\(port)")
                 printLine("backend: \(backend)")
-                printLine("console: \(backend)/console")
+                // After the three lines the contract names, in its order (programs read them as they come).
                 printLine(environment.logLine)
+                printLine("console: \(backend)/console")
             }
             // next(), not waitForAll(): when the process fails (a service could not start) its error ends
             // dev at once, cancelling the wait for an address that will never come.

@@ -53,6 +53,8 @@ import Testing
         let ended = await first.result()
         let took = ContinuousClock.now - signalled
         #expect(ended.status == 0, "\(ended.stderr.suffix(2000))")
+        // dev's ready lines, in the contract's order (programs read the first three as they come).
+        #expect(ended.stdoutText.split(separator: "\n").map { $0.prefix { $0 != ":" } } == ["ingest", "backend", "log", "console"], "\(ended.stdoutText)")
         #expect(took < .seconds(8), "shutdown took \(took)")
         #expect(ended.stderr.contains("aborting webhook transfers still running"))
 
