@@ -40,6 +40,14 @@ public struct BackendStateStore: SubscriptionStateStore {
     /// local backend writes beside the SDK's members (its `store` the SDK's `APP_STORE` or the state's
     /// `apple`), or else from the SDK's fields (`productId` or `productIdentifier`, `store`,
     /// `originalTransactionId` or `transactionId`), which is all the product mapping needs.
+    /// The user (`GET .../users/{id}`), then its other active subscriptions (the entitlements route).
+    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+    {
+        let user = try await appUser(id, applicationId: applicationId)
+        return (user, try await otherActiveSubscriptions(appUserId: id, excluding: store, originalTransactionId: originalTransactionId))
+    }
+
     public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {

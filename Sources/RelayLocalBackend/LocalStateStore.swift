@@ -47,20 +47,9 @@ public struct LocalStateStore: SubscriptionStateStore {
         }
     }
 
-    /// As the entitlements route's `customerInfo.subscriptions` entries that are active now.
-    public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
-        -> [SubscriptionState]
-    {
-        do {
-            let all = try await database.pool.read { db in try Self.subscriptions(db, ofUserIds: appUserId, excluding: (store, originalTransactionId)) }
-            return activeOthers(all, excluding: store, originalTransactionId)
-        } catch {
-            throw Self.unavailable("reading the subscriptions of a user", error)
-        }
-    }
-
-    /// `appUser` and `otherActiveSubscriptions` of one id in one read transaction: the worker asks both for
-    /// every notification, and each read of its own is two thread hops and its pages read again.
+    /// The user and its other active subscriptions (as the entitlements route's `customerInfo.subscriptions`
+    /// entries that are active now) in one read transaction: each read of its own is two thread hops and its
+    /// pages read again.
     public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
         async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
     {
@@ -83,8 +72,7 @@ public struct LocalStateStore: SubscriptionStateStore {
         do {
             let (state, read) = try await database.pool.read { db -> (SubscriptionState?, (String, AppUser, [SubscriptionState])?) in
                 let state = try SubscriptionDatabase.fetch(db, store: store.rawValue, id: originalTransactionId)
-                let stored = state?.entitlementUserIds.first.flatMap { $0.hasPrefix(SubscriptionState.anonymousUserPrefix) ? nil : $0 }
-                guard let id = likelyUser ?? stored else { return (state, nil) }
+                guard let id = likelyUser ?? state?.entitledUser else { return (state, nil) }
                 // Best effort: a failure here (a state of the user's that no longer decodes) is for the separate
                 // read to report, if the notification needs that user at all.
                 guard let user = try? SubscriptionDatabase.appUser(db, id, applicationId: applicationId),

@@ -153,7 +153,7 @@ extension LocalBackend {
         let stored = try await database.subscription(store: claim.store, originalTransactionId: claim.subject)
         // Two apps sharing a Stripe or Paddle account: one app's key never reaches the other's purchases.
         if let stored, stored.applicationId != app.applicationId { return .otherApp }
-        let holder = stored.map { AppPurchase.holder(of: $0) } ?? claim.storeUser.flatMap { $0.hasPrefix("$RelayAnonymous:") ? nil : $0 }
+        let holder = stored.map { AppPurchase.holder(of: $0) } ?? claim.storeUser.flatMap { SubscriptionState.isAnonymous($0) ? nil : $0 }
         if let holder, try await !sameUser(holder, user, applicationId: app.applicationId) {
             // A web purchase's id is no secret (a Checkout Session's is in the success URL): the user the
             // store names for it keeps it, whatever the policy. App Store and Play purchases move by it.

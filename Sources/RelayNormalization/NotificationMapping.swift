@@ -36,8 +36,7 @@ public struct NotificationMapping: Sendable {
         /// The app user whose other subscriptions the events need: the new state's, else the stored one's
         /// (a refund changes no state but still says the user's status); nil when none, or anonymous.
         var user: String? {
-            guard let user = (next ?? prior)?.entitlementUserIds.first, !user.hasPrefix(SubscriptionState.anonymousUserPrefix) else { return nil }
-            return user
+            (next ?? prior)?.entitledUser
         }
     }
 

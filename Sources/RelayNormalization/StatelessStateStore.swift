@@ -18,7 +18,7 @@ public struct StatelessStateStore: SubscriptionStateStore {
 
     public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult { .written(state) }
 
-    public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
-        -> [SubscriptionState]
-    { [] }
+    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+    { (AppUser(appUserId: id), []) }
 }

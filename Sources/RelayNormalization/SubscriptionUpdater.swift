@@ -142,7 +142,7 @@ public final class SubscriptionUpdater: Sendable {
         var fetched = notification.store != .google
         // The user the events will likely need (the one the notification names; else the store reads the stored
         // state's), read with the state where the store can: one read instead of two for most notifications.
-        let likelyUser = first.state?.entitlementUserIds.first.flatMap { $0.hasPrefix(SubscriptionState.anonymousUserPrefix) ? nil : $0 }
+        let likelyUser = first.state?.entitledUser
         for _ in 0..<10 {
             let (current, readAhead) = try await backend { () async throws(BackendError) in
                 try await stateStore.subscriptionReadingAhead(

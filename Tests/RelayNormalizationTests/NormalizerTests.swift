@@ -118,8 +118,10 @@ import Testing
             }
             return try await inner.write(state, ifMatch: ifMatch)
         }
-        func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError) -> [SubscriptionState] {
-            try await inner.otherActiveSubscriptions(appUserId: appUserId, excluding: store, originalTransactionId: originalTransactionId)
+        func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+            async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+        {
+            try await inner.appUserAndOtherActiveSubscriptions(id, applicationId: applicationId, excluding: store, originalTransactionId: originalTransactionId)
         }
     }
 

@@ -176,9 +176,9 @@ import Testing
             }
         }
 
-        func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
-            -> [SubscriptionState]
-        { [] }
+        func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+            async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+        { (AppUser(appUserId: id), []) }
     }
 
     /// Stripe notifications for `subscriptions` subscriptions, each created then renewed (two records of

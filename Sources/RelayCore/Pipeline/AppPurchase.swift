@@ -67,7 +67,7 @@ public enum AppPurchase {
     public static func holder(of state: SubscriptionState?) -> String? {
         guard let state else { return nil }
         if let owner = state.ownerAppUserId { return owner }
-        if let user = state.originalAppUserId, !user.hasPrefix("$RelayAnonymous:") { return user }
+        if let user = state.originalAppUserId, !SubscriptionState.isAnonymous(user) { return user }
         return nil
     }
 }

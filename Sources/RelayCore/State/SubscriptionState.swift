@@ -184,6 +184,12 @@ public struct SubscriptionState: Sendable, Equatable {
     /// How the id of a subscription's anonymous user starts (`entitlementUserIds`).
     public static let anonymousUserPrefix = "$RelayAnonymous:"
 
+    /// Whether `id` is the id `entitlementUserIds` gives a subscription whose store named no user.
+    public static func isAnonymous(_ id: String) -> Bool { id.hasPrefix(anonymousUserPrefix) }
+
+    /// The first user it entitles, unless that is its anonymous id: the user its events are about.
+    public var entitledUser: String? { entitlementUserIds.first.flatMap { Self.isAnonymous($0) ? nil : $0 } }
+
     // MARK: Wire form
 
     // The state's wire form is written by hand over `JSON`, not by Foundation's coders: a subscription

@@ -41,13 +41,11 @@ public protocol SubscriptionStateStore: Sendable {
     func productMapping(applicationId: Int) async throws(BackendError) -> ProductMapping
     func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState?
     func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult
-    /// The user's other subscriptions that give access now (their entitlements add to the user's status).
-    func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
-        -> [SubscriptionState]
     /// The app user `id` stands for in an application: the user an app linked it to (`aliases`), else
     /// itself, with that user's other ids and attributes.
     func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser
-    /// `appUser(id)` and `otherActiveSubscriptions(appUserId: id)` together (one read where the store can).
+    /// `appUser(id)`, and that id's user's other subscriptions that give access now, without the one named
+    /// (their entitlements add to the user's status): in one read where the store can.
     func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
         async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
     /// `subscription(store:originalTransactionId:)`, and where the store can read them in the same read, what
@@ -83,13 +81,6 @@ extension SubscriptionStateStore {
         (try await subscription(store: store, originalTransactionId: originalTransactionId), nil)
     }
 
-    /// The two calls, one after the other.
-    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
-        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
-    {
-        let user = try await appUser(id, applicationId: applicationId)
-        return (user, try await otherActiveSubscriptions(appUserId: id, excluding: store, originalTransactionId: originalTransactionId))
-    }
 }
 
 /// An app user as the backend knows them: the id, the other ids an app linked to it, its attributes.
