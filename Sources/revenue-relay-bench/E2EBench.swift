@@ -58,6 +58,14 @@ struct E2EBench: AsyncParsableCommand {
     @Option(help: "The fixtures directory (Tests/Fixtures).")
     var fixtures = "Tests/Fixtures"
 
+    @Option(
+        help: """
+            Apple notifications renew this many subscriptions in turn instead of each starting its own. Each round first \
+            sends 16 renewals of each (unmeasured), so every state carries the 16 remembered notifications a long-lived \
+            subscription's does.
+            """)
+    var subscriptions: Int?
+
     @Option(help: "The relay's worker.maxInFlight (default: the relay's own).")
     var workerInFlight: Int?
 
@@ -66,7 +74,8 @@ struct E2EBench: AsyncParsableCommand {
 
     func run() async throws {
         let fixtures = URL(fileURLWithPath: self.fixtures).standardizedFileURL.path
-        let factory = try NotificationFactory(fixtures: fixtures, mixed: mixed)
+        if let subscriptions, subscriptions < 1 { throw ValidationError("--subscriptions must be at least 1") }
+        let factory = try NotificationFactory(fixtures: fixtures, mixed: mixed, subscriptions: subscriptions)
         let logs: [LogKind] = log == .both ? [.embedded, .kafka] : [log]
         let receiver = try ReceiverProcess(delayMilliseconds: 0)
         defer { receiver.stop() }
@@ -76,7 +85,7 @@ struct E2EBench: AsyncParsableCommand {
         // V, measured now on the idle machine: the goals are stated against it (docs/benchmarks.md).
         let verifyRate = opensslVerifyRate(seconds: 3)
         note(
-            "e2e: \(mixed ? "Apple, Stripe and Paddle" : "Apple") notifications (Apple: \(sample.body.count) bytes, three JWS), \(count) per throughput run, \(connections) connections; latency at \(rate)/s for \(latencySeconds) s; \(rounds) rounds; cores: \(ProcessInfo.processInfo.activeProcessorCount)"
+            "e2e: \(mixed ? "Apple, Stripe and Paddle" : "Apple") notifications (Apple: \(sample.body.count) bytes, three JWS)\(subscriptions.map { ", renewing \($0) subscriptions" } ?? ""), \(count) per throughput run, \(connections) connections; latency at \(rate)/s for \(latencySeconds) s; \(rounds) rounds; cores: \(ProcessInfo.processInfo.activeProcessorCount)"
         )
         if let verifyRate {
             note("V = \(Int(verifyRate)) ES256 verifications/s on one core (openssl speed ecdsap256); latency offered at \(String(format: "%.3f", Double(rate) / verifyRate)) V")
@@ -90,6 +99,12 @@ struct E2EBench: AsyncParsableCommand {
                 defer { relay.stop() }
                 var measurement = Round(
                     ingest: relay.ingest, engine: engine, arrivals: arrivals, factory: factory, connections: connections)
+                if let subscriptions {
+                    // Every subscription renewed 16 times: its state at the worker's limit of remembered notifications.
+                    let fill = (0..<(subscriptions * 16)).map { factory.make(index: nextIndex + $0, kind: 0) }
+                    _ = try await measurement.settle(fill, concurrency: connections, what: "filling the subscriptions", relay: relay)
+                    nextIndex += fill.count
+                }
                 // Warm-up: connections open, the product table cached, and webhooks per kind learned.
                 let perKind = try await measurement.warmUp(startIndex: nextIndex, relay: relay)
                 nextIndex += 1000
@@ -179,29 +194,9 @@ struct Round {
 
     /// Posts a few notifications of each kind, waits for their webhooks, and returns webhooks per notification of each kind.
     mutating func warmUp(startIndex: Int, relay: RelayChild) async throws -> [Int] {
-        var expected: [String: Int] = [:]  // notification key → kind
-        var notifications: [NotificationFactory.Notification] = []
-        for offset in 0..<(20 * factory.kinds) {
-            let notification = factory.make(index: startIndex + offset, kind: offset % factory.kinds)
-            notifications.append(notification)
-            expected[notification.key] = notification.kind
-        }
-        try await post(notifications, concurrency: 8)
-        // Every notification has its webhooks once no more arrive for a second after each had its first.
-        var counts: [String: Int] = [:]
-        var quietSince = ContinuousClock.now
-        let deadline = ContinuousClock.now + .seconds(60)
-        while true {
-            let new = try await arrivals.poll()
-            for arrival in new where expected[arrival.key] != nil { counts[arrival.key, default: 0] += 1 }
-            if !new.isEmpty { quietSince = .now }
-            if counts.count == expected.count, ContinuousClock.now - quietSince > .seconds(1) { break }
-            guard ContinuousClock.now < deadline else {
-                let missing = expected.keys.filter { counts[$0] == nil }.prefix(3)
-                throw ValidationError("warm-up: no webhook for \(expected.count - counts.count) notifications (e.g. \(Array(missing))); the relay's log: \(relay.logPath)")
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        let notifications = (0..<(20 * factory.kinds)).map { offset in factory.make(index: startIndex + offset, kind: offset % factory.kinds) }
+        let expected = Dictionary(uniqueKeysWithValues: notifications.map { ($0.key, $0.kind) })  // notification key → kind
+        let counts = try await settle(notifications, concurrency: 8, what: "warm-up", relay: relay)
         var perKind = [Int](repeating: 0, count: factory.kinds)
         for (key, count) in counts {
             let kind = expected[key]!
@@ -209,6 +204,30 @@ struct Round {
             guard perKind[kind] == count else { throw ValidationError("warm-up: notifications of one kind caused \(perKind[kind]) and \(count) webhooks") }
         }
         return perKind
+    }
+
+    /// Posts `notifications` and waits for their webhooks; returns each one's count of webhooks.
+    mutating func settle(
+        _ notifications: [NotificationFactory.Notification], concurrency: Int, what: String, relay: RelayChild
+    ) async throws -> [String: Int] {
+        let expected = Set(notifications.map(\.key))
+        try await post(notifications, concurrency: concurrency)
+        // Every notification has its webhooks once no more arrive for a second after each had its first.
+        var counts: [String: Int] = [:]
+        var quietSince = ContinuousClock.now
+        let deadline = ContinuousClock.now + .seconds(60)
+        while true {
+            let new = try await arrivals.poll()
+            for arrival in new where expected.contains(arrival.key) { counts[arrival.key, default: 0] += 1 }
+            if !new.isEmpty { quietSince = .now }
+            if counts.count == expected.count, ContinuousClock.now - quietSince > .seconds(1) { break }
+            guard ContinuousClock.now < deadline else {
+                let missing = expected.filter { counts[$0] == nil }.prefix(3)
+                throw ValidationError("\(what): no webhook for \(expected.count - counts.count) notifications (e.g. \(Array(missing))); the relay's log: \(relay.logPath)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return counts
     }
 
     /// `count` notifications, `connections` at once: first POST to last webhook.

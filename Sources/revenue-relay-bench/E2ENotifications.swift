@@ -12,7 +12,7 @@ import Synchronization
 
 /// Distinct, correctly signed notifications: Apple DID_RENEW (three JWS on the fixtures' chain), and in
 /// mixed mode also Stripe `customer.subscription.created` and Paddle `subscription.created`, each of its own
-/// subscription.
+/// subscription; or, with `subscriptions`, Apple renewals of that many subscriptions in turn.
 struct NotificationFactory: Sendable {
     struct Notification: Sendable {
         var store: String
@@ -27,11 +27,14 @@ struct NotificationFactory: Sendable {
     static let paddleSecret = "pdl_ntfset_bench_paddle_secret"
 
     let kinds: Int
+    /// Apple notifications renew this many subscriptions in turn (index modulo); nil: each its own.
+    let subscriptions: Int?
     private let key: PrivateKey
     private let header: String
 
-    init(fixtures: String, mixed: Bool) throws {
+    init(fixtures: String, mixed: Bool, subscriptions: Int? = nil) throws {
         kinds = mixed ? 3 : 1
+        self.subscriptions = subscriptions
         key = try PrivateKey(pem: String(contentsOfFile: "\(fixtures)/apple/leaf.key", encoding: .utf8))
         let chain = try ["leaf", "intermediate", "root"].map { name in
             Base64.encode(try Certificate.pem(Array(String(contentsOfFile: "\(fixtures)/apple/\(name).pem", encoding: .utf8).utf8))[0].der)
@@ -86,7 +89,7 @@ struct NotificationFactory: Sendable {
 
     private func apple(_ index: Int) -> Notification {
         let signedDate = wallClockMilliseconds()
-        let original = "3000\(String(format: "%011d", index))"
+        let original = "3000\(String(format: "%011d", subscriptions.map { index % $0 } ?? index))"
         let uuid = UUID().uuidString.lowercased()
         let transaction: JSON = [
             "transactionId": .string("4000\(String(format: "%011d", index))"), "originalTransactionId": .string(original),
