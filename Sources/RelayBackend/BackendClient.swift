@@ -244,7 +244,8 @@ public final class BackendClient: Sendable {
 
     private static func state(_ response: HTTPClientResponse) throws(BackendError) -> SubscriptionState {
         do {
-            return try SubscriptionState(json: try JSON.parse(response.body))
+            // Its remembered contexts stay bytes until read: most of a state, and read only for a repeated notification.
+            return try SubscriptionState(serialized: response.body)
         } catch {
             throw BackendError(kind: .invalidResponse, message: "the subscription state is not valid: \(error)")
         }

@@ -141,7 +141,7 @@ public struct LocalBackend: Sendable {
             guard let state = try await backend.database.subscription(store: store, originalTransactionId: id) else {
                 return errorResponse(.notFound, "not_found", "no state for \(store.rawValue)/\(id)")
             }
-            return json(.ok, state.json, etag: state.version)
+            return json(.ok, serialized: state.serialized(), etag: state.version)
         }
         route(router, .put, Self.subscriptionPath) { request, context, _ in
             guard let (store, id) = backend.subscriptionKey(context) else { return badSubscriptionPath }
@@ -153,7 +153,7 @@ public struct LocalBackend: Sendable {
             let body = try await request.body.collect(upTo: 1 << 20)
             let state: SubscriptionState
             do {
-                state = try SubscriptionState(json: try JSON.parse(Array(body.readableBytesView)))
+                state = try SubscriptionState(serialized: Array(body.readableBytesView))
             } catch let decoding as WireDecodingError {
                 return errorResponse(.badRequest, "bad_request", "\(decoding)")
             } catch {
@@ -164,7 +164,7 @@ public struct LocalBackend: Sendable {
             }
             switch try await backend.database.write(state, ifMatch: ifMatch) {
             case .written(let stored):
-                return json(.ok, stored.json, etag: stored.version)
+                return json(.ok, serialized: stored.serialized(), etag: stored.version)
             case .versionMismatch(let current):
                 return json(
                     .preconditionFailed,
@@ -254,9 +254,14 @@ public struct LocalBackend: Sendable {
 }
 
 func json(_ status: HTTPResponse.Status, _ value: JSON, etag: Int64? = nil) -> Response {
+    json(status, serialized: value.serialized(), etag: etag)
+}
+
+/// A JSON body already serialized (a subscription state's stored form, whose contexts stay unparsed).
+func json(_ status: HTTPResponse.Status, serialized: [UInt8], etag: Int64? = nil) -> Response {
     var headers: HTTPFields = [.contentType: "application/json"]
     if let etag { headers[.eTag] = "\(etag)" }
-    return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: value.serialized())))
+    return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: serialized)))
 }
 
 private let badSubscriptionPath = errorResponse(

@@ -185,7 +185,7 @@ public final class SubscriptionDatabase: Sendable {
                     version = excluded.version, source_timestamp = excluded.source_timestamp,
                     state = excluded.state, updated_at = excluded.updated_at
                 """
-        ).execute(arguments: [store, id, next.version, next.sourceTimestamp, next.json.text, now])
+        ).execute(arguments: [store, id, next.version, next.sourceTimestamp, String(decoding: next.serialized(), as: UTF8.self), now])
         // The users it entitles, rewritten only when they change (a renewal keeps them): every row of
         // subscription_user and its index is a page of the WAL, and their keys are random.
         let users = next.entitlementUserIds
@@ -282,7 +282,8 @@ public final class SubscriptionDatabase: Sendable {
         return try decode(row["state"])
     }
 
+    /// A stored state; its remembered contexts stay bytes until read (`SubscriptionState(serialized:)`).
     static func decode(_ text: String) throws -> SubscriptionState {
-        try SubscriptionState(json: try JSON.parse(text))
+        try SubscriptionState(serialized: Array(text.utf8))
     }
 }

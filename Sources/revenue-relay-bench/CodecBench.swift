@@ -14,6 +14,7 @@ struct CodecBench: AsyncParsableCommand {
     func run() async throws {
         let state = Self.state()
         let stateBytes = state.json.serialized()
+        let stored = try SubscriptionState(serialized: stateBytes)
         let payload = try WireCoding.decode(EventPayload.self, from: Array(Self.eventText.utf8))
         let payloadJSON = payload.json
         let payloadBytes = WireCoding.encode(payload)
@@ -22,6 +23,10 @@ struct CodecBench: AsyncParsableCommand {
                 _ = try? SubscriptionState(json: JSON.parse(stateBytes))
             }),
             ("state encode, by hand: json.serialized()", measure(seconds: seconds) { _ in _ = state.json.serialized() }),
+            ("state decode, stored form: init(serialized:), contexts kept as bytes", measure(seconds: seconds) { _ in
+                _ = try? SubscriptionState(serialized: stateBytes)
+            }),
+            ("state encode, stored form: serialized() of a state read that way", measure(seconds: seconds) { _ in _ = stored.serialized() }),
             ("state decode, JSONDecoder (contexts as JSON values)", measure(seconds: seconds) { _ in
                 _ = try? WireCoding.decode(SubscriptionState.self, from: stateBytes)
             }),

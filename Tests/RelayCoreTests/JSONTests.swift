@@ -61,3 +61,30 @@ import Testing
         }
     }
 }
+
+@Suite struct JSONFastPathTests {
+    @Test func integersAreExactOnBothSidesOfTheShortcut() throws {
+        for (text, value) in [
+            ("0", Int64(0)), ("-0", 0), ("999999999999999999", 999_999_999_999_999_999), ("-999999999999999999", -999_999_999_999_999_999),
+            ("1000000000000000000", 1_000_000_000_000_000_000), ("9223372036854775807", .max), ("-9223372036854775808", .min),
+        ] {
+            #expect(try JSON.parse(text) == .integer(value), "\(text)")
+        }
+        // Beyond Int64: a Double, as before.
+        #expect(try JSON.parse("9223372036854775808") == .number(9_223_372_036_854_775_808))
+    }
+
+    @Test func stringsKeepTheirTextWhicheverPathReadsOrWritesThem() throws {
+        for text in ["", "plain ascii", "é", "😀 mixed é text", "quote \" and \\ backslash", "controls \n\r\t\u{01}\u{1F}", "/"] {
+            let value = JSON.string(text)
+            #expect(try JSON.parse(value.serialized()) == value, "\(text)")
+        }
+        #expect(JSON.string("a\"b\\c\n\u{01}é").text == #""a\"b\\c\n\u0001é""#)
+        #expect(throws: JSONParseError.self) { try JSON.parse([0x22, 0x61, 0xC3, 0x28, 0x22]) }
+    }
+
+    @Test func membersAreWrittenInNameOrderWhateverTheirText() {
+        let value: JSON = ["é": 1, "z": 2, "A": 3, "a": ["y": 1, "b": 2], "": 0]
+        #expect(value.text == #"{"":0,"A":3,"a":{"b":2,"y":1},"z":2,"é":1}"#)
+    }
+}

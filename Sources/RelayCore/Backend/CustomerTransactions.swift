@@ -219,8 +219,7 @@ extension SubscriptionState {
         _ state: SubscriptionState?, transactionId: String, productId: String, purchaseDate: Int64, isRevoked: Bool, store: ProductStore,
         isActive: Bool, entitlements: [String]
     ) -> [String: JSON] {
-        var members = state?.json.objectValue ?? [:]
-        members["recentNotifications"] = nil
+        var members = state?.membersExceptRecentNotifications ?? [:]
         members["transactionId"] = .string(transactionId)
         members["productId"] = .string(productId)
         members["purchaseDate"] = .integer(purchaseDate)

@@ -119,11 +119,47 @@ public struct SubscriptionState: Sendable, Equatable {
 
     public struct RecentNotification: Sendable, Equatable {
         public var id: String
-        public var context: JSON
+        /// The worker's record of what it saw. A state read from its serialized form keeps each context as
+        /// its bytes until it is read (once a notification comes again), and writes them back as they were.
+        public var context: JSON {
+            get {
+                switch storage {
+                case .value(let value): value
+                // Bytes checked as JSON when the state was read.
+                case .serialized(let bytes): (try? JSON.parse(bytes)) ?? .null
+                }
+            }
+            set { storage = .value(newValue) }
+        }
+        private var storage: Storage
+
+        private enum Storage: Sendable {
+            case value(JSON)
+            case serialized([UInt8])
+        }
 
         public init(id: String, context: JSON) {
             self.id = id
-            self.context = context
+            self.storage = .value(context)
+        }
+
+        init(id: String, serializedContext: [UInt8]) {
+            self.id = id
+            self.storage = .serialized(serializedContext)
+        }
+
+        /// Appends the context's JSON: its bytes as read, or its value serialized.
+        func writeContext(to output: inout [UInt8]) {
+            switch storage {
+            case .value(let value): value.write(to: &output)
+            case .serialized(let bytes): output.append(contentsOf: bytes)
+            }
+        }
+
+        public static func == (lhs: RecentNotification, rhs: RecentNotification) -> Bool {
+            guard lhs.id == rhs.id else { return false }
+            if case .serialized(let left) = lhs.storage, case .serialized(let right) = rhs.storage, left == right { return true }
+            return lhs.context == rhs.context
         }
     }
 
@@ -203,6 +239,37 @@ public struct SubscriptionState: Sendable, Equatable {
     /// The backend API's JSON object (docs/contracts.md, Backend API): every member present, `null`
     /// where a value is absent.
     public var json: JSON {
+        var object = membersExceptRecentNotifications
+        object["recentNotifications"] = .array(recentNotifications.map { ["id": .string($0.id), "context": $0.context] })
+        return .object(object)
+    }
+
+    /// `json`'s bytes, written without parsing the contexts kept as bytes: the form the local backend stores.
+    public func serialized() -> [UInt8] {
+        JSON.serializedObject(membersExceptRecentNotifications, splicing: "recentNotifications") { output in
+            output.append(UInt8(ascii: "["))
+            for (offset, recent) in recentNotifications.enumerated() {
+                if offset > 0 { output.append(UInt8(ascii: ",")) }
+                // The members in `serialized()`'s order: "context" before "id".
+                output.append(contentsOf: #"{"context":"#.utf8)
+                recent.writeContext(to: &output)
+                output.append(contentsOf: #","id":"#.utf8)
+                JSON.writeString(recent.id, to: &output)
+                output.append(UInt8(ascii: "}"))
+            }
+            output.append(UInt8(ascii: "]"))
+        }
+    }
+
+    /// Parses a state's serialized form (`serialized()`, `json`'s bytes), keeping each remembered context
+    /// as its bytes until it is read.
+    public init(serialized bytes: [UInt8]) throws {
+        let (value, contexts) = try JSON.parse(bytes, deferring: "context", under: "recentNotifications")
+        try self.init(json: value, deferredContexts: contexts)
+    }
+
+    /// `json`'s members but `recentNotifications` (the worker's bookkeeping).
+    var membersExceptRecentNotifications: [String: JSON] {
         var object: [String: JSON] = [
             "store": .string(store.rawValue), "originalTransactionId": .string(originalTransactionId),
             "applicationId": .integer(Int64(applicationId)), "appUserIds": .array(appUserIds.map(JSON.string)),
@@ -215,12 +282,11 @@ public struct SubscriptionState: Sendable, Equatable {
         object["gracePeriodExpiresAt"] = gracePeriodExpiresAt.map(JSON.integer) ?? .null
         object["lastTransactionId"] = lastTransactionId.map(JSON.string) ?? .null
         object["productGroupId"] = productGroupId.map(JSON.string) ?? .null
-        object["recentNotifications"] = .array(recentNotifications.map { ["id": .string($0.id), "context": $0.context] })
         object["transactions"] = .array(transactions.map(\.json))
         object["expirationSent"] = .bool(expirationSent)
         object["replacedBy"] = replacedBy.map(JSON.string) ?? .null
         object["ownerAppUserId"] = ownerAppUserId.map(JSON.string) ?? .null
-        return .object(object)
+        return object
     }
 
     /// What `init(json:)` would refuse in this state's own JSON, or nil. A typed state can break only
@@ -239,6 +305,11 @@ public struct SubscriptionState: Sendable, Equatable {
     }
 
     public init(json: JSON) throws(WireDecodingError) {
+        try self.init(json: json, deferredContexts: [:])
+    }
+
+    /// - Parameter deferredContexts: the bytes of contexts `JSON.parse(_:deferring:under:)` kept, by entry.
+    private init(json: JSON, deferredContexts: [Int: [UInt8]]) throws(WireDecodingError) {
         guard case .object(let object) = json else { throw WireDecodingError(field: "$", message: "expected a JSON object") }
         func string(_ key: String) throws(WireDecodingError) -> String {
             guard let value = object[key]?.stringValue, !value.isEmpty else { throw WireDecodingError(field: key, message: "expected a non-empty string") }
@@ -280,11 +351,15 @@ public struct SubscriptionState: Sendable, Equatable {
         var recent: [RecentNotification] = []
         if let value = object["recentNotifications"], !value.isNull {
             guard let list = value.arrayValue else { throw WireDecodingError(field: "recentNotifications", message: "expected an array") }
-            for entry in list {
+            for (position, entry) in list.enumerated() {
                 guard let id = entry["id"]?.stringValue, !id.isEmpty else {
                     throw WireDecodingError(field: "recentNotifications", message: "every entry needs a non-empty \"id\"")
                 }
-                recent.append(RecentNotification(id: id, context: entry["context"] ?? .null))
+                if let bytes = deferredContexts[position] {
+                    recent.append(RecentNotification(id: id, serializedContext: bytes))
+                } else {
+                    recent.append(RecentNotification(id: id, context: entry["context"] ?? .null))
+                }
             }
         }
         var transactions: [Transaction] = []

@@ -90,6 +90,21 @@ extension JSON {
     public static func parse(_ text: String) throws(JSONParseError) -> JSON {
         try parse(Array(text.utf8))
     }
+
+    /// Parses one JSON value as `parse` does, except that in each object element of the array under the
+    /// top-level member `list`, the value of the member `member` is checked but not built: the tree holds
+    /// null there, and its bytes are returned by the element's index. A subscription state's remembered
+    /// contexts are most of its bytes and are read only when a notification comes again.
+    static func parse(
+        _ bytes: [UInt8], deferring member: String, under list: String
+    ) throws(JSONParseError) -> (value: JSON, deferred: [Int: [UInt8]]) {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> (value: JSON, deferred: [Int: [UInt8]]) in
+            var parser = JSONParser(bytes: buffer)
+            parser.deferral = (list, member)
+            let value = try parser.parseDocument()
+            return (value, parser.deferred)
+        }
+    }
 }
 
 private struct JSONParser {
@@ -97,6 +112,10 @@ private struct JSONParser {
     var index = 0
     var depth = 0
     var clampsNumbers = false
+    /// `JSON.parse(_:deferring:under:)`: the top-level array member, and the member of its elements kept as bytes.
+    var deferral: (list: String, member: String)?
+    /// The deferred members' bytes, by element index.
+    var deferred: [Int: [UInt8]] = [:]
 
     init(bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
@@ -160,7 +179,8 @@ private struct JSONParser {
         guard depth <= JSON.maximumDepth else { throw error("nested deeper than \(JSON.maximumDepth) levels") }
     }
 
-    private mutating func parseObject() throws(JSONParseError) -> JSON {
+    /// - Parameter element: this object is element `element` of the deferred list: its deferred member is kept as bytes.
+    private mutating func parseObject(element: Int? = nil) throws(JSONParseError) -> JSON {
         try enter()
         index += 1
         var members: [String: JSON] = [:]
@@ -178,7 +198,22 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            members[key] = try parseValue()
+            if let deferral {
+                if let element, key == deferral.member {
+                    let start = index
+                    try skipValue()
+                    deferred[element] = Array(bytes[start..<index])
+                    members[key] = .null
+                } else if depth == 1, key == deferral.list, index < bytes.count, bytes[index] == UInt8(ascii: "[") {
+                    // A repeated member replaces the earlier one, its kept bytes too.
+                    deferred = [:]
+                    members[key] = try parseArray(deferringElements: true)
+                } else {
+                    members[key] = try parseValue()
+                }
+            } else {
+                members[key] = try parseValue()
+            }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input") }
             if bytes[index] == UInt8(ascii: ",") {
@@ -192,7 +227,8 @@ private struct JSONParser {
         }
     }
 
-    private mutating func parseArray() throws(JSONParseError) -> JSON {
+    /// - Parameter deferringElements: the deferred list: its object elements keep their deferred member as bytes.
+    private mutating func parseArray(deferringElements: Bool = false) throws(JSONParseError) -> JSON {
         try enter()
         index += 1
         var elements: [JSON] = []
@@ -204,7 +240,11 @@ private struct JSONParser {
         }
         while true {
             skipWhitespace()
-            elements.append(try parseValue())
+            if deferringElements, index < bytes.count, bytes[index] == UInt8(ascii: "{") {
+                elements.append(try parseObject(element: elements.count))
+            } else {
+                elements.append(try parseValue())
+            }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input") }
             if bytes[index] == UInt8(ascii: ",") {
@@ -221,17 +261,26 @@ private struct JSONParser {
     private mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // the opening quote
         let start = index
+        var ascii = true
         // Fast path: no escapes.
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                guard let text = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8") }
+                // ASCII is valid UTF-8 as it is; only other text needs the (slower, generic) validation.
+                let text: String
+                if ascii {
+                    text = String(decoding: slice, as: UTF8.self)
+                } else {
+                    guard let validated = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8") }
+                    text = validated
+                }
                 index += 1
                 return text
             }
             if byte == UInt8(ascii: "\\") { break }
             guard byte >= 0x20 else { throw error("control character in string") }
+            if byte >= 0x80 { ascii = false }
             index += 1
         }
         guard index < bytes.count else { throw error("unterminated string") }
@@ -299,8 +348,8 @@ private struct JSONParser {
         return value
     }
 
-    private mutating func parseNumber() throws(JSONParseError) -> JSON {
-        let start = index
+    /// Reads a number's grammar from `index`; true when it has no fraction and no exponent.
+    private mutating func scanNumber() throws(JSONParseError) -> Bool {
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
         guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
         if bytes[index] == UInt8(ascii: "0") {
@@ -322,6 +371,22 @@ private struct JSONParser {
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
+        return isInteger
+    }
+
+    private mutating func parseNumber() throws(JSONParseError) -> JSON {
+        let start = index
+        let isInteger = try scanNumber()
+        if isInteger {
+            // Up to 18 digits cannot overflow: summed here, without a String (timestamps are most numbers).
+            let negative = bytes[start] == UInt8(ascii: "-")
+            let digits = negative ? start + 1 ..< index : start ..< index
+            if digits.count <= 18 {
+                var value: Int64 = 0
+                for position in digits { value = value &* 10 &+ Int64(bytes[position] &- UInt8(ascii: "0")) }
+                return .integer(negative ? -value : value)
+            }
+        }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if isInteger, let value = Int64(text) { return .integer(value) }
         guard let value = Double(text) else { throw error("invalid number") }
@@ -330,6 +395,97 @@ private struct JSONParser {
             return .number(value < 0 ? -Double.greatestFiniteMagnitude : .greatestFiniteMagnitude)
         }
         return .number(value)
+    }
+
+    /// Checks one value as `parseValue` would, building nothing (a deferred member).
+    private mutating func skipValue() throws(JSONParseError) {
+        guard index < bytes.count else { throw error("unexpected end of input") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"):
+            try enter()
+            index += 1
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                depth -= 1
+                return
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+                try skipString()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+                index += 1
+                skipWhitespace()
+                try skipValue()
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "}") else { throw error("expected ',' or '}'") }
+                index += 1
+                depth -= 1
+                return
+            }
+        case UInt8(ascii: "["):
+            try enter()
+            index += 1
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                depth -= 1
+                return
+            }
+            while true {
+                skipWhitespace()
+                try skipValue()
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
+                index += 1
+                depth -= 1
+                return
+            }
+        case UInt8(ascii: "\""):
+            try skipString()
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            let start = index
+            // An integer is always readable (as a Double beyond Int64); anything else is checked for range as parsing would.
+            if !(try scanNumber()) {
+                index = start
+                _ = try parseNumber()
+            }
+        default:
+            _ = try parseValue()
+        }
+    }
+
+    /// Checks one string as `parseString` would: plain ASCII is scanned; anything with an escape or other
+    /// text goes through `parseString` itself.
+    private mutating func skipString() throws(JSONParseError) {
+        let start = index
+        index += 1
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                return
+            }
+            guard byte >= 0x20, byte < 0x80, byte != UInt8(ascii: "\\") else {
+                index = start
+                _ = try parseString()
+                return
+            }
+            index += 1
+        }
+        throw error("unterminated string")
     }
 
     private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
@@ -349,7 +505,7 @@ extension JSON {
     /// `serialized()` as a String.
     public var text: String { String(decoding: serialized(), as: UTF8.self) }
 
-    private func write(to output: inout [UInt8]) {
+    func write(to output: inout [UInt8]) {
         switch self {
         case .null: output.append(contentsOf: "null".utf8)
         case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
@@ -368,34 +524,70 @@ extension JSON {
             output.append(UInt8(ascii: "]"))
         case .object(let members):
             output.append(UInt8(ascii: "{"))
-            for (offset, key) in members.keys.sorted().enumerated() {
+            // Sorted as pairs: each value is at hand, not looked up (hashed) again by its name.
+            for (offset, member) in members.sorted(by: { $0.key < $1.key }).enumerated() {
                 if offset > 0 { output.append(UInt8(ascii: ",")) }
-                JSON.writeString(key, to: &output)
+                JSON.writeString(member.key, to: &output)
                 output.append(UInt8(ascii: ":"))
-                members[key].unsafelyUnwrapped.write(to: &output)
+                member.value.write(to: &output)
             }
             output.append(UInt8(ascii: "}"))
         }
     }
 
-    private static func writeString(_ value: String, to output: inout [UInt8]) {
+    /// The members of `members` and one more, `spliced`, whose value `write` appends, as one object in
+    /// the order `serialized()` gives (a value kept as bytes goes out without being parsed).
+    static func serializedObject(_ members: [String: JSON], splicing spliced: String, _ write: (inout [UInt8]) -> Void) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(1024)
+        output.append(UInt8(ascii: "{"))
+        var names = Array(members.keys)
+        names.append(spliced)
+        for (offset, name) in names.sorted().enumerated() {
+            if offset > 0 { output.append(UInt8(ascii: ",")) }
+            writeString(name, to: &output)
+            output.append(UInt8(ascii: ":"))
+            if name == spliced { write(&output) } else { members[name].unsafelyUnwrapped.write(to: &output) }
+        }
+        output.append(UInt8(ascii: "}"))
+        return output
+    }
+
+    static func writeString(_ value: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
-            case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)
-            case 0x0A: output.append(contentsOf: #"\n"#.utf8)
-            case 0x0D: output.append(contentsOf: #"\r"#.utf8)
-            case 0x09: output.append(contentsOf: #"\t"#.utf8)
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                output.append(contentsOf: #"\u00"#.utf8)
-                output.append(hex[Int(byte >> 4)])
-                output.append(hex[Int(byte & 0x0F)])
-            default: output.append(byte)
+        // Runs that need no escape are copied whole.
+        let copied: Void? = value.utf8.withContiguousStorageIfAvailable { text in
+            var run = 0
+            for position in 0..<text.count {
+                let byte = text[position]
+                guard byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 else { continue }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: text[run..<position]))
+                writeEscaped(byte, to: &output)
+                run = position + 1
+            }
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: text[run..<text.count]))
+        }
+        if copied == nil {
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { writeEscaped(byte, to: &output) } else { output.append(byte) }
             }
         }
         output.append(UInt8(ascii: "\""))
+    }
+
+    private static func writeEscaped(_ byte: UInt8, to output: inout [UInt8]) {
+        switch byte {
+        case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
+        case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)
+        case 0x0A: output.append(contentsOf: #"\n"#.utf8)
+        case 0x0D: output.append(contentsOf: #"\r"#.utf8)
+        case 0x09: output.append(contentsOf: #"\t"#.utf8)
+        default:
+            let hex = Array("0123456789abcdef".utf8)
+            output.append(contentsOf: #"\u00"#.utf8)
+            output.append(hex[Int(byte >> 4)])
+            output.append(hex[Int(byte & 0x0F)])
+        }
     }
 }
 
