@@ -179,25 +179,53 @@ private struct JSONParser {
         guard depth <= JSON.maximumDepth else { throw error("nested deeper than \(JSON.maximumDepth) levels") }
     }
 
-    /// - Parameter element: this object is element `element` of the deferred list: its deferred member is kept as bytes.
-    private mutating func parseObject(element: Int? = nil) throws(JSONParseError) -> JSON {
+    /// Enters the object or array at `index`; true when it is empty (`close` read, and left again).
+    private mutating func open(closedBy close: UInt8) throws(JSONParseError) -> Bool {
         try enter()
         index += 1
-        var members: [String: JSON] = [:]
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+        guard index < bytes.count, bytes[index] == close else { return false }
+        index += 1
+        depth -= 1
+        return true
+    }
+
+    /// After a member or element: false after a ',' (another follows), true when `close` ends the container.
+    private mutating func ends(closedBy close: UInt8) throws(JSONParseError) -> Bool {
+        skipWhitespace()
+        guard index < bytes.count else { throw error("unexpected end of input") }
+        if bytes[index] == UInt8(ascii: ",") {
             index += 1
-            depth -= 1
-            return .object(members)
+            return false
         }
+        guard bytes[index] == close else { throw error(close == UInt8(ascii: "}") ? "expected ',' or '}'" : "expected ',' or ']'") }
+        index += 1
+        depth -= 1
+        return true
+    }
+
+    /// Moves to the member name that must come next.
+    private mutating func toMemberName() throws(JSONParseError) {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+    }
+
+    /// Reads the ':' after a member's name, and moves to its value.
+    private mutating func toMemberValue() throws(JSONParseError) {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+        index += 1
+        skipWhitespace()
+    }
+
+    /// - Parameter element: this object is element `element` of the deferred list: its deferred member is kept as bytes.
+    private mutating func parseObject(element: Int? = nil) throws(JSONParseError) -> JSON {
+        var members: [String: JSON] = [:]
+        if try open(closedBy: UInt8(ascii: "}")) { return .object(members) }
         while true {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+            try toMemberName()
             let key = try parseString()
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
-            index += 1
-            skipWhitespace()
+            try toMemberValue()
             if let deferral {
                 if let element, key == deferral.member {
                     let start = index
@@ -214,30 +242,14 @@ private struct JSONParser {
             } else {
                 members[key] = try parseValue()
             }
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end of input") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-                continue
-            }
-            guard bytes[index] == UInt8(ascii: "}") else { throw error("expected ',' or '}'") }
-            index += 1
-            depth -= 1
-            return .object(members)
+            if try ends(closedBy: UInt8(ascii: "}")) { return .object(members) }
         }
     }
 
     /// - Parameter deferringElements: the deferred list: its object elements keep their deferred member as bytes.
     private mutating func parseArray(deferringElements: Bool = false) throws(JSONParseError) -> JSON {
-        try enter()
-        index += 1
         var elements: [JSON] = []
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-            index += 1
-            depth -= 1
-            return .array(elements)
-        }
+        if try open(closedBy: UInt8(ascii: "]")) { return .array(elements) }
         while true {
             skipWhitespace()
             if deferringElements, index < bytes.count, bytes[index] == UInt8(ascii: "{") {
@@ -245,16 +257,7 @@ private struct JSONParser {
             } else {
                 elements.append(try parseValue())
             }
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end of input") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-                continue
-            }
-            guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
-            index += 1
-            depth -= 1
-            return .array(elements)
+            if try ends(closedBy: UInt8(ascii: "]")) { return .array(elements) }
         }
     }
 
@@ -402,57 +405,19 @@ private struct JSONParser {
         guard index < bytes.count else { throw error("unexpected end of input") }
         switch bytes[index] {
         case UInt8(ascii: "{"):
-            try enter()
-            index += 1
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                depth -= 1
-                return
-            }
-            while true {
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+            if try open(closedBy: UInt8(ascii: "}")) { return }
+            repeat {
+                try toMemberName()
                 try skipString()
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
-                index += 1
-                skipWhitespace()
+                try toMemberValue()
                 try skipValue()
-                skipWhitespace()
-                guard index < bytes.count else { throw error("unexpected end of input") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "}") else { throw error("expected ',' or '}'") }
-                index += 1
-                depth -= 1
-                return
-            }
+            } while try !ends(closedBy: UInt8(ascii: "}"))
         case UInt8(ascii: "["):
-            try enter()
-            index += 1
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                depth -= 1
-                return
-            }
-            while true {
+            if try open(closedBy: UInt8(ascii: "]")) { return }
+            repeat {
                 skipWhitespace()
                 try skipValue()
-                skipWhitespace()
-                guard index < bytes.count else { throw error("unexpected end of input") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
-                index += 1
-                depth -= 1
-                return
-            }
+            } while try !ends(closedBy: UInt8(ascii: "]"))
         case UInt8(ascii: "\""):
             try skipString()
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
