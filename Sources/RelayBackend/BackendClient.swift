@@ -117,7 +117,7 @@ public final class BackendClient: Sendable {
     public func write(_ state: SubscriptionState, ifMatch: Int64) async throws(BackendError) -> StateWriteResult {
         let response = try await send(
             "PUT", Self.subscriptionPath(state.store, state.originalTransactionId),
-            headers: [("If-Match", "\(ifMatch)"), ("Content-Type", "application/json")], body: state.json.serialized())
+            headers: [("If-Match", "\(ifMatch)"), ("Content-Type", "application/json")], body: state.serialized())
         switch response.status {
         case 200: return .written(try Self.state(response))
         case 412: return .versionMismatch

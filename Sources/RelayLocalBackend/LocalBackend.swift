@@ -153,7 +153,8 @@ public struct LocalBackend: Sendable {
             let body = try await request.body.collect(upTo: 1 << 20)
             let state: SubscriptionState
             do {
-                state = try SubscriptionState(serialized: Array(body.readableBytesView))
+                // Parsed whole, so what is stored is always the relay's own form, whoever formatted the body.
+                state = try SubscriptionState(json: try JSON.parse(Array(body.readableBytesView)))
             } catch let decoding as WireDecodingError {
                 return errorResponse(.badRequest, "bad_request", "\(decoding)")
             } catch {

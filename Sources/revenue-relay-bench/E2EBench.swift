@@ -62,7 +62,7 @@ struct E2EBench: AsyncParsableCommand {
         help: """
             Apple notifications renew this many subscriptions in turn instead of each starting its own. Each round first \
             sends 16 renewals of each (unmeasured), so every state carries the 16 remembered notifications a long-lived \
-            subscription's does.
+            subscription's does. At least twice --connections.
             """)
     var subscriptions: Int?
 
@@ -74,7 +74,10 @@ struct E2EBench: AsyncParsableCommand {
 
     func run() async throws {
         let fixtures = URL(fileURLWithPath: self.fixtures).standardizedFileURL.path
-        if let subscriptions, subscriptions < 1 { throw ValidationError("--subscriptions must be at least 1") }
+        // Fewer, and two renewals of one subscription could be in flight together and arrive out of order.
+        if let subscriptions, subscriptions < 2 * connections {
+            throw ValidationError("--subscriptions must be at least twice --connections (\(2 * connections))")
+        }
         let factory = try NotificationFactory(fixtures: fixtures, mixed: mixed, subscriptions: subscriptions)
         let logs: [LogKind] = log == .both ? [.embedded, .kafka] : [log]
         let receiver = try ReceiverProcess(delayMilliseconds: 0)

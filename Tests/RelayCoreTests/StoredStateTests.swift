@@ -73,21 +73,35 @@ import Testing
         #expect(read.recentNotifications[0].context == .null)
     }
 
+    static let longInteger = "1" + String(repeating: "0", count: 400)
+
     @Test(arguments: [
-        // Each broken only inside a context, which is not built when read: it must still be refused.
-        #"{"id":"a","context":{"s":"\#u{01}"}}"#, #"{"id":"a","context":{"s":"abc}}"#, #"{"id":"a","context":[1,]}"#,
-        #"{"id":"a","context":{"n":1e999}}"#, #"{"id":"a","context":{"n":01}}"#, #"{"id":"a","context":{"s":"\x"}}"#,
-        #"{"id":"a","context":{"s":"\ud800"}}"#, #"{"id":"a","context":tru}"#, #"{"id":"a","context":{"a" 1}}"#,
+        // Accepted: kept as bytes, and read as parsing reads them.
+        #"{"a":1}"#, "{}", "[]", #""text""#, "null", "12345678901234567890", "-0", "1.5e3", #"{"con\u0074ext":{"é":[true]}}"#,
+        "-" + longInteger.dropLast(100),
+        // Refused by parsing, so refused when kept as bytes.
+        #"{"s":"\#u{01}"}"#, #"{"s":"abc}"#, "[1,]", #"{"a":1,}"#, #"{"n":1e999}"#, #"{"n":01}"#, #"{"s":"\x"}"#,
+        #"{"s":"\ud800"}"#, #"{"s":"\udc00"}"#, "tru", #"{"a" 1}"#, longInteger, "-" + longInteger, "",
     ])
-    func aBrokenContextIsRefused(_ entry: String) {
-        let text = #"{"store":"apple","status":"ACTIVE","productId":"p","originalTransactionId":"1","applicationId":1,"sourceTimestamp":1,"recentNotifications":["# + entry + "]}"
-        #expect(throws: JSONParseError.self) { try SubscriptionState(serialized: Array(text.utf8)) }
+    func aContextKeptAsBytesIsRefusedExactlyWhenParsingRefusesIt(_ context: String) throws {
+        // The first entry has no context, the second has this one: each keeps its own.
+        let text = #"{"store":"apple","status":"ACTIVE","productId":"p","originalTransactionId":"1","applicationId":1,"sourceTimestamp":1,"recentNotifications":[{"id":"a"},{"id":"b","context":"#
+            + context + "}]}"
+        let tree = try? JSON.parse(text)
+        let read = try? SubscriptionState(serialized: Array(text.utf8))
+        #expect((tree == nil) == (read == nil), "parsed: \(tree != nil), kept: \(read != nil)")
+        guard let tree, let read else { return }
+        #expect(read == (try SubscriptionState(json: tree)))
+        #expect(read.recentNotifications[0].context == .null)
+        #expect(read.recentNotifications[1].context == tree["recentNotifications"]?.arrayValue?[1]["context"])
     }
 
     @Test func invalidUTF8AndDeepNestingInAContextAreRefused() {
         let head = Array(#"{"store":"apple","status":"ACTIVE","productId":"p","originalTransactionId":"1","applicationId":1,"sourceTimestamp":1,"recentNotifications":[{"id":"a","context":"#.utf8)
         let tail = Array("}]}".utf8)
         #expect(throws: JSONParseError.self) { try SubscriptionState(serialized: head + [0x22, 0xC3, 0x28, 0x22] + tail) }
+        // In a member name inside the context too.
+        #expect(throws: JSONParseError.self) { try SubscriptionState(serialized: head + Array(#"{""#.utf8) + [0xC3, 0x28] + Array(#"":1}"#.utf8) + tail) }
         let deep = Array((String(repeating: "[", count: 200) + String(repeating: "]", count: 200)).utf8)
         #expect(throws: JSONParseError.self) { try SubscriptionState(serialized: head + deep + tail) }
     }

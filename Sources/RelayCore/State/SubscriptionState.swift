@@ -245,6 +245,8 @@ public struct SubscriptionState: Sendable, Equatable {
     }
 
     /// `json`'s bytes, written without parsing the contexts kept as bytes: the form the local backend stores.
+    /// A context read by `init(serialized:)` goes out as it came in, so this equals `json.serialized()` for
+    /// bytes the relay wrote (its own form reads back and writes again unchanged).
     public func serialized() -> [UInt8] {
         JSON.serializedObject(membersExceptRecentNotifications, splicing: "recentNotifications") { output in
             output.append(UInt8(ascii: "["))

@@ -422,8 +422,9 @@ private struct JSONParser {
             try skipString()
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             let start = index
-            // An integer is always readable (as a Double beyond Int64); anything else is checked for range as parsing would.
-            if !(try scanNumber()) {
+            // An integer of up to 18 digits is always readable; anything else (a fraction, an exponent, a
+            // long integer that must fit a Double) is read as parsing would, to refuse what it refuses.
+            if !(try scanNumber()) || index - start > 18 {
                 index = start
                 _ = try parseNumber()
             }
