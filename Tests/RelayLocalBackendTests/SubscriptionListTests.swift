@@ -56,9 +56,12 @@ import Testing
         let backend = try await EventsBackend(clock: { now })
         let database = try SubscriptionDatabase(path: backend.path)
         // Expired a millisecond before the backend's now (which is years ahead of the system's).
-        for state in [testSubscriptionState("active", status: .active, expiresAt: now + 1), testSubscriptionState("lapsed", status: .expired, expiresAt: now - 1)] {
+        var active = testSubscriptionState("active", status: .active, expiresAt: now + 1)
+        active.recentNotifications = [.init(id: "n-1", context: ["receivedAt": 1, "note": "é \"q\"", "prior": ["status": "ACTIVE"]])]
+        for state in [active, testSubscriptionState("lapsed", status: .expired, expiresAt: now - 1)] {
             _ = try await database.write(state, ifMatch: 0)
         }
+        let stored = try #require(try await database.subscription(store: .apple, originalTransactionId: "active"))
         let path = "/subscriptions-api/internal/v1/subscriptions?store=apple&applicationId=7"
         var ids: [String] = []
         var query = path + "&limit=1"
@@ -71,6 +74,11 @@ import Testing
             query = path + "&limit=1&cursor=" + next
         }
         #expect(ids == ["active"])
+        // The state as stored, its remembered context included.
+        let first = try JSON.parse(try await backend.get(path).body)["subscriptions"]?.arrayValue?.first
+        #expect(try first.map { try SubscriptionState(json: $0) } == stored)
+        #expect(first?.serialized() == stored.json.serialized())
+        #expect(stored.recentNotifications.first?.context == ["note": "é \"q\"", "prior": ["status": "ACTIVE"], "receivedAt": 1])
         for bad in ["&limit=0", "&limit=1001", "&cursor=x", "&activeOrChangedSince=yesterday"] {
             #expect(try await backend.get(path + bad).status == 400, "\(bad)")
         }

@@ -503,7 +503,7 @@ extension JSON {
 
     /// The members of `members` and one more, `spliced`, whose value `write` appends, as one object in
     /// the order `serialized()` gives (a value kept as bytes goes out without being parsed).
-    static func serializedObject(_ members: [String: JSON], splicing spliced: String, _ write: (inout [UInt8]) -> Void) -> [UInt8] {
+    public static func serializedObject(_ members: [String: JSON], splicing spliced: String, _ write: (inout [UInt8]) -> Void) -> [UInt8] {
         var output: [UInt8] = []
         output.reserveCapacity(1024)
         output.append(UInt8(ascii: "{"))
