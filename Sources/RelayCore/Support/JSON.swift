@@ -220,7 +220,7 @@ private struct JSONParser {
 
     /// - Parameter element: this object is element `element` of the deferred list: its deferred member is kept as bytes.
     private mutating func parseObject(element: Int? = nil) throws(JSONParseError) -> JSON {
-        var members: [String: JSON] = [:]
+        var members = [String: JSON](minimumCapacity: 8)
         if try open(closedBy: UInt8(ascii: "}")) { return .object(members) }
         while true {
             try toMemberName()
