@@ -117,11 +117,14 @@ func opensslVerifyRate(seconds: Double) -> Double? {
     process.standardOutput = output
     process.standardError = FileHandle.nullDevice
     // openssl speed times itself with SIGALRM; a child inherits this thread's signal mask, and
-    // Swift's threads block signals. Unblock them on this thread before spawning.
+    // Swift's threads block signals. Unblock them on this thread for the spawn, then put the mask back.
     var empty = sigset_t()
+    var previous = sigset_t()
     sigemptyset(&empty)
-    pthread_sigmask(SIG_SETMASK, &empty, nil)
-    guard (try? process.run()) != nil else { return nil }
+    pthread_sigmask(SIG_SETMASK, &empty, &previous)
+    let started = (try? process.run()) != nil
+    pthread_sigmask(SIG_SETMASK, &previous, nil)
+    guard started else { return nil }
     let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     process.waitUntilExit()
     // " 256 bits ecdsa (nistp256)   0.0000s   0.0001s  51902.0  16935.7"
