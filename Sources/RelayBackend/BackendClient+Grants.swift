@@ -20,12 +20,11 @@ extension BackendClient {
         return try Self.answer(try await send("DELETE", path), path: path)
     }
 
-    /// `POST path?query` with `body` (the delivery actions: resend, recover, enable); the answer. Sent once.
-    public func act(_ path: String, query: [(String, String)] = [], body: JSON? = nil) async throws(BackendError) -> JSON {
+    /// `POST path?query` with no body (the delivery actions: resend, recover, enable); the answer. Sent once.
+    public func act(_ path: String, query: [(String, String)] = []) async throws(BackendError) -> JSON {
         let text = query.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
         let target = path + (text.isEmpty ? "" : "?" + text)
-        let response = try await send(
-            "POST", target, headers: body == nil ? [] : [("Content-Type", "application/json")], body: body?.serialized() ?? [], retrying: false)
+        let response = try await send("POST", target, headers: [], body: [], retrying: false)
         return try Self.answer(response, path: path)
     }
 
