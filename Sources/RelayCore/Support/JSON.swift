@@ -220,8 +220,9 @@ private struct JSONParser {
 
     /// - Parameter element: this object is element `element` of the deferred list: its deferred member is kept as bytes.
     private mutating func parseObject(element: Int? = nil) throws(JSONParseError) -> JSON {
+        if try open(closedBy: UInt8(ascii: "}")) { return .object([:]) }
+        // Room for eight members from the start: most objects parsed are payloads of ten or more.
         var members = [String: JSON](minimumCapacity: 8)
-        if try open(closedBy: UInt8(ascii: "}")) { return .object(members) }
         while true {
             try toMemberName()
             let key = try parseString()
