@@ -1,0 +1,100 @@
+// The JSON value type's writer: compact, members sorted by name.
+
+extension JSON {
+    /// Compact UTF-8 JSON with object members sorted by name, so equal values serialize identically.
+    public func serialized() -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(256)
+        write(to: &output)
+        return output
+    }
+
+    /// `serialized()` as a String.
+    public var text: String { String(decoding: serialized(), as: UTF8.self) }
+
+    func write(to output: inout [UInt8]) {
+        switch self {
+        case .null: output.append(contentsOf: "null".utf8)
+        case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
+        case .integer(let value): output.append(contentsOf: String(value).utf8)
+        case .number(let value):
+            // Swift prints the shortest representation that round-trips; integral doubles keep ".0".
+            // Parsing never yields infinities or NaN; one built in code has no JSON form.
+            output.append(contentsOf: (value.isFinite ? value.description : "null").utf8)
+        case .string(let value): JSON.writeString(value, to: &output)
+        case .array(let elements):
+            output.append(UInt8(ascii: "["))
+            for (offset, element) in elements.enumerated() {
+                if offset > 0 { output.append(UInt8(ascii: ",")) }
+                element.write(to: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .object(let members):
+            output.append(UInt8(ascii: "{"))
+            // Sorted as pairs: each value is at hand, not looked up (hashed) again by its name.
+            for (offset, member) in members.sorted(by: { $0.key < $1.key }).enumerated() {
+                if offset > 0 { output.append(UInt8(ascii: ",")) }
+                JSON.writeString(member.key, to: &output)
+                output.append(UInt8(ascii: ":"))
+                member.value.write(to: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// The members of `members` and one more, `spliced`, whose value `write` appends, as one object in
+    /// the order `serialized()` gives (a value kept as bytes goes out without being parsed).
+    public static func serializedObject(_ members: [String: JSON], splicing spliced: String, _ write: (inout [UInt8]) -> Void) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(1024)
+        output.append(UInt8(ascii: "{"))
+        var names = Array(members.keys)
+        names.append(spliced)
+        for (offset, name) in names.sorted().enumerated() {
+            if offset > 0 { output.append(UInt8(ascii: ",")) }
+            writeString(name, to: &output)
+            output.append(UInt8(ascii: ":"))
+            if name == spliced { write(&output) } else { members[name].unsafelyUnwrapped.write(to: &output) }
+        }
+        output.append(UInt8(ascii: "}"))
+        return output
+    }
+
+    static func writeString(_ value: String, to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        // Runs that need no escape are copied whole.
+        let copied: Void? = value.utf8.withContiguousStorageIfAvailable { text in
+            var run = 0
+            for position in 0..<text.count {
+                let byte = text[position]
+                guard byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 else { continue }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: text[run..<position]))
+                writeEscaped(byte, to: &output)
+                run = position + 1
+            }
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: text[run..<text.count]))
+        }
+        if copied == nil {
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { writeEscaped(byte, to: &output) } else { output.append(byte) }
+            }
+        }
+        output.append(UInt8(ascii: "\""))
+    }
+
+    private static func writeEscaped(_ byte: UInt8, to output: inout [UInt8]) {
+        switch byte {
+        case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
+        case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)
+        case 0x0A: output.append(contentsOf: #"\n"#.utf8)
+        case 0x0D: output.append(contentsOf: #"\r"#.utf8)
+        case 0x09: output.append(contentsOf: #"\t"#.utf8)
+        default:
+            let hex = Array("0123456789abcdef".utf8)
+            output.append(contentsOf: #"\u00"#.utf8)
+            output.append(hex[Int(byte >> 4)])
+            output.append(hex[Int(byte & 0x0F)])
+        }
+    }
+}
+
