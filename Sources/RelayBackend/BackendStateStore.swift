@@ -35,19 +35,28 @@ public struct BackendStateStore: SubscriptionStateStore {
         }
     }
 
+    /// The user (`GET .../users/{id}`) and its other active subscriptions (the entitlements route, which
+    /// resolves the id itself): two requests, sent together.
+    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
+        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
+    {
+        async let user = appUser(id, applicationId: applicationId)
+        async let active = otherActiveSubscriptions(appUserId: id, excluding: store, originalTransactionId: originalTransactionId)
+        do {
+            return (try await user, try await active)
+        } catch let error as BackendError {
+            throw error
+        } catch {
+            // Only cancellation reaches here: the worker is stopping.
+            throw BackendError(kind: .unavailable, message: "reading user \(id) was cancelled")
+        }
+    }
+
     /// From the entitlements route's customer info: each `subscriptions` and `nonSubscriptions` entry that
     /// is active (a one-time purchase without `isActive`: not revoked), read as the subscription state the
     /// local backend writes beside the SDK's members (its `store` the SDK's `APP_STORE` or the state's
     /// `apple`), or else from the SDK's fields (`productId` or `productIdentifier`, `store`,
     /// `originalTransactionId` or `transactionId`), which is all the product mapping needs.
-    /// The user (`GET .../users/{id}`), then its other active subscriptions (the entitlements route).
-    public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
-        async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
-    {
-        let user = try await appUser(id, applicationId: applicationId)
-        return (user, try await otherActiveSubscriptions(appUserId: id, excluding: store, originalTransactionId: originalTransactionId))
-    }
-
     public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {

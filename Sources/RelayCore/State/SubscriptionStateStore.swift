@@ -80,7 +80,6 @@ extension SubscriptionStateStore {
     {
         (try await subscription(store: store, originalTransactionId: originalTransactionId), nil)
     }
-
 }
 
 /// An app user as the backend knows them: the id, the other ids an app linked to it, its attributes.
