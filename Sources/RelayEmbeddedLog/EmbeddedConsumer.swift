@@ -18,9 +18,11 @@ import Synchronization
 ///   `isAssigned` is always true.
 ///
 /// Reading runs on a dedicated thread; appends in this process wake it at once, appends from another
-/// process (a `replay`) are seen within `pollInterval`.
+/// process (a `replay`) are seen within `pollInterval`. It reads at once when it starts, again at once
+/// while the log holds more than a pass read and there is room, and when a `markDone` makes room after
+/// it stopped at `maxInFlight`.
 final class EmbeddedConsumer: RecordConsumer, Sendable {
-    static let pollInterval: Duration = .milliseconds(100)
+    static let defaultPollInterval: Duration = .milliseconds(100)
     static let storeInterval: Duration = .milliseconds(100)
     static let fetchLimit = 256
 
@@ -53,9 +55,14 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         /// Handler calls running now (a cancelled `consume` returns when none is).
         var handling = 0
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        /// The reading thread stopped at `maxInFlight` and sleeps until a `markDone` makes room.
+        var waitingForRoom = false
     }
 
     let options: ConsumerOptions
+    /// How long the reading thread sleeps when nothing wakes it (default 100 ms; tests set hours, so
+    /// that only the wakes above can make it read).
+    private let pollInterval: Duration
     private let database: LogDatabase
     private let state = Mutex(State())
     private let wake = DispatchSemaphore(value: 0)
@@ -65,7 +72,11 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
     private let logger: Logger
     private let consumed: Counter
 
-    init(options: ConsumerOptions, database: LogDatabase, topics: [String: LogDatabase.Topic], logger: Logger, metrics: any MetricsFactory) throws {
+    init(
+        options: ConsumerOptions, database: LogDatabase, topics: [String: LogDatabase.Topic], pollInterval: Duration = defaultPollInterval,
+        logger: Logger, metrics: any MetricsFactory
+    ) throws {
+        self.pollInterval = pollInterval
         var groupLogger = logger
         groupLogger[metadataKey: LogKey.logGroup] = "\(options.groupID)"
         self.logger = groupLogger
@@ -140,7 +151,12 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             let (store, wasPending) = state.partitions[index].tracker.markDone(record.offset)
             if let store { state.partitions[index].toStore = store }
             if wasPending { state.inFlight -= 1 }
-            return wasPending && state.inFlight == options.maxInFlight - 1
+            // Woken only if the reader stopped for room: it records that under this lock, so a record
+            // finishing after it looked is never missed (a wake on the count passing `maxInFlight - 1`
+            // was: records finishing while a pass read left it asleep with room, for up to pollInterval).
+            guard state.waitingForRoom, state.inFlight < options.maxInFlight else { return false }
+            state.waitingForRoom = false
+            return true
         }
         if signal { wake.signal() }
     }
@@ -175,7 +191,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
 
     private func run() {
         var lastStore = ContinuousClock.now
-        var wait = Self.pollInterval
+        // The first pass at once: what the log already holds is not left waiting for an append or a poll.
+        var wait = Duration.zero
         while true {
             _ = wake.wait(timeout: .now() + .milliseconds(Int(wait.wholeMilliseconds)))
             if ContinuousClock.now - lastStore >= Self.storeInterval {
@@ -213,48 +230,63 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         }
         for record in due { emit(record) }
         let snapshot = state.withLock { state -> [Partition]? in
-            state.intakeStopped || state.inFlight >= options.maxInFlight ? nil : state.partitions
+            if state.intakeStopped { return nil }
+            guard state.inFlight < options.maxInFlight else {
+                state.waitingForRoom = true
+                return nil
+            }
+            return state.partitions
         }
         guard let partitions = snapshot else {
-            guard let nextDue else { return Self.pollInterval }
-            return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
+            guard let nextDue else { return pollInterval }
+            return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
         }
         // One read transaction per pass: every partition's end, then the new records of those that have
         // some, as many as there is room for.
         let room = state.withLock { state -> Int in
             guard !state.intakeStopped, !state.closing else { return 0 }
+            if state.inFlight >= options.maxInFlight { state.waitingForRoom = true }
             return options.maxInFlight - state.inFlight
         }
         guard room > 0 else {
-            guard let nextDue else { return Self.pollInterval }
-            return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
+            guard let nextDue else { return pollInterval }
+            return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
         }
         let reads: [(index: Int, end: Int64, records: [ConsumedRecord])]
+        // Records left in the log behind what this pass read (its budget or fetchLimit ran out).
+        var left = false
         do {
-            reads = try database.pool.read { db in
+            (reads, left) = try database.pool.read { db in
                 var ends: [Int64: [Int32: Int64]] = [:]
                 for row in try Row.fetchAll(db.cachedStatement(sql: "SELECT topic_id, partition, next_offset FROM partition_state")) {
                     ends[row[0], default: [:]][row[1]] = row[2]
                 }
                 var budget = room
                 var reads: [(index: Int, end: Int64, records: [ConsumedRecord])] = []
-                for index in partitions.indices where budget > 0 {
+                var left = false
+                for index in partitions.indices {
                     let partition = partitions[index]
                     // Still held (not due): nothing behind it is read.
                     if partition.held != nil { continue }
                     let end = ends[partition.topic.id]?[partition.partition] ?? partition.position
                     guard end > partition.position else { continue }
+                    guard budget > 0 else {
+                        left = true
+                        break
+                    }
                     let records = try LogDatabase.records(
                         db, topic: partition.topic, partition: partition.partition, from: partition.position, limit: min(budget, Self.fetchLimit))
                     budget -= records.count
+                    if let last = records.last, last.offset + 1 < end { left = true }
                     reads.append((index, end, records))
                 }
-                return reads
+                return (reads, left)
             }
         } catch {
             logger.warning("embedded log read failed; trying again", metadata: [LogKey.error: "\(error)"])
-            return Self.pollInterval
+            return pollInterval
         }
+        var handedOutAny = false
         for (index, end, fetched) in reads {
             for record in fetched {
                 let due = options.dueTime?(record)
@@ -267,6 +299,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                     return true
                 }
                 guard handedOut else { continue }
+                handedOutAny = true
                 consumed.increment()
                 if let due, due > now {
                     nextDue = min(nextDue ?? due, due)
@@ -279,8 +312,20 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                 state.withLock { $0.partitions[index].position = max($0.partitions[index].position, end) }
             }
         }
-        guard let nextDue else { return Self.pollInterval }
-        return .milliseconds(max(1, min(Self.pollInterval.wholeMilliseconds, nextDue - options.now())))
+        // More to read: at once if there is room now, else when a markDone makes some. (Only after a pass
+        // that handed something out, so a pass that cannot progress never spins.)
+        if left && handedOutAny {
+            let roomNow = state.withLock { state -> Bool in
+                guard state.inFlight < options.maxInFlight else {
+                    state.waitingForRoom = true
+                    return false
+                }
+                return true
+            }
+            if roomNow { return .zero }
+        }
+        guard let nextDue else { return pollInterval }
+        return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
     }
 
     private func emit(_ record: ConsumedRecord) {

@@ -31,6 +31,7 @@ public final class EmbeddedRecordLog: RecordLog {
     private let appender: EmbeddedAppender
     private let checkpointer: WALCheckpointer?
     private let consumers: ConsumerRegistry
+    private let consumerPollInterval: Duration
     private let lock: OwnerLock?
     /// Consumes (holds the directory's lock, or is in memory).
     private let isOwner: Bool
@@ -105,21 +106,25 @@ public final class EmbeddedRecordLog: RecordLog {
 
     /// The log in memory: the embedded log's code and semantics with nothing on disk, for tests of the stages
     /// (no broker, no directory). It lives as long as the instance.
+    /// - Parameter consumerPollInterval: how long a consumer sleeps when no append, start or `markDone`
+    ///   wakes it (100 ms by default; a test of those wakes sets hours).
     public static func inMemory(
-        topics names: [String], partitions: Int, compacted: Set<String> = [], logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
+        topics names: [String], partitions: Int, compacted: Set<String> = [], consumerPollInterval: Duration = .milliseconds(100),
+        logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
     ) throws -> EmbeddedRecordLog {
         let name = "relay-log-\(UInt64.random(in: 0...UInt64.max))"
         return try EmbeddedRecordLog(
             directory: ":memory:", database: try LogDatabase(inMemory: name), lock: nil, owner: true, topics: names, partitions: partitions,
             compacted: compacted, keptByAge: [], retainedFor: [:], budgeted: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30,
-            ackTimeout: nil, logger: logger, metrics: metrics)
+            ackTimeout: nil, consumerPollInterval: consumerPollInterval, logger: logger, metrics: metrics)
     }
 
     private init(
         directory: String, database: LogDatabase, lock: OwnerLock?, owner: Bool, topics names: [String], partitions: Int, compacted: Set<String>,
         keptByAge: Set<String>, retainedFor: [String: [String]], budgeted: Set<String>, retention: Duration, retentionBytes: Int64,
-        ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory
+        ackTimeout: Duration?, consumerPollInterval: Duration = EmbeddedConsumer.defaultPollInterval, logger: Logger, metrics: any MetricsFactory
     ) throws {
+        self.consumerPollInterval = consumerPollInterval
         let topics = try database.ensureTopics(names, partitions: Int32(partitions), compacted: compacted, keptByAge: keptByAge)
         let consumers = ConsumerRegistry()
         let removals = LabeledCounters(label: "relay_log_removed_total", factory: metrics)
@@ -164,7 +169,8 @@ public final class EmbeddedRecordLog: RecordLog {
         }
         let consumer: EmbeddedConsumer
         do {
-            consumer = try EmbeddedConsumer(options: options, database: database, topics: topics, logger: logger, metrics: metrics)
+            consumer = try EmbeddedConsumer(
+                options: options, database: database, topics: topics, pollInterval: consumerPollInterval, logger: logger, metrics: metrics)
         } catch let error as RecordLogError {
             throw error
         } catch {

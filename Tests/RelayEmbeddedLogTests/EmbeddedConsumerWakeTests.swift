@@ -1,0 +1,81 @@
+import RelayCore
+import RelayEmbeddedLog
+import RelayTestSupport
+import Synchronization
+import Testing
+
+/// When the embedded log's consumer reads: at once when it starts, at once again while the log holds more
+/// than a pass read, and as soon as a finished record makes room under `maxInFlight`. Its poll is set to an
+/// hour here, so a read that waited for the poll instead of one of these wakes never comes and the test
+/// fails at its bound; a stage fed by such a consumer ran at `maxInFlight` records per 100 ms poll.
+@Suite struct EmbeddedConsumerWakeTests {
+    static let topic = "wake"
+
+    private func log(holding count: Int) async throws -> EmbeddedRecordLog {
+        let log = try EmbeddedRecordLog.inMemory(topics: [Self.topic], partitions: 1, consumerPollInterval: .seconds(3_600), logger: testLogger())
+        // Appended before any consumer exists: no append wakes one.
+        let records = (0..<count).map { OutgoingRecord(topic: Self.topic, key: Array("k\($0)".utf8), value: Array("\($0)".utf8)) }
+        _ = try await log.producer.produce(records)
+        return log
+    }
+
+    @Test func aBacklogLongerThanOneReadIsHandedOutWithoutAnAppendOrAPoll() async throws {
+        // 600 records: more than one pass reads (256), fewer than the bound.
+        let log = try await log(holding: 600)
+        let consumer = try log.consumer(ConsumerOptions(groupID: "backlog", topics: [Self.topic], maxInFlight: 1_000))
+        let collector = RecordCollector(consumer.records)
+        let records = try await collector.waitFor(count: 600, timeout: .seconds(60))
+        #expect(records.map { text($0.value) } == (0..<600).map(String.init))
+        collector.cancel()
+        await consumer.close()
+        await log.close()
+    }
+
+    @Test func recordsFinishingConcurrentlyKeepTheBoundFullUntilTheBacklogIsDone() async throws {
+        let total = 2_000
+        let bound = 4
+        let log = try await log(holding: total)
+        let consumer = try log.consumer(ConsumerOptions(groupID: "refill", topics: [Self.topic], maxInFlight: bound))
+        let counts = Counts()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withTaskGroup(of: Void.self) { finishing in
+                    for await record in consumer.records {
+                        let outstanding = counts.started.add(1, ordering: .sequentiallyConsistent).newValue - counts.finished.load(ordering: .sequentiallyConsistent)
+                        counts.mostOutstanding.max(outstanding, ordering: .relaxed)
+                        // Finished out of order and concurrently, as a stage's tasks finish them: some while the
+                        // consumer is between reading and handing out.
+                        finishing.addTask {
+                            if Bool.random() { await Task.yield() }
+                            counts.finished.add(1, ordering: .sequentiallyConsistent)
+                            consumer.markDone(record)
+                        }
+                        if counts.started.load(ordering: .relaxed) == total { break }
+                    }
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(60))
+                throw TestTimeout(what: "\(total) records through a bound of \(bound) (\(counts.started.load(ordering: .relaxed)) came)")
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+        #expect(counts.started.load(ordering: .relaxed) == total)
+        #expect(counts.mostOutstanding.load(ordering: .relaxed) <= bound)
+        await consumer.close()
+        await log.close()
+    }
+}
+
+private final class Counts: Sendable {
+    let started = Atomic(0)
+    /// Counted before each markDone: records received less these are at most what the consumer counts in flight.
+    let finished = Atomic(0)
+    let mostOutstanding = Atomic(0)
+}
+
+private struct TestTimeout: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "timed out waiting for \(what)" }
+}
