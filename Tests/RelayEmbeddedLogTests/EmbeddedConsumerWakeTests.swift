@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 
 /// When the embedded log's consumer reads: at once when it starts, at once again while the log holds more
-/// than a pass read, and as soon as a finished record makes room under `maxInFlight`. Its poll is set to an
+/// than a pass read, and, stopped at `maxInFlight`, as soon as a quarter of those records are done. Its poll is set to an
 /// hour here, so a read that waited for the poll instead of one of these wakes never comes and the test
 /// fails at its bound; a stage fed by such a consumer ran at `maxInFlight` records per 100 ms poll.
 @Suite struct EmbeddedConsumerWakeTests {
@@ -31,7 +31,7 @@ import Testing
         await log.close()
     }
 
-    @Test func recordsFinishingConcurrentlyKeepTheBoundFullUntilTheBacklogIsDone() async throws {
+    @Test func recordsFinishingConcurrentlyWakeTheStoppedReaderUntilTheBacklogIsDone() async throws {
         let total = 2_000
         let bound = 4
         let log = try await log(holding: total)
