@@ -57,10 +57,15 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
         /// The reading thread stopped at `maxInFlight` and sleeps until `markDone`s bring the count to `resumeMark`.
         var waitingForRoom = false
+
+        /// Records held back (not yet due) among those in flight: one at most per partition, and no
+        /// `markDone` makes them fewer, only their due time.
+        var heldCount: Int { partitions.reduce(0) { $0 + ($1.held == nil ? 0 : 1) } }
     }
 
     let options: ConsumerOptions
-    /// A reader stopped at `maxInFlight` reads again when this many or fewer are out.
+    /// A reader stopped at `maxInFlight` reads again when fewer than this many are out and not held, as
+    /// the Kafka consumer resumes (`ConsumerBookkeeping.resumeMark`).
     private let resumeMark: Int
     /// How long the reading thread sleeps when nothing wakes it (default 100 ms; tests set hours, so
     /// that only the wakes above can make it read).
@@ -79,7 +84,10 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         logger: Logger, metrics: any MetricsFactory
     ) throws {
         self.pollInterval = pollInterval
-        resumeMark = max(0, options.maxInFlight * 3 / 4)
+        // At least one record out at a time, as the Kafka consumer clamps it: 0 would never read.
+        var options = options
+        options.maxInFlight = max(1, options.maxInFlight)
+        resumeMark = max(1, options.maxInFlight * 3 / 4)
         var groupLogger = logger
         groupLogger[metadataKey: LogKey.logGroup] = "\(options.groupID)"
         self.logger = groupLogger
@@ -159,7 +167,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             // was: records finishing while a pass read left it asleep with room, for up to pollInterval).
             // Woken at a quarter of the bound free, like the Kafka consumer: one read hands out many records,
             // and the stage behind gets them together (one wake a record cost 3–8% more CPU per notification).
-            guard state.waitingForRoom, state.inFlight <= resumeMark else { return false }
+            // Held records are not counted: no markDone frees them, so with more of them than the mark the
+            // reader would sleep until the poll or their due time while it had room.
+            guard state.waitingForRoom, state.inFlight - state.heldCount < resumeMark else { return false }
             state.waitingForRoom = false
             return true
         }

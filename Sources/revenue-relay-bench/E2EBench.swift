@@ -403,10 +403,10 @@ final class RelayChild: @unchecked Sendable {
         self.directory = folder
     }
 
-    /// The relay's user and system CPU time so far, seconds.
-    /// Returns once the relay uses under a tenth of a core over half a second (at most a minute).
     /// Waits until the relay has been idle for a 200 ms window (at most 20 ms of CPU in it, two clock
-    /// ticks) and returns when its work ended: the start of that window (wall clock, ns).
+    /// ticks; at most a minute) and returns the start of that window (wall clock, ns): when its work ended,
+    /// up to one window late. Idle CPU is taken as done work: a relay waiting on a retry's backoff would
+    /// pass for idle, which a benchmark run without failures does not do.
     @discardableResult
     func waitUntilIdle() async throws -> Int64 {
         let deadline = ContinuousClock.now + .seconds(60)
@@ -423,6 +423,7 @@ final class RelayChild: @unchecked Sendable {
         return windowStart
     }
 
+    /// The relay's user and system CPU time so far, seconds.
     func cpuSeconds() -> Double {
         guard let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
             let close = stat.lastIndex(of: ")")

@@ -66,6 +66,48 @@ import Testing
         await consumer.close()
         await log.close()
     }
+
+    @Test func recordsHeldBackDoNotKeepTheStoppedReaderAsleep() async throws {
+        // Four partitions start with a record due in an hour, which holds them; two hold 100 records each.
+        // With a bound of 5 the four held records leave room for one: the reader stops at the bound on
+        // every read, and only a wake that does not count held records (no markDone frees them) goes on.
+        let start: Int64 = 1_800_000_000_000
+        let log = try EmbeddedRecordLog.inMemory(topics: [Self.topic], partitions: 6, consumerPollInterval: .seconds(3_600), logger: testLogger())
+        var records = (0..<4).map {
+            OutgoingRecord(
+                topic: Self.topic, key: Array("held-\($0)".utf8), value: Array("held".utf8),
+                headers: [RecordHeader(name: "due", value: "\(start + 3_600_000)")], partition: Int32($0))
+        }
+        records += (0..<200).map { OutgoingRecord(topic: Self.topic, key: Array("k\($0)".utf8), value: Array("\($0)".utf8), partition: Int32(4 + $0 % 2)) }
+        _ = try await log.producer.produce(records)
+        var options = ConsumerOptions(
+            groupID: "held", topics: [Self.topic], maxInFlight: 5,
+            dueTime: { record in record.headers.first(named: "due")?.stringValue.flatMap { Int64($0) } })
+        options.now = { start }
+        let consumer = try log.consumer(options)
+        let received = try await withThrowingTaskGroup(of: [String].self) { group in
+            group.addTask {
+                var values: [String] = []
+                for await record in consumer.records {
+                    values.append(text(record.value))
+                    consumer.markDone(record)
+                    if values.count == 200 { break }
+                }
+                return values
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(60))
+                throw TestTimeout(what: "200 records beside 4 held ones")
+            }
+            defer { group.cancelAll() }
+            return try await group.next() ?? []
+        }
+        #expect(received.count == 200)
+        #expect(!received.contains("held"))
+        #expect(Set(received) == Set((0..<200).map(String.init)))
+        await consumer.close()
+        await log.close()
+    }
 }
 
 private final class Counts: Sendable {
