@@ -245,8 +245,9 @@ public struct RelayConfiguration: Sendable {
     /// `worker`: how much it works on at once.
     public struct Worker: Sendable {
         /// Notifications read and not yet done, over all subscriptions (the worker runs different
-        /// subscriptions' notifications concurrently, one subscription's in order). Default: 256.
-        public var maxInFlight = 256
+        /// subscriptions' notifications concurrently, one subscription's in order). Default: 128, which
+        /// keeps a busy relay under 100 MiB on the embedded log at the throughput of 256 (docs/benchmarks.md).
+        public var maxInFlight = 128
     }
 
     public struct Delivery: Sendable {
