@@ -244,29 +244,22 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             return due
         }
         for record in due { emit(record) }
-        let snapshot = state.withLock { state -> [Partition]? in
-            if state.intakeStopped { return nil }
+        // The partitions and the room in one look: only this thread raises the count, so the room cannot
+        // shrink before the read.
+        let snapshot = state.withLock { state -> (partitions: [Partition], room: Int)? in
+            if state.intakeStopped || state.closing { return nil }
             guard state.inFlight < options.maxInFlight else {
                 state.waitingForRoom = true
                 return nil
             }
-            return state.partitions
+            return (state.partitions, options.maxInFlight - state.inFlight)
         }
-        guard let partitions = snapshot else {
+        guard let (partitions, room) = snapshot else {
             guard let nextDue else { return pollInterval }
             return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
         }
         // One read transaction per pass: every partition's end, then the new records of those that have
         // some, as many as there is room for.
-        let room = state.withLock { state -> Int in
-            guard !state.intakeStopped, !state.closing else { return 0 }
-            if state.inFlight >= options.maxInFlight { state.waitingForRoom = true }
-            return options.maxInFlight - state.inFlight
-        }
-        guard room > 0 else {
-            guard let nextDue else { return pollInterval }
-            return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
-        }
         let reads: [(index: Int, end: Int64, records: [ConsumedRecord])]
         // Records left in the log behind what this pass read (its budget or fetchLimit ran out).
         var left = false
