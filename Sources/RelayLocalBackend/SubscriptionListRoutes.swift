@@ -41,12 +41,7 @@ extension LocalBackend {
                 store: store, applicationId: applicationId, activeOrChangedSince: since, now: clock(), after: cursor, limit: limit)
             // Each state as stored: its remembered contexts go out without being parsed (reconcile walks every page).
             let body = JSON.serializedObject(["nextCursor": page.next.map { .string(String($0)) } ?? .null], splicing: "subscriptions") { output in
-                output.append(UInt8(ascii: "["))
-                for (offset, state) in page.states.enumerated() {
-                    if offset > 0 { output.append(UInt8(ascii: ",")) }
-                    output.append(contentsOf: state.serialized())
-                }
-                output.append(UInt8(ascii: "]"))
+                JSON.writeArray(page.states, to: &output) { state, output in output.append(contentsOf: state.serialized()) }
             }
             return json(.ok, serialized: body)
         }

@@ -87,4 +87,13 @@ import Testing
         let value: JSON = ["é": 1, "z": 2, "A": 3, "a": ["y": 1, "b": 2], "": 0]
         #expect(value.text == #"{"":0,"A":3,"a":{"b":2,"y":1},"z":2,"é":1}"#)
     }
+
+    @Test func aSplicedMemberTakesItsPlaceInNameOrderAndReplacesOneOfItsName() {
+        let members: [String: JSON] = ["c": .integer(3), "a": .integer(1), "b": .string("replaced")]
+        let bytes = JSON.serializedObject(members, splicing: "b") { output in
+            JSON.writeArray([#"{"x":1}"#, "[]"], to: &output) { text, output in output.append(contentsOf: text.utf8) }
+        }
+        #expect(String(decoding: bytes, as: UTF8.self) == #"{"a":1,"b":[{"x":1},[]],"c":3}"#)
+        #expect(JSON.serializedObject([:], splicing: "only") { $0.append(contentsOf: "null".utf8) } == Array(#"{"only":null}"#.utf8))
+    }
 }

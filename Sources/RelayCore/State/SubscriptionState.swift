@@ -249,9 +249,7 @@ public struct SubscriptionState: Sendable, Equatable {
     /// bytes the relay wrote (its own form reads back and writes again unchanged).
     public func serialized() -> [UInt8] {
         JSON.serializedObject(membersExceptRecentNotifications, splicing: "recentNotifications") { output in
-            output.append(UInt8(ascii: "["))
-            for (offset, recent) in recentNotifications.enumerated() {
-                if offset > 0 { output.append(UInt8(ascii: ",")) }
+            JSON.writeArray(recentNotifications, to: &output) { recent, output in
                 // The members in `serialized()`'s order: "context" before "id".
                 output.append(contentsOf: #"{"context":"#.utf8)
                 recent.writeContext(to: &output)
@@ -259,7 +257,6 @@ public struct SubscriptionState: Sendable, Equatable {
                 JSON.writeString(recent.id, to: &output)
                 output.append(UInt8(ascii: "}"))
             }
-            output.append(UInt8(ascii: "]"))
         }
     }
 

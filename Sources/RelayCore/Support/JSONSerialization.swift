@@ -23,12 +23,7 @@ extension JSON {
             output.append(contentsOf: (value.isFinite ? value.description : "null").utf8)
         case .string(let value): JSON.writeString(value, to: &output)
         case .array(let elements):
-            output.append(UInt8(ascii: "["))
-            for (offset, element) in elements.enumerated() {
-                if offset > 0 { output.append(UInt8(ascii: ",")) }
-                element.write(to: &output)
-            }
-            output.append(UInt8(ascii: "]"))
+            JSON.writeArray(elements, to: &output) { element, output in element.write(to: &output) }
         case .object(let members):
             output.append(UInt8(ascii: "{"))
             // Sorted as pairs: each value is at hand, not looked up (hashed) again by its name.
@@ -42,13 +37,29 @@ extension JSON {
         }
     }
 
+    /// Appends a JSON array whose elements `write` appends, one call each (elements kept as bytes go out
+    /// as they are).
+    public static func writeArray<Elements: Sequence>(
+        _ elements: Elements, to output: inout [UInt8], _ write: (Elements.Element, inout [UInt8]) -> Void
+    ) {
+        output.append(UInt8(ascii: "["))
+        var first = true
+        for element in elements {
+            if !first { output.append(UInt8(ascii: ",")) }
+            first = false
+            write(element, &output)
+        }
+        output.append(UInt8(ascii: "]"))
+    }
+
     /// The members of `members` and one more, `spliced`, whose value `write` appends, as one object in
-    /// the order `serialized()` gives (a value kept as bytes goes out without being parsed).
+    /// the order `serialized()` gives (a value kept as bytes goes out without being parsed). The spliced
+    /// value replaces a member of `members` of the same name.
     public static func serializedObject(_ members: [String: JSON], splicing spliced: String, _ write: (inout [UInt8]) -> Void) -> [UInt8] {
         var output: [UInt8] = []
         output.reserveCapacity(1024)
         output.append(UInt8(ascii: "{"))
-        var names = Array(members.keys)
+        var names = members.keys.filter { $0 != spliced }
         names.append(spliced)
         for (offset, name) in names.sorted().enumerated() {
             if offset > 0 { output.append(UInt8(ascii: ",")) }
