@@ -57,6 +57,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
         /// The reading thread stopped at `maxInFlight` and sleeps until `markDone`s bring the count to `resumeMark`.
         var waitingForRoom = false
+        /// An append's wake is signalled and the reading thread has not started its pass since: more
+        /// appends need no signal of their own (the pass reads after they committed).
+        var appendWakePending = false
 
         /// Records held back (not yet due) among those in flight: one at most per partition, and no
         /// `markDone` makes them fewer, only their due time.
@@ -113,8 +116,20 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
 
     var subscribedTopics: Set<String> { Set(options.topics) }
 
-    /// New records may be there (an append in this process).
-    func notify() { wake.signal() }
+    /// The reading thread stopped at `maxInFlight` and waits for the resume mark (for tests).
+    var isWaitingForRoom: Bool { state.withLock { $0.waitingForRoom } }
+
+    /// New records may be there (an append in this process). No wake while the reading thread waits for
+    /// room: it reads once `markDone`s reach the resume mark, and an append's wake before that read only
+    /// the few records done since, in a read transaction of their own.
+    func notify() {
+        let signal = state.withLock { state -> Bool in
+            guard !state.waitingForRoom, !state.appendWakePending else { return false }
+            state.appendWakePending = true
+            return true
+        }
+        if signal { wake.signal() }
+    }
 
     var records: AsyncStream<ConsumedRecord> {
         start(.stream(streamContinuation))
@@ -210,6 +225,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         var wait = Duration.zero
         while true {
             _ = wake.wait(timeout: .now() + .milliseconds(Int(wait.wholeMilliseconds)))
+            // Before the pass reads: an append that commits after this signals again.
+            state.withLock { $0.appendWakePending = false }
             if ContinuousClock.now - lastStore >= Self.storeInterval {
                 storeOffsets()
                 lastStore = .now

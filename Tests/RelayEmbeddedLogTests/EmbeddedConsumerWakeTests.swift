@@ -1,11 +1,12 @@
 import RelayCore
-import RelayEmbeddedLog
+@testable import RelayEmbeddedLog
 import RelayTestSupport
 import Synchronization
 import Testing
 
-/// When the embedded log's consumer reads: at once when it starts, at once again while the log holds more
-/// than a pass read, and, stopped at `maxInFlight`, as soon as a quarter of those records are done. Its poll is set to an
+/// When the embedded log's consumer reads: at once when it starts, on an append, at once again while the log
+/// holds more than a pass read, and, stopped at `maxInFlight`, as soon as a quarter of those records are
+/// done (not on each append before that). Its poll is set to an
 /// hour here, so a read that waited for the poll instead of one of these wakes never comes and the test
 /// fails at its bound; a stage fed by such a consumer ran at `maxInFlight` records per 100 ms poll.
 @Suite struct EmbeddedConsumerWakeTests {
@@ -63,6 +64,36 @@ import Testing
         }
         #expect(counts.started.load(ordering: .relaxed) == total)
         #expect(counts.mostOutstanding.load(ordering: .relaxed) <= bound)
+        await consumer.close()
+        await log.close()
+    }
+
+    @Test func aReaderStoppedAtItsBoundWaitsForAQuarterDoneNotForTheNextAppend() async throws {
+        // A bound of 8 resumes at 6 in flight. Before, each append woke the stopped reader, which read the one
+        // or two records done since in a read of its own; under load that was a stream of tiny reads.
+        let log = try await log(holding: 0)
+        let consumer = try #require(try log.consumer(ConsumerOptions(groupID: "gate", topics: [Self.topic], maxInFlight: 8)) as? EmbeddedConsumer)
+        let collector = RecordCollector(consumer.records)
+        func append(_ value: Int) async throws {
+            _ = try await log.producer.produce([OutgoingRecord(topic: Self.topic, key: Array("k\(value)".utf8), value: Array("\(value)".utf8))])
+        }
+        for value in 0..<8 { try await append(value) }
+        let first = try await collector.waitFor(count: 8, timeout: .seconds(60))
+        // The ninth finds no room: the reader stops and waits for the resume mark.
+        try await append(8)
+        try await waitUntil("the reader stopped at its bound", timeout: .seconds(60)) { consumer.isWaitingForRoom }
+        consumer.markDone(first[0])
+        try await append(9)
+        // Seven in flight, above the mark: neither the markDone nor the append makes it read. (Nothing can come
+        // later that would not come at once: without the gate the append's read takes microseconds.)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(collector.count == 8)
+        // Two more done: five in flight, below the mark. One read hands out both waiting records.
+        consumer.markDone(first[1])
+        consumer.markDone(first[2])
+        let all = try await collector.waitFor(count: 10, timeout: .seconds(60))
+        #expect(all.map { text($0.value) } == (0..<10).map(String.init))
+        collector.cancel()
         await consumer.close()
         await log.close()
     }
