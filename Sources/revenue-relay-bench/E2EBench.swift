@@ -120,13 +120,15 @@ struct E2EBench: AsyncParsableCommand {
                 nextIndex += rate * latencySeconds
                 let result = RoundResult(
                     perSecond: throughput.perSecond, settledPerSecond: throughput.settledPerSecond, cpuMicroseconds: throughput.cpuMicroseconds, peakRSS: throughput.peakRSS,
-                    machineBusy: throughput.machineBusy, p50: latency.p50, p99: latency.p99, max: latency.max)
+                    machineBusy: throughput.machineBusy, p50: latency.p50, p99: latency.p99, max: latency.max,
+                    steadyCPUMicroseconds: latency.cpuMicroseconds)
                 results.append(result)
                 let inV = verifyRate.map { String(format: " (%.3f V)", result.perSecond / $0) } ?? ""
                 let settledInV = verifyRate.map { String(format: " (%.3f V)", result.settledPerSecond / $0) } ?? ""
                 let inVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.cpuMicroseconds * $0 / 1_000_000) } ?? ""
+                let steadyInVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.steadyCPUMicroseconds * $0 / 1_000_000) } ?? ""
                 print(
-                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end\(inV), all recorded at \(Int(result.settledPerSecond))/s\(settledInV), \(Int(result.cpuMicroseconds)) µs relay CPU per notification\(inVerifications), peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms"
+                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end\(inV), all recorded at \(Int(result.settledPerSecond))/s\(settledInV), \(Int(result.cpuMicroseconds)) µs relay CPU per notification\(inVerifications), peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms, relay CPU \(Int(result.steadyCPUMicroseconds)) µs per notification\(steadyInVerifications)"
                 )
                 relay.stop()
                 relay.removeFiles()
@@ -181,6 +183,8 @@ struct E2EBench: AsyncParsableCommand {
         var p50: Double
         var p99: Double
         var max: Double
+        /// The relay's CPU per notification in the latency run (a steady rate below saturation), until idle.
+        var steadyCPUMicroseconds: Double
     }
 }
 
@@ -278,9 +282,15 @@ struct Round {
         return (Double(count) / seconds, Double(count) / (Double(max(settled, last) - start) / 1e9), cpu / Double(count) * 1e6, relay.peakRSS(), busy)
     }
 
-    /// `rate` notifications per second for `seconds`, each POST at its time (open loop): POST → first webhook, in ms.
-    mutating func latency(startIndex: Int, rate: Int, seconds: Int, relay: RelayChild) async throws -> (p50: Double, p99: Double, max: Double) {
+    /// `rate` notifications per second for `seconds`, each POST at its time (open loop): POST → first webhook, in
+    /// ms; and the relay's CPU per notification from the first POST until it is idle again, everything recorded.
+    /// At a steady rate below saturation every round batches alike, so this CPU varies less between rounds
+    /// than the throughput run's, whose batches follow its backlog.
+    mutating func latency(
+        startIndex: Int, rate: Int, seconds: Int, relay: RelayChild
+    ) async throws -> (p50: Double, p99: Double, max: Double, cpuMicroseconds: Double) {
         let total = rate * seconds
+        let cpuBefore = relay.cpuSeconds()
         let notifications = (0..<total).map { factory.make(index: startIndex + $0, kind: $0 % factory.kinds) }
         let posted = PostTimes()
         let clock = ContinuousClock()
@@ -308,8 +318,10 @@ struct Round {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
+        _ = try await relay.waitUntilIdle()
+        let cpu = (relay.cpuSeconds() - cpuBefore) / Double(total) * 1e6
         let latencies = first.map { Double($0.value - sent[$0.key]!) / 1e6 }.sorted()
-        return (latencies[latencies.count / 2], latencies[min(latencies.count - 1, latencies.count * 99 / 100)], latencies.last!)
+        return (latencies[latencies.count / 2], latencies[min(latencies.count - 1, latencies.count * 99 / 100)], latencies.last!, cpu)
     }
 
     func post(_ notifications: [NotificationFactory.Notification], concurrency: Int) async throws {
