@@ -160,6 +160,7 @@ let package = Package(
             dependencies: [
                 "RelayCore", "RelayConfig", "RelaySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -282,10 +282,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         var left = false
         do {
             (reads, left) = try database.pool.read { db in
-                var ends: [Int64: [Int32: Int64]] = [:]
-                for row in try Row.fetchAll(db.cachedStatement(sql: "SELECT topic_id, partition, next_offset FROM partition_state")) {
-                    ends[row[0], default: [:]][row[1]] = row[2]
-                }
+                let ends = try LogDatabase.ends(db)
                 var budget = room
                 var reads: [(index: Int, end: Int64, records: [ConsumedRecord])] = []
                 var left = false
@@ -293,7 +290,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                     let partition = partitions[index]
                     // Still held (not due): nothing behind it is read.
                     if partition.held != nil { continue }
-                    let end = ends[partition.topic.id]?[partition.partition] ?? partition.position
+                    let end = ends[LogDatabase.partitionKey(topic: partition.topic.id, partition: partition.partition)] ?? partition.position
                     guard end > partition.position else { continue }
                     guard budget > 0 else {
                         left = true
