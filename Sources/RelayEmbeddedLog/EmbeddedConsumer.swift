@@ -20,7 +20,8 @@ import Synchronization
 /// Reading runs on a dedicated thread; appends in this process wake it at once, appends from another
 /// process (a `replay`) are seen within `pollInterval`. It reads at once when it starts, again at once
 /// while the log holds more than a pass read and there is room, and, when it stopped at `maxInFlight`,
-/// as soon as a quarter of those records are done.
+/// as soon as a quarter of those records are done; appends do not wake it before that, so a record
+/// appended meanwhile waits for that markDone (or the poll).
 final class EmbeddedConsumer: RecordConsumer, Sendable {
     static let defaultPollInterval: Duration = .milliseconds(100)
     static let storeInterval: Duration = .milliseconds(100)
