@@ -335,18 +335,10 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                 state.withLock { $0.partitions[index].position = max($0.partitions[index].position, end) }
             }
         }
-        // More to read: at once if there is room now, else when a markDone makes some. (Only after a pass
-        // that handed something out, so a pass that cannot progress never spins.)
-        if left && handedOutAny {
-            let roomNow = state.withLock { state -> Bool in
-                guard state.inFlight < options.maxInFlight else {
-                    state.waitingForRoom = true
-                    return false
-                }
-                return true
-            }
-            if roomNow { return .zero }
-        }
+        // More to read: another pass at once. With room it reads; without, its first look records that the
+        // reader waits for room, and a markDone wakes it. (Only after a pass that handed something out, so a
+        // pass that cannot progress never spins.)
+        if left && handedOutAny { return .zero }
         guard let nextDue else { return pollInterval }
         return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
     }
