@@ -131,7 +131,9 @@ public final class RelayProcess: Sendable {
         }
         if let eventStore {
             let (group, topics) = configuration.consumerGroups[2]
-            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: 2_048))
+            // Reads the embedded log at most every 50 ms while events keep coming (the recorder gathers for as
+            // long again): recording is read by people, not on the webhooks' path.
+            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: 2_048, readInterval: .milliseconds(50)))
             services.append(
                 EventRecorder(
                     consumer: consumer, store: eventStore, deliveryLog: deliveryLog.map { ($0, configuration.topics.attempts) }, logger: logger,
@@ -160,7 +162,10 @@ public final class RelayProcess: Sendable {
                 logger.warning("configuration loses data", metadata: ["config.key": "\(warning.key)", "detail": "\(warning.message)"])
             }
             let (group, topics) = configuration.consumerGroups[0]
-            let consumer = try log.consumer(ConsumerOptions(groupID: group, topics: topics, maxInFlight: configuration.worker.maxInFlight))
+            // Reads the embedded log at most every 4 ms while notifications keep coming, so that a steady stream
+            // is verified, written and produced in batches (docs/architecture.md, latency against batching).
+            let consumer = try log.consumer(
+                ConsumerOptions(groupID: group, topics: topics, maxInFlight: configuration.worker.maxInFlight, readInterval: .milliseconds(4)))
             // Verification reads the roots and key files now, so a bad one stops startup with its key.
             let verifier = try NotificationVerifier(configuration: configuration, logger: logger)
             // The exchange rates and Play API keys are read now too.

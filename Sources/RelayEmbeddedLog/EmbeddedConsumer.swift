@@ -21,7 +21,8 @@ import Synchronization
 /// process (a `replay`) are seen within `pollInterval`. It reads at once when it starts, again at once
 /// while the log holds more than a pass read and there is room, and, when it stopped at `maxInFlight`,
 /// as soon as a quarter of those records are done; appends do not wake it before that, so a record
-/// appended meanwhile waits for that markDone (or the poll).
+/// appended meanwhile waits for that markDone (or the poll). With a `readInterval`, an append wakes it
+/// no sooner than that interval after the previous read that handed records out (`run`).
 final class EmbeddedConsumer: RecordConsumer, Sendable {
     static let defaultPollInterval: Duration = .milliseconds(100)
     static let storeInterval: Duration = .milliseconds(100)
@@ -119,6 +120,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
 
     /// The reading thread stopped at `maxInFlight` and waits for the resume mark (for tests).
     var isWaitingForRoom: Bool { state.withLock { $0.waitingForRoom } }
+    /// The passes so far that read records and handed some out (for tests).
+    var handingOutReads: Int { handingOutReadCount.load(ordering: .relaxed) }
+    private let handingOutReadCount = Atomic(0)
 
     /// New records may be there (an append in this process). No wake while the reading thread waits for
     /// room: it reads once `markDone`s reach the resume mark, and an append's wake before that read only
@@ -224,8 +228,19 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         var lastStore = ContinuousClock.now
         // The first pass at once: what the log already holds is not left waiting for an append or a poll.
         var wait = Duration.zero
+        // When the last pass that handed records out began.
+        var lastHandOut: ContinuousClock.Instant?
         while true {
             _ = wake.wait(timeout: .now() + .milliseconds(Int(wait.wholeMilliseconds)))
+            // Woken by an append while records keep coming: read no sooner than `readInterval` after the last
+            // read that handed some out, so that the appends meanwhile are read together (not when the last
+            // pass left records behind: that reads on at once). The appends meanwhile send no signal
+            // (`appendWakePending` is still set); a markDone making room, or `close`, signals and ends the
+            // wait at once.
+            if options.readInterval > .zero, wait > .zero, let lastHandOut, state.withLock({ $0.appendWakePending }) {
+                let remaining = lastHandOut + options.readInterval - .now
+                if remaining > .zero { _ = wake.wait(timeout: .now() + .nanoseconds(Int(remaining.wholeNanoseconds))) }
+            }
             // Before the pass reads: an append that commits after this signals again.
             state.withLock { $0.appendWakePending = false }
             if ContinuousClock.now - lastStore >= Self.storeInterval {
@@ -237,12 +252,19 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                 finished.signal()
                 return
             }
-            wait = pass()
+            let started = ContinuousClock.now
+            let handedOut: Bool
+            (wait, handedOut) = pass()
+            if handedOut {
+                lastHandOut = started
+                handingOutReadCount.add(1, ordering: .relaxed)
+            }
         }
     }
 
-    /// Hands out what is due and there is room for; returns how long to sleep at most.
-    private func pass() -> Duration {
+    /// Hands out what is due and there is room for; returns how long to sleep at most, and whether it read
+    /// records and handed some out.
+    private func pass() -> (wait: Duration, handedOut: Bool) {
         let now = options.now()
         var nextDue: Int64?
         // Held records are already counted in flight: release the due ones before any room check, or
@@ -273,8 +295,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             return (state.partitions, options.maxInFlight - state.inFlight)
         }
         guard let (partitions, room) = snapshot else {
-            guard let nextDue else { return pollInterval }
-            return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
+            guard let nextDue else { return (pollInterval, false) }
+            return (.milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now()))), false)
         }
         // One read transaction per pass: every partition's end, then the new records of those that have
         // some, as many as there is room for.
@@ -307,7 +329,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             }
         } catch {
             logger.warning("embedded log read failed; trying again", metadata: [LogKey.error: "\(error)"])
-            return pollInterval
+            return (pollInterval, false)
         }
         var handedOutAny = false
         for (index, end, fetched) in reads {
@@ -338,9 +360,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         // More to read: another pass at once. With room it reads; without, its first look records that the
         // reader waits for room, and a markDone wakes it. (Only after a pass that handed something out, so a
         // pass that cannot progress never spins.)
-        if left && handedOutAny { return .zero }
-        guard let nextDue else { return pollInterval }
-        return .milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now())))
+        if left && handedOutAny { return (.zero, true) }
+        guard let nextDue else { return (pollInterval, handedOutAny) }
+        return (.milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now()))), handedOutAny)
     }
 
     private func emit(_ record: ConsumedRecord) {

@@ -94,6 +94,40 @@ import Testing
         await log.close()
     }
 
+    @Test func withAReadIntervalAppendsKeepComingAreReadTogetherAndALoneOneAtOnce() async throws {
+        // The worker and the deliverer read at most once per interval while appends keep coming, so that a
+        // steady stream is read (and committed behind) in batches; a record after a quiet spell must not wait.
+        let interval = Duration.seconds(2)
+        let log = try await log(holding: 0)
+        var options = ConsumerOptions(groupID: "interval", topics: [Self.topic], maxInFlight: 100)
+        options.readInterval = interval
+        let consumer = try #require(try log.consumer(options) as? EmbeddedConsumer)
+        let collector = RecordCollector(consumer.records)
+        func append(_ value: Int) async throws {
+            _ = try await log.producer.produce([OutgoingRecord(topic: Self.topic, key: Array("k\(value)".utf8), value: Array("\(value)".utf8))])
+        }
+        try await append(0)
+        try await collector.waitFor(count: 1)
+        // A quiet spell longer than the interval: the next append is read at once, not an interval later.
+        try await Task.sleep(for: interval + .milliseconds(200))
+        let loneAppended = ContinuousClock.now
+        try await append(1)
+        try await collector.waitFor(count: 2)
+        #expect(ContinuousClock.now - loneAppended < interval, "a lone record waited for the read interval")
+        let readsBefore = consumer.handingOutReads
+        // Two appends right behind it: read in one pass, no sooner than an interval after the read of record 1
+        // began (which was after its append).
+        try await append(2)
+        try await append(3)
+        let all = try await collector.waitFor(count: 4)
+        #expect(ContinuousClock.now - loneAppended >= interval, "records appended within the interval were read before it passed")
+        #expect(consumer.handingOutReads == readsBefore + 1, "records appended within the interval were read apart")
+        #expect(all.map { text($0.value) } == ["0", "1", "2", "3"])
+        collector.cancel()
+        await consumer.close()
+        await log.close()
+    }
+
     @Test func recordsHeldBackDoNotKeepTheStoppedReaderAsleep() async throws {
         // Four partitions start with a record due in an hour, which holds them; two hold 100 records each.
         // With a bound of 5 the four held records leave room for one: the reader stops at the bound on
