@@ -234,10 +234,13 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             _ = wake.wait(timeout: .now() + .milliseconds(Int(wait.wholeMilliseconds)))
             // Woken by an append while records keep coming: read no sooner than `readInterval` after the last
             // read that handed some out, so that the appends meanwhile are read together (not when the last
-            // pass left records behind: that reads on at once). The appends meanwhile send no signal
+            // pass left records behind: that reads on at once; nor while records are held for a due time,
+            // which the interval must not make late). The appends meanwhile send no signal
             // (`appendWakePending` is still set); a markDone making room, or `close`, signals and ends the
             // wait at once.
-            if options.readInterval > .zero, wait > .zero, let lastHandOut, state.withLock({ $0.appendWakePending }) {
+            if options.readInterval > .zero, wait > .zero, let lastHandOut,
+                state.withLock({ $0.appendWakePending && !$0.closing && $0.heldCount == 0 })
+            {
                 let remaining = lastHandOut + options.readInterval - .now
                 if remaining > .zero { _ = wake.wait(timeout: .now() + .nanoseconds(Int(remaining.wholeNanoseconds))) }
             }
@@ -255,10 +258,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             let started = ContinuousClock.now
             let handedOut: Bool
             (wait, handedOut) = pass()
-            if handedOut {
-                lastHandOut = started
-                handingOutReadCount.add(1, ordering: .relaxed)
-            }
+            if handedOut { lastHandOut = started }
         }
     }
 
@@ -292,6 +292,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                 state.waitingForRoom = true
                 return nil
             }
+            // Room without the markDone that clears it (a poll, an append's wake left from before it stopped):
+            // it reads, so appends must wake it again.
+            state.waitingForRoom = false
             return (state.partitions, options.maxInFlight - state.inFlight)
         }
         guard let (partitions, room) = snapshot else {
@@ -344,6 +347,8 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                     return true
                 }
                 guard handedOut else { continue }
+                // Counted before the pass's first record goes out, so a test that has it sees its read counted.
+                if !handedOutAny { handingOutReadCount.add(1, ordering: .relaxed) }
                 handedOutAny = true
                 consumed.increment()
                 if let due, due > now {

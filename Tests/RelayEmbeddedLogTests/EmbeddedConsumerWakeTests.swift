@@ -95,8 +95,8 @@ import Testing
     }
 
     @Test func withAReadIntervalAppendsKeepComingAreReadTogetherAndALoneOneAtOnce() async throws {
-        // The worker and the deliverer read at most once per interval while appends keep coming, so that a
-        // steady stream is read (and committed behind) in batches; a record after a quiet spell must not wait.
+        // The worker and the events recorder read at most once per interval while appends keep coming, so that
+        // a steady stream is read (and committed behind) in batches; a record after a quiet spell must not wait.
         let interval = Duration.seconds(2)
         let log = try await log(holding: 0)
         var options = ConsumerOptions(groupID: "interval", topics: [Self.topic], maxInFlight: 100)
@@ -125,6 +125,27 @@ import Testing
         #expect(all.map { text($0.value) } == ["0", "1", "2", "3"])
         collector.cancel()
         await consumer.close()
+        await log.close()
+    }
+
+    @Test func closingEndsTheReadIntervalsWait() async throws {
+        // A reader waiting out its interval for an append must not hold up shutdown for that interval.
+        let log = try await log(holding: 0)
+        let consumer = try log.consumer(ConsumerOptions(groupID: "interval-close", topics: [Self.topic], readInterval: .seconds(3_600)))
+        let collector = RecordCollector(consumer.records)
+        _ = try await log.producer.produce([OutgoingRecord(topic: Self.topic, key: Array("k0".utf8), value: Array("0".utf8))])
+        try await collector.waitFor(count: 1)
+        // Appended within the hour: the reader waits for the interval's end to read it.
+        _ = try await log.producer.produce([OutgoingRecord(topic: Self.topic, key: Array("k1".utf8), value: Array("1".utf8))])
+        // Closed from a task of its own: a close that waited out the hour must fail the test, not hang it.
+        let closed = LockedBox(false)
+        Task {
+            await consumer.close()
+            closed.withLock { $0 = true }
+        }
+        try await waitUntil("close while the reader waits out its read interval", timeout: .seconds(30)) { closed.withLock { $0 } }
+        #expect(collector.count == 1)
+        collector.cancel()
         await log.close()
     }
 

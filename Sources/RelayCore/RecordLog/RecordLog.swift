@@ -185,11 +185,12 @@ public struct ConsumerOptions: Sendable {
     public var dueTime: (@Sendable (ConsumedRecord) -> Int64?)?
     /// The clock `dueTime` is compared with (Unix milliseconds). Default: the wall clock.
     public var now: @Sendable () -> Int64 = { wallClockMilliseconds() }
-    /// Embedded log only: while appends keep coming, the reader reads them no more often than this, so
-    /// that records appended close together are read, and handed to the stage, together (fewer reads,
-    /// fewer wakes, fewer commits behind them). An append after a quiet spell longer than this (no read
-    /// handed records out) is read at once, so a lone record is never delayed. Kafka's consumer has its own
-    /// (`fetch.wait.max.ms`, `fetch.min.bytes`) and ignores it. Default: zero, every append read at once.
+    /// Embedded log only: woken by an append, the reader reads no sooner than this after its last read
+    /// that handed records out, so that records appended close together are read, and handed to the stage,
+    /// together (fewer reads, fewer wakes, fewer commits behind them). A record appended after a quiet spell
+    /// longer than this is read at once; a reader with more in the log than one read, or holding records
+    /// for their `dueTime`, reads without waiting. Kafka's consumer has its own (`fetch.wait.max.ms`,
+    /// `fetch.min.bytes`) and ignores it. Default: zero, every append read at once.
     public var readInterval: Duration = .zero
 
     public init(
