@@ -81,7 +81,8 @@ public final class NotificationVerifier: Sendable {
             return .rejected(Rejection(.unknownApp, "app \"\(notification.app)\" is not configured"))
         }
         let receivedAt = notification.receivedAtMilliseconds / 1000
-        let unconfigured = Rejection(.unknownApp, "app \"\(notification.app)\" takes no \(notification.store.rawValue) notifications")
+        // Built only when it is the verdict: a rejection's detail is sanitized scalar by scalar.
+        var unconfigured: Rejection { Rejection(.unknownApp, "app \"\(notification.app)\" takes no \(notification.store.rawValue) notifications") }
         // A record the relay itself synthesized (never one the ingest wrote): the App Store Server API's
         // transactions and the local backend's grandfathering grants, for Apple apps.
         if let source = notification.source {
