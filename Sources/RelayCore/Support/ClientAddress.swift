@@ -57,10 +57,11 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
     /// Parses a textual address (also `[v6]`, `[v6]:port`, `a.b.c.d:port` and a `%zone`); nil when it is not one.
     public init?(_ text: String) {
         var text = Substring(text.trimmingCharacters(in: .whitespaces))
-        // `[v6]` and `[v6]:port`, `a.b.c.d:port` (some proxies record the port too).
+        // `[v6]` and `[v6]:port`, `a.b.c.d:port` (some proxies record the port too). The dot is looked for in
+        // the bytes: `contains(".")` with Foundation imported is a CFString search, on every request.
         if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
             text = text[text.index(after: text.startIndex)..<close]
-        } else if text.contains("."), let colon = text.firstIndex(of: ":"), text.lastIndex(of: ":") == colon {
+        } else if text.utf8.contains(UInt8(ascii: ".")), let colon = text.firstIndex(of: ":"), text.lastIndex(of: ":") == colon {
             text = text[..<colon]
         }
         if let zone = text.firstIndex(of: "%") { text = text[..<zone] }
