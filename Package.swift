@@ -257,7 +257,7 @@ let package = Package(
             name: "revenue-relay-bench",
             dependencies: [
                 "RelayCrypto",
-                "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient", "RelayEmbeddedLog",
+                "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient", "RelayEmbeddedLog", "RelayIngest",
                 "RelayApp",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),

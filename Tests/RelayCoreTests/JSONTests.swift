@@ -83,6 +83,33 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSON.parse([0x22, 0x61, 0xC3, 0x28, 0x22]) }
     }
 
+    /// The string scan reads eight bytes at a time: every byte value, at every offset of a word and past
+    /// its end, must stop it exactly where a byte-at-a-time scan would.
+    @Test func everyByteIsSeenWhereverItFallsInTheWordScan() throws {
+        for offset in 0..<19 {
+            let before = [UInt8](repeating: UInt8(ascii: "a"), count: offset)
+            let after = [UInt8](repeating: UInt8(ascii: "b"), count: 19 - offset)
+            for byte in UInt8(0)..<0x80 {
+                let document = [UInt8(ascii: "\"")] + before + [byte] + after + [UInt8(ascii: "\"")]
+                switch byte {
+                case UInt8(ascii: "\""):
+                    #expect(throws: JSONParseError.self, "a quote at \(offset) ends the string") { try JSON.parse(document) }
+                case UInt8(ascii: "\\"):
+                    // `\b` is a backspace escape.
+                    #expect(try JSON.parse(document) == .string(String(repeating: "a", count: offset) + "\u{08}" + String(repeating: "b", count: 18 - offset)))
+                case ..<0x20:
+                    #expect(throws: JSONParseError.self, "control byte \(byte) at \(offset)") { try JSON.parse(document) }
+                default:
+                    #expect(try JSON.parse(document).stringValue?.utf8.elementsEqual(before + [byte] + after) == true, "byte \(byte) at \(offset)")
+                }
+            }
+            // Non-ASCII in a word the fast path passed over is still validated as UTF-8.
+            #expect(try JSON.parse([UInt8(ascii: "\"")] + before + [0xC3, 0xA9] + after + [UInt8(ascii: "\"")]).stringValue == String(repeating: "a", count: offset) + "é" + String(repeating: "b", count: 19 - offset))
+            #expect(throws: JSONParseError.self, "invalid UTF-8 at \(offset)") { try JSON.parse([UInt8(ascii: "\"")] + before + [0xFF] + after + [UInt8(ascii: "\"")]) }
+            #expect(throws: JSONParseError.self, "unterminated at \(offset)") { try JSON.parse([UInt8(ascii: "\"")] + before + after) }
+        }
+    }
+
     @Test func membersAreWrittenInNameOrderWhateverTheirText() {
         let value: JSON = ["é": 1, "z": 2, "A": 3, "a": ["y": 1, "b": 2], "": 0]
         #expect(value.text == #"{"":0,"A":3,"a":{"b":2,"y":1},"z":2,"é":1}"#)

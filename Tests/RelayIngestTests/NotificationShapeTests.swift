@@ -52,6 +52,46 @@ import Testing
         #expect(try mismatch(.apple, appleBody(vector("apple-app-store-server-library/mock_signed_data/missingX5CHeaderClaim")))?.contains("x5c") == true)
     }
 
+    /// The character check reads eight bytes at a time: every byte value, at every offset of a word and in
+    /// the tail after the last whole word, is judged as a byte-at-a-time check would.
+    @Test func everyByteIsJudgedWhereverItFallsInTheWordCheck() {
+        let allowed = Set(Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.".utf8))
+        for length in [1, 7, 8, 9, 16, 19] {
+            for offset in 0..<length {
+                for byte in UInt8.min...UInt8.max {
+                    var bytes = [UInt8](repeating: UInt8(ascii: "Q"), count: length)
+                    bytes[offset] = byte
+                    let judged = bytes.withUnsafeBufferPointer { NotificationShape.base64URLOrDots($0) }
+                    #expect(judged == allowed.contains(byte), "byte \(byte) at \(offset) of \(length)")
+                }
+            }
+        }
+        #expect([UInt8]().withUnsafeBufferPointer { NotificationShape.base64URLOrDots($0) })
+    }
+
+    @Test func aCompactTokenHasThreeNonEmptyPartsOfItsAlphabet() {
+        #expect(NotificationShape.compactHeader("ab.c-d.e_f") == Array("ab".utf8))
+        for text in ["", "ab", "ab.cd", "ab.cd.ef.gh", ".cd.ef", "ab..ef", "ab.cd.", "ab.c=d.ef", "ab.cd.e f", "ab.cd.é"] {
+            #expect(NotificationShape.compactHeader(text) == nil, "\(text)")
+        }
+    }
+
+    @Test func dotsAreFoundAlikeInContiguousAndOtherBytes() {
+        for text in ["a.b.c", "..", "a.b", "a.b.c.d", "", "abc", "longer.than.eight-bytes", ".x.", "x.y.z."] {
+            let bytes = Array(text.utf8)
+            let expected = bytes.lazy.map { $0 }.indices.filter { bytes[$0] == UInt8(ascii: ".") }
+            let want: (Int, Int)? = expected.count == 2 ? (expected[0], expected[1]) : nil
+            let contiguous = JWSPayload.dots(in: bytes)
+            let other = JWSPayload.dots(in: bytes.lazy.map { $0 })
+            #expect(contiguous?.first == want?.0 && contiguous?.second == want?.1, "\(text)")
+            #expect(other?.first == want?.0 && other?.second == want?.1, "\(text)")
+            // A slice's indices are its base's.
+            let slice = (Array("zz".utf8) + bytes)[2...]
+            let sliced = JWSPayload.dots(in: slice)
+            #expect(sliced?.first == want.map { $0.0 + 2 } && sliced?.second == want.map { $0.1 + 2 }, "\(text)")
+        }
+    }
+
     @Test func googlePushesPassAndNearMissesAreRefused() throws {
         let signer = GooglePushSigner()
         let token = signer.token(GooglePushSigner.claims(issuedAt: 1_893_456_000))
