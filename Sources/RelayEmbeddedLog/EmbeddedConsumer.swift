@@ -4,6 +4,7 @@ import Foundation
 import GRDB
 import Logging
 import RelayCore
+import RelaySQLite
 import Synchronization
 
 /// A consumer-group reader of the embedded log, with the semantics the stages rely on from Kafka:
@@ -27,6 +28,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
     static let defaultPollInterval: Duration = .milliseconds(100)
     static let storeInterval: Duration = .milliseconds(100)
     static let fetchLimit = 256
+    /// Records a pass reads at most on the log writer's connection (about 0.8 MB of Apple notifications):
+    /// appends wait while it reads.
+    static let writerReadLimit = 64
 
     private struct Partition {
         var topic: LogDatabase.Topic
@@ -62,6 +66,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         /// An append's wake is signalled and the reading thread has not started its pass since: more
         /// appends need no signal of their own (the pass reads after they committed).
         var appendWakePending = false
+        /// The last pass read every record there was: the next one reads what was appended since, which
+        /// the writer's connection has in its page cache.
+        var caughtUp = true
 
         /// Records held back (not yet due) among those in flight: one at most per partition, and no
         /// `markDone` makes them fewer, only their due time.
@@ -286,7 +293,7 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         for record in due { emit(record) }
         // The partitions and the room in one look: only this thread raises the count, so the room cannot
         // shrink before the read.
-        let snapshot = state.withLock { state -> (partitions: [Partition], room: Int)? in
+        let snapshot = state.withLock { state -> (partitions: [Partition], room: Int, caughtUp: Bool)? in
             if state.intakeStopped || state.closing { return nil }
             guard state.inFlight < options.maxInFlight else {
                 state.waitingForRoom = true
@@ -295,47 +302,53 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
             // Room without the markDone that clears it (a poll, an append's wake left from before it stopped):
             // it reads, so appends must wake it again.
             state.waitingForRoom = false
-            return (state.partitions, options.maxInFlight - state.inFlight)
+            return (state.partitions, options.maxInFlight - state.inFlight, state.caughtUp)
         }
-        guard let (partitions, room) = snapshot else {
+        guard let (partitions, room, caughtUp) = snapshot else {
             guard let nextDue else { return (pollInterval, false) }
             return (.milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now()))), false)
         }
         // One read transaction per pass: every partition's end, then the new records of those that have
         // some, as many as there is room for.
         //
-        // On the writer's connection, between its commits: its page cache holds the pages just appended. A
-        // reader connection of the pool drops its whole cache whenever another connection has committed,
-        // which at a steady rate is before nearly every pass, and read each record back from the WAL a
-        // page at a time (10 `pread`s per notification among the three consumers; this cut their threads'
-        // CPU by a quarter and the peak RSS by 5 MiB, docs/benchmarks.md).
+        // A consumer that is caught up reads on the writer's connection, between its commits, at most
+        // `writerReadLimit` records: that connection's page cache holds the pages just appended. A reader
+        // connection of the pool drops its whole cache whenever another connection has committed, which at
+        // a steady rate is before nearly every pass, and reads the pages it needs again from the WAL (10
+        // `pread`s per notification among the three consumers; reading on the writer cut their threads'
+        // CPU by a quarter, docs/benchmarks.md). A consumer behind (a backlog, a restart) reads on a reader
+        // connection, as many as there is room for: those records are not in the writer's cache, and the
+        // appends, the ingest's acknowledgements among them, would wait for the read.
+        let onWriter = caughtUp
+        let read = { (db: Database) throws -> (reads: [(index: Int, end: Int64, records: [ConsumedRecord])], left: Bool) in
+            let ends = try LogDatabase.ends(db)
+            var budget = onWriter ? min(room, Self.writerReadLimit) : room
+            var reads: [(index: Int, end: Int64, records: [ConsumedRecord])] = []
+            var left = false
+            for index in partitions.indices {
+                let partition = partitions[index]
+                // Still held (not due): nothing behind it is read.
+                if partition.held != nil { continue }
+                let end = ends[LogDatabase.partitionKey(topic: partition.topic.id, partition: partition.partition)] ?? partition.position
+                guard end > partition.position else { continue }
+                guard budget > 0 else {
+                    left = true
+                    break
+                }
+                let records = try LogDatabase.records(
+                    db, topic: partition.topic, partition: partition.partition, from: partition.position, limit: min(budget, Self.fetchLimit))
+                budget -= records.count
+                if let last = records.last, last.offset + 1 < end { left = true }
+                reads.append((index, end, records))
+            }
+            return (reads, left)
+        }
         let reads: [(index: Int, end: Int64, records: [ConsumedRecord])]
         // Records left in the log behind what this pass read (its budget or fetchLimit ran out).
         var left = false
         do {
-            (reads, left) = try database.pool.writeWithoutTransaction { db in try Self.readTransaction(db) { db in
-                let ends = try LogDatabase.ends(db)
-                var budget = room
-                var reads: [(index: Int, end: Int64, records: [ConsumedRecord])] = []
-                var left = false
-                for index in partitions.indices {
-                    let partition = partitions[index]
-                    // Still held (not due): nothing behind it is read.
-                    if partition.held != nil { continue }
-                    let end = ends[LogDatabase.partitionKey(topic: partition.topic.id, partition: partition.partition)] ?? partition.position
-                    guard end > partition.position else { continue }
-                    guard budget > 0 else {
-                        left = true
-                        break
-                    }
-                    let records = try LogDatabase.records(
-                        db, topic: partition.topic, partition: partition.partition, from: partition.position, limit: min(budget, Self.fetchLimit))
-                    budget -= records.count
-                    if let last = records.last, last.offset + 1 < end { left = true }
-                    reads.append((index, end, records))
-                }
-                return (reads, left)
-            } }
+            (reads, left) = try onWriter ? database.pool.readBetweenCommits(read) : database.pool.read(read)
+            state.withLock { $0.caughtUp = !left }
         } catch {
             logger.warning("embedded log read failed; trying again", metadata: [LogKey.error: "\(error)"])
             return (pollInterval, false)
@@ -374,16 +387,6 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         if left && handedOutAny { return (.zero, true) }
         guard let nextDue else { return (pollInterval, handedOutAny) }
         return (.milliseconds(max(1, min(pollInterval.wholeMilliseconds, nextDue - options.now()))), handedOutAny)
-    }
-
-    /// `body` in a deferred (read) transaction on `db`, so that what it reads is one state of the log.
-    private static func readTransaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
-        var result: T?
-        try db.inTransaction(.deferred) {
-            result = try body(db)
-            return .commit
-        }
-        return result!
     }
 
     private func emit(_ record: ConsumedRecord) {

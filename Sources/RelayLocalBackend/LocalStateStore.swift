@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import RelaySQLite
 public import RelayCore
 
 /// The worker's state store when the local backend runs in the same process (`dev`, `run` with every
@@ -49,12 +50,12 @@ public struct LocalStateStore: SubscriptionStateStore {
 
     /// The user and its other active subscriptions (as the entitlements route's `customerInfo.subscriptions`
     /// entries that are active now) in one read transaction: each read of its own is two thread hops and its
-    /// pages read again. On the writer's connection, as the worker's reads are (`readOnWriter`).
+    /// pages read again. On the writer's connection, as the worker's reads are (`readBetweenCommits`).
     public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
         async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
     {
         do {
-            let (user, all) = try await database.readOnWriter { db in
+            let (user, all) = try await database.pool.readBetweenCommits { db in
                 (try SubscriptionDatabase.appUser(db, id, applicationId: applicationId),
                  try Self.subscriptions(db, ofUserIds: id, excluding: (store, originalTransactionId)))
             }
@@ -66,12 +67,14 @@ public struct LocalStateStore: SubscriptionStateStore {
 
     /// The state and, in the same read transaction, the likely user's `appUserAndOtherActiveSubscriptions`: for
     /// most notifications the worker then needs no second read (two thread hops and the pages read again).
-    /// On the writer's connection, whose cache holds the pages the last writes touched (`readOnWriter`).
+    /// On the writer's connection, whose cache holds the pages the last writes touched (`readBetweenCommits`:
+    /// at saturation this cut the relay's CPU per notification by 7–13% in six alternating pairs,
+    /// docs/benchmarks.md).
     public func subscriptionReadingAhead(store: Store, originalTransactionId: String, likelyUser: String?, applicationId: Int)
         async throws(BackendError) -> (state: SubscriptionState?, user: UserReadAhead?)
     {
         do {
-            let (state, read) = try await database.readOnWriter { db -> (SubscriptionState?, (String, AppUser, [SubscriptionState])?) in
+            let (state, read) = try await database.pool.readBetweenCommits { db -> (SubscriptionState?, (String, AppUser, [SubscriptionState])?) in
                 let state = try SubscriptionDatabase.fetch(db, store: store.rawValue, id: originalTransactionId)
                 guard let id = likelyUser ?? state?.entitledUser else { return (state, nil) }
                 // Best effort: a failure here (a state of the user's that no longer decodes) is for the separate

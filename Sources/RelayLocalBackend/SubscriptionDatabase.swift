@@ -94,24 +94,6 @@ public final class SubscriptionDatabase: Sendable {
         return migrator
     }
 
-    /// `body` in one read transaction on the writer's connection, between its commits: for the worker's reads,
-    /// one or two per notification, of the rows the last writes touched. A reader connection of the pool drops
-    /// its whole page cache whenever another connection has committed, which under load is before nearly
-    /// every read, and reads every page back from the files; the writer's cache holds what it just wrote.
-    /// At saturation this cut the relay's CPU per notification by 7–13% in six alternating pairs
-    /// (docs/benchmarks.md). A read waits for a commit in progress, so the routes that answer apps and
-    /// operators keep to the readers.
-    func readOnWriter<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await pool.writeWithoutTransaction { db in
-            var result: T?
-            try db.inTransaction(.deferred) {
-                result = try body(db)
-                return .commit
-            }
-            return result!
-        }
-    }
-
     public func subscription(store: Store, originalTransactionId: String) async throws -> SubscriptionState? {
         try await pool.read { db in try Self.fetch(db, store: store.rawValue, id: originalTransactionId) }
     }

@@ -30,6 +30,37 @@ public enum DurableSQLite {
     }
 }
 
+extension DatabaseWriter {
+    /// `body` in one read transaction on the writer's connection, between its commits.
+    ///
+    /// For the hot path's small reads of what was just written (a log consumer that is caught up, the worker's
+    /// state reads): a reader connection drops its whole page cache whenever another connection has
+    /// committed, which under load is before nearly every read, and reads the pages it needs again from the
+    /// WAL or the database file, while the writer's cache holds them. The read waits for a commit in
+    /// progress and the writes wait for it, so large reads, and reads that answer people (the routes), stay
+    /// on the readers (`read`).
+    public func readBetweenCommits<T>(_ body: (Database) throws -> T) throws -> T {
+        try writeWithoutTransaction { db in try inReadTransaction(db, body) }
+    }
+
+    /// `readBetweenCommits` from async code (it does not block a thread of Swift's pool).
+    public func readBetweenCommits<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await writeWithoutTransaction { db in try inReadTransaction(db, body) }
+    }
+
+}
+
+/// A deferred transaction, so that what `body` reads is one state of the database, whoever else writes it
+/// (a tool in another process may append to the log).
+private func inReadTransaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
+    var result: T?
+    try db.inTransaction(.deferred) {
+        result = try body(db)
+        return .commit
+    }
+    return result!
+}
+
 /// Checkpoints a WAL database every `interval` on its own connection and thread (`PRAGMA
 /// wal_checkpoint(PASSIVE)`: it copies what no reader still needs, and writers go on committing meanwhile).
 ///
