@@ -47,7 +47,6 @@ extension DatabaseWriter {
     public func readBetweenCommits<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         try await writeWithoutTransaction { db in try inReadTransaction(db, body) }
     }
-
 }
 
 /// A deferred transaction, so that what `body` reads is one state of the database, whoever else writes it
