@@ -21,9 +21,10 @@ public struct LocalStateStore: SubscriptionStateStore {
         backend.productMapping(applicationId: applicationId) ?? ProductMapping(products: [])
     }
 
+    /// On the writer's connection, as all the worker's reads are (`readBetweenCommits`).
     public func subscription(store: Store, originalTransactionId: String) async throws(BackendError) -> SubscriptionState? {
         do {
-            return try await database.subscription(store: store, originalTransactionId: originalTransactionId)
+            return try await database.pool.readBetweenCommits { db in try SubscriptionDatabase.fetch(db, store: store.rawValue, id: originalTransactionId) }
         } catch {
             throw Self.unavailable("reading subscription \(store.rawValue)/\(originalTransactionId)", error)
         }
@@ -50,7 +51,7 @@ public struct LocalStateStore: SubscriptionStateStore {
 
     /// The user and its other active subscriptions (as the entitlements route's `customerInfo.subscriptions`
     /// entries that are active now) in one read transaction: each read of its own is two thread hops and its
-    /// pages read again. On the writer's connection, as the worker's reads are (`readBetweenCommits`).
+    /// pages read again. On the writer's connection, as all the worker's reads are (`readBetweenCommits`).
     public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
         async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
     {
@@ -106,9 +107,10 @@ public struct LocalStateStore: SubscriptionStateStore {
         return all.filter { $0.isActive(at: now) && !($0.store == store && $0.originalTransactionId == originalTransactionId) }
     }
 
+    /// On the writer's connection, as all the worker's reads are (`readBetweenCommits`).
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
         do {
-            return try await database.appUser(id, applicationId: applicationId)
+            return try await database.pool.readBetweenCommits { db in try SubscriptionDatabase.appUser(db, id, applicationId: applicationId) }
         } catch {
             throw Self.unavailable("reading the user of an id", error)
         }
