@@ -67,8 +67,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
         /// appends need no signal of their own (the pass reads after they committed).
         var appendWakePending = false
         /// The last pass read every record there was: the next one reads what was appended since, which
-        /// the writer's connection has in its page cache.
-        var caughtUp = true
+        /// the writer's connection has in its page cache. Not before the first pass: a consumer starting
+        /// (a restart) may have a backlog.
+        var caughtUp = false
 
         /// Records held back (not yet due) among those in flight: one at most per partition, and no
         /// `markDone` makes them fewer, only their due time.

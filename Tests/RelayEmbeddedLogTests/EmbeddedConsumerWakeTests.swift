@@ -21,7 +21,7 @@ import Testing
     }
 
     @Test func aBacklogLongerThanOneReadIsHandedOutWithoutAnAppendOrAPoll() async throws {
-        // 600 records: more than one pass reads (256), fewer than the bound.
+        // 600 records: more than one pass reads (256, or 64 on the writer's connection), fewer than the bound.
         let log = try await log(holding: 600)
         let consumer = try log.consumer(ConsumerOptions(groupID: "backlog", topics: [Self.topic], maxInFlight: 1_000))
         let collector = RecordCollector(consumer.records)
