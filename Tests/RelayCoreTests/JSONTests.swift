@@ -112,6 +112,25 @@ import Testing
         }
     }
 
+    /// The serializer passes over runs eight bytes at a time too: every ASCII byte, at every offset of a word
+    /// and in the tail, is read back as it was by Foundation's parser (which shares nothing with ours), and no
+    /// control byte is written raw.
+    @Test func everyByteIsWrittenSoThatItReadsBackWhereverItFalls() throws {
+        func foundation(_ bytes: [UInt8]) throws -> String? {
+            try JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed) as? String
+        }
+        for offset in 0..<19 {
+            for byte in UInt8(0)..<0x80 {
+                let text = String(repeating: "a", count: offset) + String(UnicodeScalar(byte)) + String(repeating: "b", count: 19 - offset)
+                let written = JSON.string(text).serialized()
+                #expect(!written.contains { $0 < 0x20 }, "byte \(byte) at \(offset) written raw")
+                #expect(try foundation(written) == text, "byte \(byte) at \(offset)")
+            }
+            let accented = String(repeating: "a", count: offset) + "é\"" + String(repeating: "b", count: 19 - offset)
+            #expect(try foundation(JSON.string(accented).serialized()) == accented)
+        }
+    }
+
     @Test func membersAreWrittenInNameOrderWhateverTheirText() {
         let value: JSON = ["é": 1, "z": 2, "A": 3, "a": ["y": 1, "b": 2], "": 0]
         #expect(value.text == #"{"":0,"A":3,"a":{"b":2,"y":1},"z":2,"é":1}"#)

@@ -202,57 +202,30 @@ private struct JSONParser {
         }
     }
 
-    private static let lowBits: UInt64 = 0x0101_0101_0101_0101
-    private static let highBits: UInt64 = 0x8080_8080_8080_8080
-
-    /// Whether any of the eight bytes in `word` is a quote, a backslash or below 0x20 (the bytes a string's
-    /// fast path stops at). Each test is the exact "has a byte below n" word trick: `(x - n·0x01…) & ~x & 0x80…`
-    /// is nonzero exactly when some byte of x is below n (a byte at or above 0x80 never sets its own bit).
-    @inline(__always) static func hasStringSpecialByte(_ word: UInt64) -> Bool {
-        let quote = word ^ (lowBits &* UInt64(UInt8(ascii: "\"")))
-        let backslash = word ^ (lowBits &* UInt64(UInt8(ascii: "\\")))
-        let found = ((quote &- lowBits) & ~quote) | ((backslash &- lowBits) & ~backslash) | ((word &- lowBits &* 0x20) & ~word)
-        return found & highBits != 0
-    }
-
     private mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // the opening quote
         let start = index
-        var ascii = true
-        // Fast path: no escapes. Eight bytes at a time while none of them ends the string, starts an escape or
-        // is a control character: the strings here are mostly long runs of base64 (12.7 KB JWS in an Apple
-        // notification), and a byte at a time this scan was the largest of the parser's costs (`perf`).
-        if let base = bytes.baseAddress {
-            var seen: UInt64 = 0
-            while bytes.count &- index >= 8 {
-                let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
-                if Self.hasStringSpecialByte(word) { break }
-                seen |= word
-                index &+= 8
-            }
-            if seen & Self.highBits != 0 { ascii = false }
-        }
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") {
-                let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                // ASCII is valid UTF-8 as it is; only other text needs the (slower, generic) validation.
-                let text: String
-                if ascii {
-                    text = String(decoding: slice, as: UTF8.self)
-                } else {
-                    guard let validated = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8") }
-                    text = validated
-                }
-                index += 1
-                return text
-            }
-            if byte == UInt8(ascii: "\\") { break }
-            guard byte >= 0x20 else { throw error("control character in string") }
-            if byte >= 0x80 { ascii = false }
-            index += 1
-        }
+        // Fast path: no escapes. The strings here are mostly long runs of base64 (12.7 KB JWS in an Apple
+        // notification), passed over eight bytes at a time.
+        var passed: UInt8 = 0
+        index = JSONStringBytes.firstSpecial(in: bytes, from: index, passedOver: &passed)
         guard index < bytes.count else { throw error("unterminated string") }
+        switch bytes[index] {
+        case UInt8(ascii: "\""):
+            let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
+            // ASCII is valid UTF-8 as it is; only other text needs the (slower, generic) validation.
+            let text: String
+            if passed & 0x80 == 0 {
+                text = String(decoding: slice, as: UTF8.self)
+            } else {
+                guard let validated = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8") }
+                text = validated
+            }
+            index += 1
+            return text
+        case UInt8(ascii: "\\"): break  // escapes: the slow path below
+        default: throw error("control character in string")
+        }
         var scratch = Array(bytes[start..<index])
         while index < bytes.count {
             let byte = bytes[index]
@@ -423,3 +396,49 @@ private struct JSONParser {
     private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 }
 
+
+/// The bytes a JSON string cannot hold as they are: a quote, a backslash, a control byte (below 0x20). The
+/// parser's fast path and the serializer's copied runs look for them, eight bytes at a time: the strings
+/// are mostly long runs of base64, and a byte at a time this scan was the largest of the parser's costs
+/// (`perf`, the e2e bench).
+enum JSONStringBytes {
+    private static let lowBits: UInt64 = 0x0101_0101_0101_0101
+    private static let highBits: UInt64 = 0x8080_8080_8080_8080
+
+    @inline(__always) static func isSpecial(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20
+    }
+
+    /// The offset of the first special byte at or after `start`, or `bytes.count`; `passedOver` gets every
+    /// byte before it ORed in (its top bit says whether any was not ASCII).
+    @inline(__always) static func firstSpecial(in bytes: UnsafeBufferPointer<UInt8>, from start: Int, passedOver: inout UInt8) -> Int {
+        var index = start
+        if let base = bytes.baseAddress {
+            var seen: UInt64 = 0
+            while bytes.count &- index >= 8 {
+                let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+                if hasSpecialByte(word) { break }
+                seen |= word
+                index &+= 8
+            }
+            if seen & highBits != 0 { passedOver |= 0x80 }
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if isSpecial(byte) { break }
+            passedOver |= byte
+            index += 1
+        }
+        return index
+    }
+
+    /// Whether any of the eight bytes in `word` is special. Each test is the exact "has a byte below n" word
+    /// trick: `(x - n·0x01…) & ~x & 0x80…` is nonzero exactly when some byte of x is below n (a byte at or
+    /// above 0x80 never sets its own bit); a quote or a backslash is a zero byte of `word` XOR it.
+    @inline(__always) private static func hasSpecialByte(_ word: UInt64) -> Bool {
+        let quote = word ^ (lowBits &* UInt64(UInt8(ascii: "\"")))
+        let backslash = word ^ (lowBits &* UInt64(UInt8(ascii: "\\")))
+        let found = ((quote &- lowBits) & ~quote) | ((backslash &- lowBits) & ~backslash) | ((word &- lowBits &* 0x20) & ~word)
+        return found & highBits != 0
+    }
+}

@@ -76,18 +76,18 @@ extension JSON {
         // Runs that need no escape are copied whole.
         let copied: Void? = value.utf8.withContiguousStorageIfAvailable { text in
             var run = 0
-            for position in 0..<text.count {
-                let byte = text[position]
-                guard byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 else { continue }
+            var passed: UInt8 = 0
+            while true {
+                let position = JSONStringBytes.firstSpecial(in: text, from: run, passedOver: &passed)
                 output.append(contentsOf: UnsafeBufferPointer(rebasing: text[run..<position]))
-                writeEscaped(byte, to: &output)
+                guard position < text.count else { break }
+                writeEscaped(text[position], to: &output)
                 run = position + 1
             }
-            output.append(contentsOf: UnsafeBufferPointer(rebasing: text[run..<text.count]))
         }
         if copied == nil {
             for byte in value.utf8 {
-                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { writeEscaped(byte, to: &output) } else { output.append(byte) }
+                if JSONStringBytes.isSpecial(byte) { writeEscaped(byte, to: &output) } else { output.append(byte) }
             }
         }
         output.append(UInt8(ascii: "\""))
