@@ -128,6 +128,46 @@ import Testing
         await log.close()
     }
 
+    @Test func withAReadIntervalAPassThatLeftRecordsBehindReadsOnAtOnceWhileAppendsKeepComing() async throws {
+        // After the interval a backlog is read pass after pass (64 records on the writer's connection, then 256
+        // a pass), each at once: the appends that keep coming meanwhile must not make every one of those passes
+        // wait out an interval of its own (the worker after an outage would drain its backlog at 256 records
+        // per 4 ms, the events recorder at 256 per 50 ms).
+        let interval = Duration.seconds(1)
+        let backlog = 2_000
+        let log = try await log(holding: 0)
+        var options = ConsumerOptions(groupID: "interval-backlog", topics: [Self.topic], maxInFlight: 100_000)
+        options.readInterval = interval
+        let consumer = try log.consumer(options)
+        let collector = RecordCollector(consumer.records)
+        func record(_ value: String) -> OutgoingRecord { OutgoingRecord(topic: Self.topic, key: Array("k-\(value)".utf8), value: Array(value.utf8)) }
+        let started = ContinuousClock.now
+        _ = try await log.producer.produce([record("0")])
+        try await collector.waitFor(count: 1)
+        // Within the interval after that read: read once it has passed, more than one pass's worth.
+        _ = try await log.producer.produce((1...backlog).map { record("\($0)") })
+        // Appends keep coming (one every 2 ms) while the backlog is read, so most passes begin with one pending.
+        let appending = Task {
+            var next = 0
+            while !Task.isCancelled {
+                _ = try? await log.producer.produce([record("more-\(next)")])
+                next += 1
+                try? await Task.sleep(for: .milliseconds(2))
+            }
+        }
+        let records = try await collector.waitFor(count: 1 + backlog, timeout: .seconds(60))
+        let elapsed = ContinuousClock.now - started
+        appending.cancel()
+        _ = await appending.result
+        #expect(records.prefix(1 + backlog).map { text($0.value) } == (0...backlog).map(String.init))
+        #expect(elapsed >= interval, "the backlog appended within the interval was read before it passed")
+        // Eight passes or more: with an interval before each that finds an append pending, 5–6 s here.
+        #expect(elapsed < interval * 3, "the backlog's passes waited out read intervals: \(elapsed)")
+        collector.cancel()
+        await consumer.close()
+        await log.close()
+    }
+
     @Test func closingEndsTheReadIntervalsWait() async throws {
         // A reader waiting out its interval for an append must not hold up shutdown for that interval.
         let log = try await log(holding: 0)
