@@ -6,7 +6,6 @@ import RelayGooglePlay
 import RelayStripe
 import RelayPaddle
 
-/// Why a process could not be set up: the configuration (exit 78), Kafka, or the record log.
 /// Why a process could not be set up: the configuration (exit 78), Kafka or the record log (exit 69),
 /// or another failure, named by its type.
 public enum RelaySetupError: Error, CustomStringConvertible {

@@ -478,11 +478,8 @@ struct E2ERelay: AsyncParsableCommand {
     @Flag var kafka = false
 
     func run() async throws {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = .info
-            return handler
-        }
+        // As `revenue-relay` logs (the repeat limit included): its lines cost what the service's do.
+        bootstrapLogging()
         let configuration = try RelayConfiguration.load(path: config)
         let environment = try DevEnvironment(configuration: configuration, dataDirectory: data, kafka: kafka, logger: Logger(label: "revenue-relay"))
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RelayApp
 import RelayBackend
 import RelayCore
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Metrics
+import RelayApp
 import RelayConfig
 import RelayCore
 import RelayNormalization

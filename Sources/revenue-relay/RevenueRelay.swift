@@ -27,19 +27,6 @@ enum Exit {
     static let unavailable = ExitCode(69)
 }
 
-func bootstrapLogging(defaultLevel: Logger.Level = .info) {
-    let level = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? defaultLevel
-    // stdout is for the lines other programs read (dev's addresses); logs go to stderr.
-    // At most five identical lines per ten seconds: a condition that repeats (an unreachable broker,
-    // failing connections) is reported without filling the disk.
-    let limiter = RepeatLimitingLogHandler.Limiter()
-    LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
-        handler.logLevel = level
-        return RepeatLimitingLogHandler(label: label, upstream: handler, limiter: limiter)
-    }
-}
-
 func loadConfiguration(_ path: String) throws -> RelayConfiguration {
     do {
         return try RelayConfiguration.load(path: path)

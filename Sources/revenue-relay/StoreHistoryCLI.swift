@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RelayApp
 import RelayCore
 import RelayConfig
 import RelayHistory
