@@ -72,6 +72,15 @@ struct E2EBench: AsyncParsableCommand {
     @Option(help: "Where the relay's data directories go (a fresh folder per round).")
     var directory = FileManager.default.temporaryDirectory.path
 
+    @Option(
+        help: """
+            Writes the last round's latency run to this file, one line per notification in POST order: its POST (ms after \
+            the run's first), POST→webhook (ms) and POST→the ingest's answer (ms); a header gives the first POST on \
+            CLOCK_REALTIME and that clock less CLOCK_MONOTONIC (perf's). To see whether a tail is spikes or spread, and \
+            which stage held them.
+            """)
+    var latencyFile: String?
+
     func run() async throws {
         let fixtures = URL(fileURLWithPath: self.fixtures).standardizedFileURL.path
         // Fewer, and two renewals of one subscription could be in flight together and arrive out of order.
@@ -116,7 +125,7 @@ struct E2EBench: AsyncParsableCommand {
                 nextIndex += 1000
                 let throughput = try await measurement.throughput(startIndex: nextIndex, count: count, perKind: perKind, relay: relay)
                 nextIndex += count
-                let latency = try await measurement.latency(startIndex: nextIndex, rate: rate, seconds: latencySeconds, relay: relay)
+                let latency = try await measurement.latency(startIndex: nextIndex, rate: rate, seconds: latencySeconds, relay: relay, file: latencyFile)
                 nextIndex += rate * latencySeconds
                 let result = RoundResult(
                     perSecond: throughput.perSecond, settledPerSecond: throughput.settledPerSecond, cpuMicroseconds: throughput.cpuMicroseconds, peakRSS: throughput.peakRSS,
@@ -290,7 +299,7 @@ struct Round {
     /// At a steady rate below saturation every round batches alike, so this CPU varies less between rounds
     /// than the throughput run's, whose batches follow its backlog.
     mutating func latency(
-        startIndex: Int, rate: Int, seconds: Int, relay: RelayChild
+        startIndex: Int, rate: Int, seconds: Int, relay: RelayChild, file: String? = nil
     ) async throws -> (p50: Double, p99: Double, max: Double, cpuMicroseconds: Double) {
         let total = rate * seconds
         let cpuBefore = relay.cpuSeconds()
@@ -305,6 +314,7 @@ struct Round {
                 group.addTask {
                     posted.times.withLock { $0[notification.key] = wallClockNanoseconds() }
                     try await Self.post(notification, to: ingest, engine: engine)
+                    posted.answered.withLock { $0[notification.key] = wallClockNanoseconds() }
                 }
             }
             try await group.waitForAll()
@@ -323,6 +333,22 @@ struct Round {
         }
         _ = try await relay.waitUntilIdle()
         let cpu = (relay.cpuSeconds() - cpuBefore) / Double(total) * 1e6
+        if let file {
+            let start = sent.values.min() ?? 0
+            let answered = posted.answered.withLock { $0 }
+            var rows: [(posted: Int64, webhook: Int64, answer: Int64)] = []
+            for (key, webhook) in first { rows.append((sent[key]!, webhook, answered[key] ?? 0)) }
+            rows.sort { $0.posted < $1.posted }
+            let lines = rows.map { row -> String in
+                let at = Double(row.posted - start) / 1e6
+                return String(format: "%.1f %.2f %.2f", at, Double(row.webhook - row.posted) / 1e6, Double(row.answer - row.posted) / 1e6)
+            }
+            var monotonic = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &monotonic)
+            // perf's default clock is CLOCK_MONOTONIC: its timestamps less this offset are the lines' clock.
+            let offset = wallClockNanoseconds() - (Int64(monotonic.tv_sec) * 1_000_000_000 + Int64(monotonic.tv_nsec))
+            try ("# start \(start) ns (CLOCK_REALTIME), realtime - monotonic \(offset) ns\n" + lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        }
         let latencies = first.map { Double($0.value - sent[$0.key]!) / 1e6 }.sorted()
         return (latencies[latencies.count / 2], latencies[min(latencies.count - 1, latencies.count * 99 / 100)], latencies.last!, cpu)
     }
@@ -351,6 +377,8 @@ struct Round {
 
 final class PostTimes: Sendable {
     let times = Mutex<[String: Int64]>([:])
+    /// When the ingest answered each POST (its record durable in the log).
+    let answered = Mutex<[String: Int64]>([:])
 }
 
 /// Reads the receiver's arrivals incrementally (GET /arrivals?from=N).
