@@ -18,7 +18,7 @@ public final class DeliveryLog: Sendable {
     static let pruneBatch = 5_000
 
     public init(database: SubscriptionDatabase, retentionMilliseconds: Int64 = 30 * 86_400_000, maxAttempts: Int = 10_000_000, clock: (@Sendable () -> Int64)? = nil) {
-        pool = database.pool
+        pool = database.eventsPool
         retention = retentionMilliseconds
         self.maxAttempts = maxAttempts
         self.clock = clock ?? { Int64(Date().timeIntervalSince1970 * 1000) }

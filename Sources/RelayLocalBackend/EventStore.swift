@@ -15,7 +15,7 @@ public final class EventStore: Sendable {
     private let writer = DispatchQueue(label: "backend-events-writer")
 
     public init(database: SubscriptionDatabase) {
-        pool = database.pool
+        pool = database.eventsPool
     }
 
     static func createSchema(_ db: Database) throws {
@@ -48,6 +48,11 @@ public final class EventStore: Sendable {
                 CREATE INDEX event_by_subscription ON event (original_transaction_id, seq);
                 CREATE INDEX event_by_notification ON event (notification_id, seq);
                 """)
+    }
+
+    /// Pages filtered by app alone sorted every event of the app for each page without it.
+    static func createAppIndex(_ db: Database) throws {
+        try db.execute(sql: "CREATE INDEX event_by_app ON event (app, seq)")
     }
 
     /// One event to record: its payload's bytes as delivered, the app key it belongs to, and whether

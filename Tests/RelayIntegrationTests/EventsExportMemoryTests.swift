@@ -17,7 +17,7 @@ import Testing
         let data = directory.appendingPathComponent("data")
         try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
 
-        // 100,000 events in the backend's database before the relay starts, written by SQL (the test is
+        // 100,000 events in the events store's file before the relay starts, written by SQL (the test is
         // about reading them): one renewal's payload, each with its own id.
         let database = data.appendingPathComponent("backend.sqlite").path
         _ = try SubscriptionDatabase(path: database)  // creates the schema
@@ -26,7 +26,7 @@ import Testing
         // database checkpoints it): without a busy timeout the open failed at once, in some runs every time.
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
-        let queue = try DatabaseQueue(path: database, configuration: configuration)
+        let queue = try DatabaseQueue(path: SubscriptionDatabase.eventsPath(forBackend: database), configuration: configuration)
         try await queue.write { db in
             try db.execute(
                 sql: """

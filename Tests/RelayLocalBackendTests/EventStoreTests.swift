@@ -77,7 +77,11 @@ func testEvent(
     ])
     func aPageWalksAnIndexInRecordedOrder(_ filter: EventFilter) async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("events-plan") + ".sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        defer {
+            for file in [path, SubscriptionDatabase.eventsPath(forBackend: path)] {
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
+            }
+        }
         let plan = try await EventStore(database: try SubscriptionDatabase(path: path)).pagePlan(filter)
         #expect(!plan.isEmpty)
         #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")

@@ -2,11 +2,111 @@ import Foundation
 import GRDB
 import RelayConfig
 import RelayCore
-import RelayLocalBackend
+@testable import RelayLocalBackend
 import RelayTestSupport
 import Testing
 
 @Suite struct SubscriptionDatabaseTests {
+    /// A backend database as the relay made it before the events store had a file of its own (the migrations
+    /// up to v9), holding two events (the counter at 7: events 3–7 were recorded and later removed), an
+    /// attempt, an endpoint's status and a resend mark.
+    private func databaseBeforeTheSplit() throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend-before") + "/backend.sqlite").path
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let pool = try DatabasePool(path: path)
+        try SubscriptionDatabase.migrator.migrate(pool, upTo: SubscriptionDatabase.lastMigrationWithEvents)
+        try pool.write { db in
+            for (seq, id) in [(1, "apple:n1:renewal"), (2, "apple:n2:renewal")] {
+                try db.execute(
+                    sql: """
+                        INSERT INTO event (seq, id, app, project_id, application_id, type, store, environment, original_transaction_id,
+                            app_user_id, product_id, ts, received_at, historical, notification_id, payload)
+                        VALUES (?, ?, 'demo', 1, 7, 'renewal', 'apple', 'PRODUCTION', '1000', 'user-1', 'p', 1767225600000, 1767225600005, 0, ?, ?)
+                        """, arguments: [seq, id, id, String(decoding: testEvent(id), as: UTF8.self)])
+            }
+            try db.execute(sql: "UPDATE sqlite_sequence SET seq = 7 WHERE name = 'event'")
+            try db.execute(
+                sql: """
+                    INSERT INTO delivery_attempt (seq, id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status,
+                        finished_at, body, duration_ms)
+                    VALUES (1, 'a1', 'demo', 'e1', 'apple:n1:renewal', 'renewal', '1000', 1, 'delivered', 204, 1767225600100, '{}', 12)
+                    """)
+            try db.execute(sql: "INSERT INTO endpoint_status (endpoint, at, body) VALUES ('e1', 1767225600100, '{\"state\":\"healthy\"}')")
+            try db.execute(sql: "INSERT INTO delivery_resend (failure_id, requested_at, replayed_from) VALUES ('a0', 1767225600200, 'deliveries:0:5')")
+        }
+        try pool.close()
+        return path
+    }
+
+    /// What the events file holds, read apart from the relay's code.
+    private func eventsFile(_ backendPath: String) throws -> (events: [String], counter: Int64?, attempts: Int, statuses: Int, resends: Int) {
+        let queue = try DatabaseQueue(path: SubscriptionDatabase.eventsPath(forBackend: backendPath))
+        return try queue.read { db in
+            (
+                try String.fetchAll(db, sql: "SELECT seq || ':' || id FROM event ORDER BY seq"),
+                try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'event'"),
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM delivery_attempt") ?? -1,
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM endpoint_status") ?? -1,
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM delivery_resend") ?? -1
+            )
+        }
+    }
+
+    private func tables(_ path: String) throws -> [String] {
+        try DatabaseQueue(path: path).read { db in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
+    }
+
+    @Test func theEventsStoreAndTheDeliveryLogLiveInAFileOfTheirOwn() async throws {
+        // Their recorder's batches must not hold the writer the worker's state writes wait for.
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend-split") + "/backend.sqlite").path
+        #expect(SubscriptionDatabase.eventsPath(forBackend: path).hasSuffix("/backend-events.sqlite"))
+        #expect(SubscriptionDatabase.eventsPath(forBackend: "/data/state.db") == "/data/state.db-events")
+        let database = try SubscriptionDatabase(path: path)
+        #expect(try database.commitsAreSynced())
+        let recorded = try await EventStore(database: database).record([.init(app: "demo", body: testEvent("apple:n1:renewal"))])
+        #expect(recorded.inserted == 1)
+        #expect(try eventsFile(path).events == ["1:apple:n1:renewal"])
+        let backendTables = try tables(path)
+        #expect(Set(backendTables).isDisjoint(with: SubscriptionDatabase.eventsTables), "\(backendTables)")
+        #expect(backendTables.contains("subscription"))
+        // Opened again (every restart): the move is not attempted twice, and what was recorded is there.
+        let reopened = try SubscriptionDatabase(path: path)
+        #expect(try await EventStore(database: reopened).count() == 1)
+    }
+
+    @Test func aStoreFromBeforeTheSplitHasItsEventsMovedWithTheirNumbersAtFirstOpen() async throws {
+        let path = try databaseBeforeTheSplit()
+        let database = try SubscriptionDatabase(path: path)
+        let moved = try eventsFile(path)
+        #expect(moved.events == ["1:apple:n1:renewal", "2:apple:n2:renewal"])
+        #expect(moved.counter == 7)
+        #expect(moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+        // The events routes' cursors stay valid: the next event is numbered after every one handed out.
+        let events = EventStore(database: database)
+        _ = try await events.record([.init(app: "demo", body: testEvent("apple:n3:renewal"))])
+        #expect(try eventsFile(path).events.last == "8:apple:n3:renewal")
+        let page = try await events.page(EventFilter(app: "demo"), after: 1, limit: 10)
+        #expect(page.payloads.count == 2)
+        #expect(try await DeliveryLog(database: database).page(DeliveryLog.Filter(), before: nil, limit: 10).attempts.count == 1)
+        let backendTables = try tables(path)
+        #expect(Set(backendTables).isDisjoint(with: SubscriptionDatabase.eventsTables), "\(backendTables)")
+    }
+
+    @Test func aMoveThatCommittedBeforeACrashIsNotCopiedAgain() async throws {
+        // The copy committed in the events file, and the process died before the backend file dropped the
+        // tables: the next open only drops them. (Copied again, the events' keys would refuse the copy and the
+        // relay would not start; a resend mark has no key, and would be there twice.)
+        let path = try databaseBeforeTheSplit()
+        let eventsPool = try DatabasePool(path: SubscriptionDatabase.eventsPath(forBackend: path))
+        try SubscriptionDatabase.eventsMigrator.migrate(eventsPool)
+        try SubscriptionDatabase.moveEvents(from: path, into: eventsPool)
+        try eventsPool.close()
+        #expect(try eventsFile(path).resends == 1)
+        _ = try SubscriptionDatabase(path: path)
+        let moved = try eventsFile(path)
+        #expect(moved.events.count == 2 && moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+    }
+
     @Test func concurrentWritesAreCommittedTogetherAndEachIsCheckedAgainstItsVersion() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
         let database = try SubscriptionDatabase(path: path)
