@@ -98,9 +98,9 @@ public final class EventRecorder: Service {
         }
     }
 
-    /// Records `all` (events in the events store, attempts in the delivery log, in one transaction: one commit
-    /// a batch, which the worker's state writes wait behind on the same database) and marks its records done;
-    /// false when cancelled before it could.
+    /// Records `all` (events in the events store, attempts in the delivery log, in one transaction of their
+    /// database: one commit a batch, which the worker's state writes no longer wait behind, as they did when
+    /// both were one file) and marks its records done; false when cancelled before it could.
     private func write(_ all: [ConsumedRecord]) async -> Bool {
         let attemptRecords = deliveryLog.map { log in all.filter { $0.topic == log.topic } } ?? []
         let batch = deliveryLog.map { log in all.filter { $0.topic != log.topic } } ?? all

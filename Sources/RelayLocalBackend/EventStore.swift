@@ -3,7 +3,8 @@ import Foundation
 import GRDB
 public import RelayCore
 
-/// Every standardized event the relay produced, in the local backend's database: recorded from
+/// Every standardized event the relay produced, in the local backend's events file (beside its database,
+/// `SubscriptionDatabase.eventsPath(forBackend:)`): recorded from
 /// `relay.events` by `EventRecorder` (or by an import), queried by the events routes and
 /// `revenue-relay events`, summed by the revenue route.
 ///

@@ -44,30 +44,45 @@ public final class SubscriptionDatabase: Sendable {
     public init(path: String) throws {
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let logger = Logger(label: "revenue-relay")
         // WAL with synced commits, checkpointed beside them (a write never waits for a checkpoint).
-        pool = try DurableSQLite.openPool(path: path, busyTimeout: 10)
-        checkpointer = try WALCheckpointer(path: path, logger: Logger(label: "revenue-relay"))
-        // Until the move has run (a new database, or one from before it), the migrations stop short of it: the
-        // events tables they create in `backend.database`, with or without rows, are copied into the events
-        // file, and the last migration drops them. (Migrating up to a migration already passed is a fatal error
-        // in GRDB, so this is asked first.)
-        let moved = try pool.read { db in try Self.migrator.appliedIdentifiers(db).contains(Self.eventsMovedMigration) }
-        if !moved { try Self.migrator.migrate(pool, upTo: Self.lastMigrationWithEvents) }
+        let pool = try DurableSQLite.openPool(path: path, busyTimeout: 10)
+        let checkpointer = try WALCheckpointer(path: path, logger: logger)
         let eventsPath = Self.eventsPath(forBackend: path)
-        eventsPool = try DurableSQLite.openPool(path: eventsPath, busyTimeout: 10)
-        eventsCheckpointer = try WALCheckpointer(path: eventsPath, logger: Logger(label: "revenue-relay"))
-        try Self.eventsMigrator.migrate(eventsPool)
-        if !moved {
-            let logger = Logger(label: "revenue-relay")
-            let rows = try pool.read { db in
-                (try Int.fetchOne(db, sql: "SELECT count(*) FROM event") ?? 0, try Int.fetchOne(db, sql: "SELECT count(*) FROM delivery_attempt") ?? 0)
+        let events: (pool: DatabasePool, checkpointer: WALCheckpointer)
+        do {
+            // Until the move has run (a new database, or one from before it), the migrations stop short of it: the
+            // events tables they create in `backend.database`, with or without rows, are copied into the events
+            // file, and the last migration drops them. (Migrating up to a migration already passed is a fatal
+            // error in GRDB, so this is asked first. One process opens the file: the tools use the routes.)
+            let moved = try pool.read { db in try Self.migrator.appliedIdentifiers(db).contains(Self.eventsMovedMigration) }
+            if !moved { try Self.migrator.migrate(pool, upTo: Self.lastMigrationWithEvents) }
+            let eventsPool = try DurableSQLite.openPool(path: eventsPath, busyTimeout: 10)
+            let eventsCheckpointer = try WALCheckpointer(path: eventsPath, logger: logger)
+            do {
+                try Self.eventsMigrator.migrate(eventsPool)
+                if moved {
+                    // An events file made anew after the move (lost, or moved aside) is never a move's target.
+                    try eventsPool.writeWithoutTransaction { db in
+                        if try Int.fetchOne(db, sql: "PRAGMA user_version") == 0 { try db.execute(sql: "PRAGMA user_version = 1") }
+                    }
+                } else {
+                    try Self.moveEvents(from: path, into: eventsPool, logger: logger)
+                }
+                try Self.migrator.migrate(pool)
+            } catch {
+                eventsCheckpointer.stop()
+                throw error
             }
-            let metadata: Logger.Metadata = ["events": "\(rows.0)", "attempts": "\(rows.1)", "file": "\(eventsPath)"]
-            if rows != (0, 0) { logger.info("moving the events store and the delivery log into their own file (once)", metadata: metadata) }
-            try Self.moveEvents(from: path, into: eventsPool)
-            if rows != (0, 0) { logger.info("moved the events store and the delivery log", metadata: metadata) }
+            events = (eventsPool, eventsCheckpointer)
+        } catch {
+            checkpointer.stop()
+            throw error
         }
-        try Self.migrator.migrate(pool)
+        self.pool = pool
+        self.checkpointer = checkpointer
+        eventsPool = events.pool
+        eventsCheckpointer = events.checkpointer
     }
 
     deinit {
@@ -81,40 +96,99 @@ public final class SubscriptionDatabase: Sendable {
         path.hasSuffix(".sqlite") ? String(path.dropLast(".sqlite".count)) + "-events.sqlite" : path + "-events"
     }
 
-    /// The tables that moved into the events file, in the order they are copied.
+    /// The tables that moved into the events file: the two that grow, then the two small ones.
     static let eventsTables = ["event", "delivery_attempt", "endpoint_status", "delivery_resend"]
     static let lastMigrationWithEvents = "v9: endpoint health, status and resends"
     static let eventsMovedMigration = "v10: the events store and the delivery log in a file of their own"
+    /// Rows of `event` or `delivery_attempt` per commit of the move.
+    static let moveBatch = 20_000
 
-    /// Copies the events tables' rows from the backend database at `path` into the events file, once: in one
-    /// transaction of the events file that also sets its `user_version` to 1, so a copy that a crash cut short
-    /// is rolled back and done again, and one that committed is never done twice (the drop after it may not
-    /// have run). `event`'s AUTOINCREMENT counter comes along, so a recorded event never reuses a number
-    /// the events routes' cursors have handed out.
-    static func moveEvents(from path: String, into eventsPool: DatabasePool) throws {
+    /// Why the events tables could not be moved into their own file; nothing was dropped.
+    public struct EventsMoveError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Copies the events tables' rows from the backend database at `path` into the events file (opened and
+    /// migrated), unless a move already finished (its `user_version` is 1).
+    ///
+    /// `event` and `delivery_attempt` go in batches of `moveBatch` rows, each its own commit, in the order of
+    /// their numbers (`seq`, kept): a move cut short (a crash, a startup probe's kill) goes on after the last
+    /// row it committed, so what the file holds is always a prefix of the backend's rows, which is checked
+    /// before going on. The small tables, `event`'s AUTOINCREMENT counter (so a recorded event never reuses a
+    /// number the events routes' cursors handed out) and the mark go in the last commit. Then migration v10
+    /// drops the tables from the backend database; a crash before that repeats no copy.
+    static func moveEvents(from path: String, into eventsPool: DatabasePool, logger: Logger) throws {
         try eventsPool.writeWithoutTransaction { db in
             try db.execute(sql: "ATTACH DATABASE ? AS backend", arguments: [path])
             defer { try? db.execute(sql: "DETACH DATABASE backend") }
-            // Immediate: the mark is read under the write lock, so two processes starting at once (the relay
-            // and a tool) copy once between them.
+            func marked() throws -> Bool { try Int.fetchOne(db, sql: "PRAGMA main.user_version") != 0 }
+            func count(_ sql: String) throws -> Int { try Int.fetchOne(db, sql: sql) ?? 0 }
+            func columns(_ table: String) throws -> String {
+                // By name: a table that grew by ALTER TABLE has its columns in the same order in both files (the same
+                // statements made them), but the copy does not rely on it.
+                try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?, 'backend')", arguments: [table])
+                    .map { "\"\($0)\"" }.joined(separator: ", ")
+            }
+            let fileAside = "move \(eventsPath(forBackend: path)) (and its -wal and -shm files) aside and start again"
+            if try marked() {
+                // Moved already, and the backend's tables not yet dropped: a crash in between, unless an older
+                // version (gone back to) has recorded in them since, which dropping them would lose.
+                let unmoved = try count("SELECT count(*) FROM backend.event WHERE id NOT IN (SELECT id FROM main.event)")
+                    + count("SELECT count(*) FROM backend.delivery_attempt WHERE id NOT IN (SELECT id FROM main.delivery_attempt)")
+                guard unmoved == 0 else {
+                    throw EventsMoveError(
+                        description: """
+                            \(path) holds \(unmoved) events or delivery attempts that are not in \(eventsPath(forBackend: path)), which \
+                            a move finished before (an older version recorded them since): to copy the backend's tables again, \(fileAside)
+                            """)
+                }
+                return
+            }
+            let total = try count("SELECT count(*) FROM backend.event") + count("SELECT count(*) FROM backend.delivery_attempt")
+            if total > 0 { logger.info("moving the events store and the delivery log into their own file", metadata: ["rows": "\(total)"]) }
+            for table in ["event", "delivery_attempt"] {
+                let list = try columns(table)
+                while true {
+                    var copied = 0
+                    try db.inTransaction(.immediate) {
+                        let resume = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM main.\(table)") ?? 0
+                        if resume > 0 {
+                            let ours = try String.fetchOne(db, sql: "SELECT id FROM main.\(table) WHERE seq = ?", arguments: [resume])
+                            let theirs = try String.fetchOne(db, sql: "SELECT id FROM backend.\(table) WHERE seq = ?", arguments: [resume])
+                            let before = try count("SELECT count(*) FROM backend.\(table) WHERE seq <= \(resume)")
+                            guard ours == theirs, try count("SELECT count(*) FROM main.\(table)") == before else {
+                                throw EventsMoveError(
+                                    description: "\(eventsPath(forBackend: path)) holds \(table) rows that are not a move's from \(path): \(fileAside)")
+                            }
+                        }
+                        try db.execute(
+                            sql: "INSERT INTO main.\(table) (\(list)) SELECT \(list) FROM backend.\(table) WHERE seq > ? ORDER BY seq LIMIT ?",
+                            arguments: [resume, moveBatch])
+                        copied = db.changesCount
+                        return .commit
+                    }
+                    guard copied > 0 else { break }
+                }
+            }
             try db.inTransaction(.immediate) {
-                guard try Int.fetchOne(db, sql: "PRAGMA main.user_version") == 0 else { return .commit }
-                for table in eventsTables {
-                    // By name: the columns of a table that grew by ALTER TABLE are in the same order in both
-                    // files (the same statements made them), but the copy does not rely on it.
-                    let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?, 'backend')", arguments: [table])
-                        .map { "\"\($0)\"" }.joined(separator: ", ")
-                    try db.execute(sql: "INSERT INTO main.\(table) (\(columns)) SELECT \(columns) FROM backend.\(table)")
+                guard try !marked() else { return .commit }
+                for table in ["endpoint_status", "delivery_resend"] {
+                    let list = try columns(table)
+                    try db.execute(sql: "INSERT INTO main.\(table) (\(list)) SELECT \(list) FROM backend.\(table)")
                 }
                 if let counter = try Int64.fetchOne(db, sql: "SELECT seq FROM backend.sqlite_sequence WHERE name = 'event'") {
-                    try db.execute(
-                        sql: "UPDATE main.sqlite_sequence SET seq = max(seq, ?) WHERE name = 'event'", arguments: [counter])
+                    try db.execute(sql: "UPDATE main.sqlite_sequence SET seq = max(seq, ?) WHERE name = 'event'", arguments: [counter])
                     if db.changesCount == 0 {
                         try db.execute(sql: "INSERT INTO main.sqlite_sequence (name, seq) VALUES ('event', ?)", arguments: [counter])
                     }
                 }
                 try db.execute(sql: "PRAGMA main.user_version = 1")
                 return .commit
+            }
+            if total > 0 {
+                // The copy went through the WAL, which would otherwise stay that large while the relay runs.
+                _ = try? Row.fetchOne(db, sql: "PRAGMA main.wal_checkpoint(TRUNCATE)")
+                logger.info("moved the events store and the delivery log into their own file", metadata: ["rows": "\(total)"])
             }
         }
     }
@@ -179,7 +253,7 @@ public final class SubscriptionDatabase: Sendable {
         }
         // Only after `moveEvents` copied them (init): the events file holds them from here on.
         migrator.registerMigration(eventsMovedMigration) { db in
-            for table in eventsTables { try db.execute(sql: "DROP TABLE \(table)") }
+            for table in eventsTables { try db.execute(sql: "DROP TABLE IF EXISTS \(table)") }
             try db.execute(sql: "DELETE FROM sqlite_sequence WHERE name = 'event'")
         }
         return migrator

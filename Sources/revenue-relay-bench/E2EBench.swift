@@ -74,8 +74,8 @@ struct E2EBench: AsyncParsableCommand {
 
     @Option(
         help: """
-            Writes the last round's latency run to this file, one line per notification in POST order: its POST (ms after \
-            the run's first), POST→webhook (ms) and POST→the ingest's answer (ms); a header gives the first POST on \
+            Writes the last latency run (the last round of the last --log) to this file, one line per notification in \
+            POST order: its POST (ms after the run's first), POST→webhook (ms) and POST→the ingest's answer (ms); a header gives the first POST on \
             CLOCK_REALTIME and that clock less CLOCK_MONOTONIC (perf's). To see whether a tail is spikes or spread, and \
             which stage held them.
             """)

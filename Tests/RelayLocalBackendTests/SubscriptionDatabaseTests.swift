@@ -38,9 +38,16 @@ import Testing
         return path
     }
 
+    /// A connection of the test's own, waiting out the lock a closing pool's last connection holds for a moment.
+    private func open(_ path: String) throws -> DatabaseQueue {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        return try DatabaseQueue(path: path, configuration: configuration)
+    }
+
     /// What the events file holds, read apart from the relay's code.
     private func eventsFile(_ backendPath: String) throws -> (events: [String], counter: Int64?, attempts: Int, statuses: Int, resends: Int) {
-        let queue = try DatabaseQueue(path: SubscriptionDatabase.eventsPath(forBackend: backendPath))
+        let queue = try open(SubscriptionDatabase.eventsPath(forBackend: backendPath))
         return try queue.read { db in
             (
                 try String.fetchAll(db, sql: "SELECT seq || ':' || id FROM event ORDER BY seq"),
@@ -53,7 +60,7 @@ import Testing
     }
 
     private func tables(_ path: String) throws -> [String] {
-        try DatabaseQueue(path: path).read { db in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
+        try open(path).read { db in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
     }
 
     @Test func theEventsStoreAndTheDeliveryLogLiveInAFileOfTheirOwn() async throws {
@@ -92,19 +99,103 @@ import Testing
         #expect(Set(backendTables).isDisjoint(with: SubscriptionDatabase.eventsTables), "\(backendTables)")
     }
 
-    @Test func aMoveThatCommittedBeforeACrashIsNotCopiedAgain() async throws {
-        // The copy committed in the events file, and the process died before the backend file dropped the
-        // tables: the next open only drops them. (Copied again, the events' keys would refuse the copy and the
-        // relay would not start; a resend mark has no key, and would be there twice.)
+    /// The events file as a move that ran as far as `copy` left it: migrated, then `copy` run on it.
+    private func eventsFileOfAMove(from path: String, _ copy: (Database) throws -> Void) throws {
+        let eventsPool = try DatabasePool(path: SubscriptionDatabase.eventsPath(forBackend: path))
+        try SubscriptionDatabase.eventsMigrator.migrate(eventsPool)
+        try eventsPool.writeWithoutTransaction { db in
+            try db.execute(sql: "ATTACH DATABASE ? AS backend", arguments: [path])
+            try db.inTransaction {
+                try copy(db)
+                return .commit
+            }
+            try db.execute(sql: "DETACH DATABASE backend")
+        }
+        try eventsPool.close()
+    }
+
+    @Test func aMoveThatFinishedBeforeACrashIsNotCopiedAgain() async throws {
+        // The move committed its mark, and the process died before the backend file dropped the tables: the
+        // next open only drops them. (Copied again, the events' keys would refuse the copy and the relay would
+        // not start; a resend mark has no key, and would be there twice.)
         let path = try databaseBeforeTheSplit()
         let eventsPool = try DatabasePool(path: SubscriptionDatabase.eventsPath(forBackend: path))
         try SubscriptionDatabase.eventsMigrator.migrate(eventsPool)
-        try SubscriptionDatabase.moveEvents(from: path, into: eventsPool)
+        try SubscriptionDatabase.moveEvents(from: path, into: eventsPool, logger: testLogger())
         try eventsPool.close()
         #expect(try eventsFile(path).resends == 1)
-        _ = try SubscriptionDatabase(path: path)
+        #expect(try tables(path).contains("event"))
+        let database = try SubscriptionDatabase(path: path)
         let moved = try eventsFile(path)
         #expect(moved.events.count == 2 && moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+        #expect(moved.counter == 7)
+        #expect(Set(try tables(path)).isDisjoint(with: SubscriptionDatabase.eventsTables))
+        withExtendedLifetime(database) {}
+    }
+
+    @Test func aMoveCutShortGoesOnAfterItsLastCommittedRow() async throws {
+        // A large store's move is batches of rows, each committed: killed halfway (a startup probe), the next
+        // start copies the rest, once.
+        let path = try databaseBeforeTheSplit()
+        try eventsFileOfAMove(from: path) { db in
+            try db.execute(sql: "INSERT INTO main.event SELECT * FROM backend.event WHERE seq = 1")
+        }
+        #expect(try eventsFile(path).events == ["1:apple:n1:renewal"])
+        let database = try SubscriptionDatabase(path: path)
+        let moved = try eventsFile(path)
+        #expect(moved.events == ["1:apple:n1:renewal", "2:apple:n2:renewal"])
+        #expect(moved.counter == 7 && moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+        withExtendedLifetime(database) {}
+    }
+
+    @Test func anEventsFileThatIsNotAMovesRefusesToStartAndDropsNothing() async throws {
+        // Rows under the same numbers that are not the backend's (a file from another store): going on would
+        // skip the backend's rows below them, and dropping the tables would lose them.
+        let path = try databaseBeforeTheSplit()
+        try eventsFileOfAMove(from: path) { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO main.event SELECT seq, 'another:store:renewal', app, project_id, application_id, type, store, environment,
+                        original_transaction_id, app_user_id, product_id, ts, received_at, currency, price_usd, proceeds_usd, price_local,
+                        historical, notification_id, payload
+                    FROM backend.event WHERE seq = 1
+                    """)
+        }
+        #expect {
+            _ = try SubscriptionDatabase(path: path)
+        } throws: { error in
+            "\(error)".contains("are not a move's") && "\(error)".contains("aside")
+        }
+        #expect(try tables(path).contains("event"), "the backend's events were dropped")
+    }
+
+    @Test func eventsRecordedByAnOlderVersionAfterTheMoveStopTheStartInsteadOfBeingDropped() async throws {
+        // Upgraded (moved), gone back by restoring the backend file only, recorded there, upgraded again: the
+        // events file is marked moved, and the backend's new rows are in it nowhere.
+        let path = try databaseBeforeTheSplit()
+        let eventsPool = try DatabasePool(path: SubscriptionDatabase.eventsPath(forBackend: path))
+        try SubscriptionDatabase.eventsMigrator.migrate(eventsPool)
+        try SubscriptionDatabase.moveEvents(from: path, into: eventsPool, logger: testLogger())
+        try eventsPool.close()
+        try await open(path).write { db in
+            try db.execute(sql: "INSERT INTO event SELECT 8, 'apple:n9:renewal', app, project_id, application_id, type, store, environment, original_transaction_id, app_user_id, product_id, ts, received_at, currency, price_usd, proceeds_usd, price_local, historical, notification_id, payload FROM event WHERE seq = 1")
+        }
+        #expect {
+            _ = try SubscriptionDatabase(path: path)
+        } throws: { error in
+            "\(error)".contains("1 events or delivery attempts that are not in") && "\(error)".contains("aside")
+        }
+        #expect(try tables(path).contains("event"), "the events recorded since were dropped")
+    }
+
+    @Test func theCounterOfAStoreWhoseEventsWereAllRemovedComesAlong() async throws {
+        // No row to copy, so the events file has no counter of its own yet: it is made from the backend's.
+        let path = try databaseBeforeTheSplit()
+        try await open(path).write { db in try db.execute(sql: "DELETE FROM event") }
+        let database = try SubscriptionDatabase(path: path)
+        #expect(try eventsFile(path).counter == 7)
+        _ = try await EventStore(database: database).record([.init(app: "demo", body: testEvent("apple:n3:renewal"))])
+        #expect(try eventsFile(path).events == ["8:apple:n3:renewal"])
     }
 
     @Test func concurrentWritesAreCommittedTogetherAndEachIsCheckedAgainstItsVersion() async throws {
