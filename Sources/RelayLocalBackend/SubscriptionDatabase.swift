@@ -111,35 +111,46 @@ public final class SubscriptionDatabase: Sendable {
     /// Copies the events tables' rows from the backend database at `path` into the events file (opened and
     /// migrated), unless a move already finished (its `user_version` is 1).
     ///
-    /// `event` and `delivery_attempt` go in batches of `moveBatch` rows, each its own commit, in the order of
-    /// their numbers (`seq`, kept): a move cut short (a crash, a startup probe's kill) goes on after the last
-    /// row it committed, so what the file holds is always a prefix of the backend's rows, which is checked
-    /// before going on. The small tables, `event`'s AUTOINCREMENT counter (so a recorded event never reuses a
-    /// number the events routes' cursors handed out) and the mark go in the last commit. Then migration v10
-    /// drops the tables from the backend database; a crash before that repeats no copy.
-    static func moveEvents(from path: String, into eventsPool: DatabasePool, logger: Logger) throws {
+    /// `event` and `delivery_attempt` go in batches of `batch` rows, each its own commit, in the order of their
+    /// numbers (`seq`, kept): a move cut short (a crash, a startup probe's kill) goes on after the last row it
+    /// committed, once it has checked that every backend row below that one is in the file. The small tables,
+    /// `event`'s AUTOINCREMENT counter (so a recorded event never reuses a number the events routes' cursors
+    /// handed out) and the mark go in the last commit. Then migration v10 drops the tables from the backend
+    /// database; a crash before that repeats no copy, only a check that the backend holds nothing the file
+    /// lacks (one read of both tables, as the drop is).
+    static func moveEvents(from path: String, into eventsPool: DatabasePool, logger: Logger, batch: Int = moveBatch) throws {
         try eventsPool.writeWithoutTransaction { db in
             try db.execute(sql: "ATTACH DATABASE ? AS backend", arguments: [path])
             defer { try? db.execute(sql: "DETACH DATABASE backend") }
             func marked() throws -> Bool { try Int.fetchOne(db, sql: "PRAGMA main.user_version") != 0 }
-            func count(_ sql: String) throws -> Int { try Int.fetchOne(db, sql: sql) ?? 0 }
+            func count(_ sql: String, _ arguments: StatementArguments = []) throws -> Int { try Int.fetchOne(db, sql: sql, arguments: arguments) ?? 0 }
             func columns(_ table: String) throws -> String {
                 // By name: a table that grew by ALTER TABLE has its columns in the same order in both files (the same
                 // statements made them), but the copy does not rely on it.
                 try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?, 'backend')", arguments: [table])
                     .map { "\"\($0)\"" }.joined(separator: ", ")
             }
-            let fileAside = "move \(eventsPath(forBackend: path)) (and its -wal and -shm files) aside and start again"
+            let eventsFile = eventsPath(forBackend: path)
+            let aside = """
+                move \(eventsFile) (and its -wal and -shm files) aside and start again: the backend's rows are copied anew, and what \
+                the file set aside recorded is not merged back
+                """
             if try marked() {
-                // Moved already, and the backend's tables not yet dropped: a crash in between, unless an older
-                // version (gone back to) has recorded in them since, which dropping them would lose.
-                let unmoved = try count("SELECT count(*) FROM backend.event WHERE id NOT IN (SELECT id FROM main.event)")
+                // Moved already, and the backend's tables not yet dropped: a crash in between, unless an older version
+                // (gone back to) has recorded in them since, which dropping them would lose. (An endpoint's status is
+                // reported again by the deliverers; the rest is checked.)
+                let lacking = try count("SELECT count(*) FROM backend.event WHERE id NOT IN (SELECT id FROM main.event)")
                     + count("SELECT count(*) FROM backend.delivery_attempt WHERE id NOT IN (SELECT id FROM main.delivery_attempt)")
-                guard unmoved == 0 else {
+                    + count(
+                        """
+                        SELECT count(*) FROM backend.delivery_resend r WHERE NOT EXISTS (SELECT 1 FROM main.delivery_resend m
+                            WHERE m.failure_id = r.failure_id AND m.replayed_from = r.replayed_from)
+                        """)
+                guard lacking == 0 else {
                     throw EventsMoveError(
                         description: """
-                            \(path) holds \(unmoved) events or delivery attempts that are not in \(eventsPath(forBackend: path)), which \
-                            a move finished before (an older version recorded them since): to copy the backend's tables again, \(fileAside)
+                            \(path) holds \(lacking) events, delivery attempts or resend marks that \(eventsFile) lacks, though a move into \
+                            it finished (a version without that file recorded them since, or \(path) was restored alone); to keep them, \(aside)
                             """)
                 }
                 return
@@ -148,22 +159,24 @@ public final class SubscriptionDatabase: Sendable {
             if total > 0 { logger.info("moving the events store and the delivery log into their own file", metadata: ["rows": "\(total)"]) }
             for table in ["event", "delivery_attempt"] {
                 let list = try columns(table)
+                // Once a start, before going on: every row of the backend up to where an earlier start stopped must be in
+                // the file, or going on would skip it (a file not of this store's move, or rows an older version added).
+                let resumed = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM main.\(table)") ?? 0
+                if resumed > 0 {
+                    let lacking = try count(
+                        "SELECT count(*) FROM backend.\(table) WHERE seq <= ? AND id NOT IN (SELECT id FROM main.\(table))", [resumed])
+                    guard lacking == 0 else {
+                        throw EventsMoveError(
+                            description: "\(eventsFile) lacks \(lacking) \(table) rows of \(path) below the ones it holds, so a move cannot go on: \(aside)")
+                    }
+                }
                 while true {
                     var copied = 0
                     try db.inTransaction(.immediate) {
-                        let resume = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM main.\(table)") ?? 0
-                        if resume > 0 {
-                            let ours = try String.fetchOne(db, sql: "SELECT id FROM main.\(table) WHERE seq = ?", arguments: [resume])
-                            let theirs = try String.fetchOne(db, sql: "SELECT id FROM backend.\(table) WHERE seq = ?", arguments: [resume])
-                            let before = try count("SELECT count(*) FROM backend.\(table) WHERE seq <= \(resume)")
-                            guard ours == theirs, try count("SELECT count(*) FROM main.\(table)") == before else {
-                                throw EventsMoveError(
-                                    description: "\(eventsPath(forBackend: path)) holds \(table) rows that are not a move's from \(path): \(fileAside)")
-                            }
-                        }
+                        let after = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM main.\(table)") ?? 0
                         try db.execute(
                             sql: "INSERT INTO main.\(table) (\(list)) SELECT \(list) FROM backend.\(table) WHERE seq > ? ORDER BY seq LIMIT ?",
-                            arguments: [resume, moveBatch])
+                            arguments: [after, batch])
                         copied = db.changesCount
                         return .commit
                     }
@@ -186,8 +199,9 @@ public final class SubscriptionDatabase: Sendable {
                 return .commit
             }
             if total > 0 {
-                // The copy went through the WAL, which would otherwise stay that large while the relay runs.
-                _ = try? Row.fetchOne(db, sql: "PRAGMA main.wal_checkpoint(TRUNCATE)")
+                // The WAL keeps the size the copy gave it (up to the backstop's 40 MiB and a batch) unless truncated.
+                let busy = (try? Int.fetchOne(db, sql: "PRAGMA main.wal_checkpoint(TRUNCATE)")) ?? 1
+                if busy != 0 { logger.info("the events file's WAL could not be truncated after the move; the checkpoints keep it bounded") }
                 logger.info("moved the events store and the delivery log into their own file", metadata: ["rows": "\(total)"])
             }
         }

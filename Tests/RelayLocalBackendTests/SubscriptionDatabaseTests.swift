@@ -8,8 +8,8 @@ import Testing
 
 @Suite struct SubscriptionDatabaseTests {
     /// A backend database as the relay made it before the events store had a file of its own (the migrations
-    /// up to v9), holding two events (the counter at 7: events 3–7 were recorded and later removed), an
-    /// attempt, an endpoint's status and a resend mark.
+    /// up to v9), holding two events (the counter at 7: events 3–7 were recorded and later removed), three
+    /// attempts (numbered 1, 5 and 9), an endpoint's status and a resend mark.
     private func databaseBeforeTheSplit() throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend-before") + "/backend.sqlite").path
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -25,12 +25,15 @@ import Testing
                         """, arguments: [seq, id, id, String(decoding: testEvent(id), as: UTF8.self)])
             }
             try db.execute(sql: "UPDATE sqlite_sequence SET seq = 7 WHERE name = 'event'")
-            try db.execute(
-                sql: """
-                    INSERT INTO delivery_attempt (seq, id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status,
-                        finished_at, body, duration_ms)
-                    VALUES (1, 'a1', 'demo', 'e1', 'apple:n1:renewal', 'renewal', '1000', 1, 'delivered', 204, 1767225600100, '{}', 12)
-                    """)
+            // Numbers with gaps, as pruning leaves them.
+            for seq in [1, 5, 9] {
+                try db.execute(
+                    sql: """
+                        INSERT INTO delivery_attempt (seq, id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status,
+                            finished_at, body, duration_ms)
+                        VALUES (?, ?, 'demo', 'e1', 'apple:n1:renewal', 'renewal', '1000', 1, 'delivered', 204, 1767225600100, '{}', 12)
+                        """, arguments: [seq, "a\(seq)"])
+            }
             try db.execute(sql: "INSERT INTO endpoint_status (endpoint, at, body) VALUES ('e1', 1767225600100, '{\"state\":\"healthy\"}')")
             try db.execute(sql: "INSERT INTO delivery_resend (failure_id, requested_at, replayed_from) VALUES ('a0', 1767225600200, 'deliveries:0:5')")
         }
@@ -87,14 +90,14 @@ import Testing
         let moved = try eventsFile(path)
         #expect(moved.events == ["1:apple:n1:renewal", "2:apple:n2:renewal"])
         #expect(moved.counter == 7)
-        #expect(moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+        #expect(moved.attempts == 3 && moved.statuses == 1 && moved.resends == 1)
         // The events routes' cursors stay valid: the next event is numbered after every one handed out.
         let events = EventStore(database: database)
         _ = try await events.record([.init(app: "demo", body: testEvent("apple:n3:renewal"))])
         #expect(try eventsFile(path).events.last == "8:apple:n3:renewal")
         let page = try await events.page(EventFilter(app: "demo"), after: 1, limit: 10)
         #expect(page.payloads.count == 2)
-        #expect(try await DeliveryLog(database: database).page(DeliveryLog.Filter(), before: nil, limit: 10).attempts.count == 1)
+        #expect(try await DeliveryLog(database: database).page(DeliveryLog.Filter(), before: nil, limit: 10).attempts.count == 3)
         let backendTables = try tables(path)
         #expect(Set(backendTables).isDisjoint(with: SubscriptionDatabase.eventsTables), "\(backendTables)")
     }
@@ -127,7 +130,7 @@ import Testing
         #expect(try tables(path).contains("event"))
         let database = try SubscriptionDatabase(path: path)
         let moved = try eventsFile(path)
-        #expect(moved.events.count == 2 && moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+        #expect(moved.events.count == 2 && moved.attempts == 3 && moved.statuses == 1 && moved.resends == 1)
         #expect(moved.counter == 7)
         #expect(Set(try tables(path)).isDisjoint(with: SubscriptionDatabase.eventsTables))
         withExtendedLifetime(database) {}
@@ -141,10 +144,14 @@ import Testing
             try db.execute(sql: "INSERT INTO main.event SELECT * FROM backend.event WHERE seq = 1")
         }
         #expect(try eventsFile(path).events == ["1:apple:n1:renewal"])
+        // Going on in batches of one row: each a commit of its own, across the attempts' gaps.
+        let eventsPool = try DatabasePool(path: SubscriptionDatabase.eventsPath(forBackend: path))
+        try SubscriptionDatabase.moveEvents(from: path, into: eventsPool, logger: testLogger(), batch: 1)
+        try eventsPool.close()
         let database = try SubscriptionDatabase(path: path)
         let moved = try eventsFile(path)
         #expect(moved.events == ["1:apple:n1:renewal", "2:apple:n2:renewal"])
-        #expect(moved.counter == 7 && moved.attempts == 1 && moved.statuses == 1 && moved.resends == 1)
+        #expect(moved.counter == 7 && moved.attempts == 3 && moved.statuses == 1 && moved.resends == 1)
         withExtendedLifetime(database) {}
     }
 
@@ -164,9 +171,42 @@ import Testing
         #expect {
             _ = try SubscriptionDatabase(path: path)
         } throws: { error in
-            "\(error)".contains("are not a move's") && "\(error)".contains("aside")
+            "\(error)".contains("lacks 1 event rows") && "\(error)".contains("aside")
         }
         #expect(try tables(path).contains("event"), "the backend's events were dropped")
+    }
+
+    @Test func aFileMissingRowsBelowTheOnesItHoldsRefusesToGoOn() async throws {
+        // An attempt numbered 5 without the one numbered 1: going on after 5 would never copy 1.
+        let path = try databaseBeforeTheSplit()
+        try eventsFileOfAMove(from: path) { db in
+            try db.execute(sql: "INSERT INTO main.delivery_attempt SELECT * FROM backend.delivery_attempt WHERE seq = 5")
+        }
+        #expect {
+            _ = try SubscriptionDatabase(path: path)
+        } throws: { error in
+            "\(error)".contains("lacks 1 delivery_attempt rows") && "\(error)".contains("aside")
+        }
+        #expect(try tables(path).contains("delivery_attempt"), "the backend's attempts were dropped")
+    }
+
+    @Test(arguments: [
+        "INSERT INTO delivery_attempt SELECT 12, 'a12', app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms FROM delivery_attempt WHERE seq = 1",
+        "INSERT INTO delivery_resend (failure_id, requested_at, replayed_from) VALUES ('a1', 1767225600300, 'deliveries:0:6')",
+    ])
+    func whatAnOlderVersionAddedAfterTheMoveStopsTheStart(_ sql: String) async throws {
+        let path = try databaseBeforeTheSplit()
+        let eventsPool = try DatabasePool(path: SubscriptionDatabase.eventsPath(forBackend: path))
+        try SubscriptionDatabase.eventsMigrator.migrate(eventsPool)
+        try SubscriptionDatabase.moveEvents(from: path, into: eventsPool, logger: testLogger())
+        try eventsPool.close()
+        try await open(path).write { db in try db.execute(sql: sql) }
+        #expect {
+            _ = try SubscriptionDatabase(path: path)
+        } throws: { error in
+            "\(error)".contains("1 events, delivery attempts or resend marks that") && "\(error)".contains("aside")
+        }
+        #expect(try tables(path).contains("delivery_attempt"), "what was recorded since was dropped")
     }
 
     @Test func eventsRecordedByAnOlderVersionAfterTheMoveStopTheStartInsteadOfBeingDropped() async throws {
@@ -183,7 +223,7 @@ import Testing
         #expect {
             _ = try SubscriptionDatabase(path: path)
         } throws: { error in
-            "\(error)".contains("1 events or delivery attempts that are not in") && "\(error)".contains("aside")
+            "\(error)".contains("1 events, delivery attempts or resend marks that") && "\(error)".contains("aside")
         }
         #expect(try tables(path).contains("event"), "the events recorded since were dropped")
     }
