@@ -40,7 +40,8 @@ public final class SubscriptionDatabase: Sendable {
         var draining = false
     }
 
-    /// Opens (creating if needed) the database at `path` and migrates it.
+    /// Opens (creating if needed) the database at `path` and the events file beside it, and migrates them,
+    /// moving a store's events tables from before the split into the events file (`moveEvents`).
     public init(path: String) throws {
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
