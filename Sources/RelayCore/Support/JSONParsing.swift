@@ -396,7 +396,6 @@ private struct JSONParser {
     private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 }
 
-
 /// The bytes a JSON string cannot hold as they are: a quote, a backslash, a control byte (below 0x20). The
 /// parser's fast path and the serializer's copied runs look for them, eight bytes at a time: the strings
 /// are mostly long runs of base64, and a byte at a time this scan was the largest of the parser's costs
