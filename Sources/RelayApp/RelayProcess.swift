@@ -80,6 +80,13 @@ public final class RelayProcess: Sendable {
         // Deliveries in flight, connections and the log's files all take descriptors; the common soft
         // limit of 1,024 is below what the defaults can use.
         FileDescriptorLimit.raiseSoftLimitToHard()
+        // Until the servers start (after this returns), the probes get an answer on the same addresses: opening
+        // the log and the backend's database can take minutes (the events store's move) or wait for a lock.
+        var probed = [configuration.ingest.listen]
+        if roles.contains(.backend) { probed.append(configuration.backend.listen) }
+        if let metricsListen = configuration.metrics.listen { probed.append(metricsListen) }
+        let startupProbes = StartupProbeResponder.start(probed, logger: logger)
+        defer { startupProbes?.stop() }
         let registry = PrometheusCollectorRegistry()
         let metrics = PrometheusMetricsFactory(registry: registry)
         let health = HealthState()
