@@ -20,6 +20,38 @@ import Testing
         #expect(Amount.paddleMinorUnits("9.99", "USD") == nil)
     }
 
+    /// The store units' divisions by a power of ten are made by moving the exponent, and rounding skips what has
+    /// no decimals to round: each must give the very number (and the same JSON) the arithmetic gives.
+    @Test func scalingAndRoundingWithoutArithmeticGiveWhatTheArithmeticGives() {
+        var values: [Int64] = [0, 1, -1, 9, 10, 990, 9990, -9990, 10_000, 1_000_000_000, 123_456_789_012, .max, .min + 1]
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        for _ in 0..<400 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            // Magnitudes from one digit to eighteen, some with trailing zeros, both signs.
+            let digits = Int(state >> 59) % 18 + 1
+            var value = Int64(bitPattern: state >> 8) % Int64(pow(10.0, Double(digits)))
+            if state & 0x30 == 0 { value = value / 1000 * 1000 }
+            values.append(value)
+        }
+        for value in values {
+            for places in 0...9 {
+                var power = Decimal(1)
+                for _ in 0..<places { power *= 10 }
+                let divided = Decimal(value) / power
+                let scaled = Decimal.scaled(value, places: places)
+                #expect(scaled == divided, "\(value) / 10^\(places)")
+                #expect(scaled.description == divided.description && scaled.number == divided.number, "\(value) / 10^\(places)")
+                for scale in [2, 4, 6] {
+                    var input = scaled
+                    var rounded = Decimal()
+                    NSDecimalRound(&rounded, &input, scale, .plain)
+                    #expect(MoneyFields.round(scaled, scale) == rounded, "\(scaled) to \(scale)")
+                    #expect(MoneyFields.round(scaled, scale).number == rounded.number, "\(scaled) to \(scale)")
+                }
+            }
+        }
+    }
+
     @Test func usdFieldsUseTheConfiguredRateAndTheStoresCommission() {
         let fields = MoneyFields.compute(
             amount: Amount(Decimal(string: "9.99")!, "EUR"), taxPercentage: nil, storeName: "APP_STORE", money: money, rates: rates)
