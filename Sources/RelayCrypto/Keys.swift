@@ -52,9 +52,19 @@ public final class PublicKey: @unchecked Sendable {
 
     /// Verifies an ES256 (ECDSA P-256 with SHA-256) signature in JWS form: the raw 64-byte `r‖s`,
     /// converted to the DER `ECDSA-Sig-Value` that OpenSSL expects.
+    ///
+    /// The data is hashed here and the digest verified on a context made from the key: the same check as
+    /// `EVP_DigestVerify`, without its fetch of the digest and signature implementations by name, about 3–6 µs
+    /// of the three verifications every Apple notification needs.
     public func verifyES256(_ signedData: [UInt8], rawSignature: [UInt8]) -> Bool {
-        guard rawSignature.count == 64, let der = Self.derSignature(raw: rawSignature) else { return false }
-        return verify(signedData, signature: der)
+        guard rawSignature.count == 64, let context = EVP_PKEY_CTX_new_from_pkey(nil, pointer, nil) else { return false }
+        defer { EVP_PKEY_CTX_free(context) }
+        let der = Self.derSignature(raw: rawSignature)
+        var digest = [UInt8](repeating: 0, count: 32)
+        _ = signedData.withUnsafeBufferPointer { data in digest.withUnsafeMutableBufferPointer { SHA256(data.baseAddress, data.count, $0.baseAddress) } }
+        let verified = EVP_PKEY_verify_init(context) == 1 && EVP_PKEY_verify(context, der, der.count, digest, digest.count) == 1
+        if !verified { OpenSSLError.clearQueue() }
+        return verified
     }
 
     /// Verifies an RS256 (RSASSA-PKCS1-v1_5 with SHA-256) signature.
@@ -77,25 +87,23 @@ public final class PublicKey: @unchecked Sendable {
         return verified
     }
 
-    /// The DER encoding of a raw `r‖s` ECDSA signature.
-    static func derSignature(raw: [UInt8]) -> [UInt8]? {
-        let half = raw.count / 2
-        guard let signature = ECDSA_SIG_new() else { return nil }
-        defer { ECDSA_SIG_free(signature) }
-        let r = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32(half), nil) }
-        let s = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress! + half, Int32(half), nil) }
-        guard let r, let s, ECDSA_SIG_set0(signature, r, s) == 1 else {
-            BN_free(r)
-            BN_free(s)
-            return nil
+    /// The DER encoding of a raw 64-byte `r‖s` ECDSA signature: `SEQUENCE { INTEGER r, INTEGER s }`, each integer
+    /// in its fewest bytes and positive (a 0 before a first byte with its high bit set), as `i2d_ECDSA_SIG`
+    /// writes it. Every length fits DER's short form (at most 70 bytes).
+    static func derSignature(raw: [UInt8]) -> [UInt8] {
+        precondition(raw.count == 64, "an ES256 signature is 64 bytes")
+        var der: [UInt8] = [0x30, 0]
+        der.reserveCapacity(72)
+        for half in [raw[0..<32], raw[32..<64]] {
+            var start = half.startIndex
+            while start < half.endIndex - 1, half[start] == 0 { start += 1 }
+            let padded = half[start] & 0x80 != 0
+            der.append(0x02)
+            der.append(UInt8(half.endIndex - start + (padded ? 1 : 0)))
+            if padded { der.append(0) }
+            der.append(contentsOf: half[start...])
         }
-        let length = i2d_ECDSA_SIG(signature, nil)
-        guard length > 0 else { return nil }
-        var der = [UInt8](repeating: 0, count: Int(length))
-        der.withUnsafeMutableBufferPointer { buffer in
-            var cursor = buffer.baseAddress
-            _ = i2d_ECDSA_SIG(signature, &cursor)
-        }
+        der[1] = UInt8(der.count - 2)
         return der
     }
 }
