@@ -1,5 +1,5 @@
 import Logging
-import RelayCore
+@testable import RelayCore
 import Synchronization
 import Testing
 
@@ -61,5 +61,27 @@ private struct CollectingHandler: LogHandler {
         for _ in 0..<10 { apple.warning("notification not acknowledged by the log") }
         for _ in 0..<10 { stripe.warning("notification not acknowledged by the log") }
         #expect(collected.lines.withLock { $0.count } == 4)
+    }
+
+    /// A line is known by a hash of its parts: the same parts in any order of metadata are one line; a
+    /// difference in any part, or a name and value swapped, is another.
+    @Test func aLinesIdentityIsItsPartsWhateverTheMetadatasOrder() {
+        struct Failure: Error, CustomStringConvertible { var description: String }
+        func key(
+            label: String = "relay", level: Logger.Level = .warning, message: Logger.Message = "connect failed",
+            _ metadata: [(String, Logger.MetadataValue)] = [("broker", "a:1"), ("topic", "t")], error: (any Error)? = nil
+        ) -> Int {
+            let event = LogEvent(level: level, message: message, error: error, metadata: nil, source: "s", file: "f", function: "g", line: 1)
+            return RepeatLimitingLogHandler.key(label: label, event: event, metadata: Logger.Metadata(uniqueKeysWithValues: metadata))
+        }
+        let base = key()
+        #expect(key([("topic", "t"), ("broker", "a:1")]) == base)
+        let others = [
+            key(label: "other"), key(level: .error), key(message: "connect refused"), key([("broker", "a:2"), ("topic", "t")]),
+            key([("broker", "a:1")]), key([("broker", "a:1"), ("topic", "t"), ("x", "")]), key([("a:1", "broker"), ("topic", "t")]),
+            key(error: Failure(description: "timed out")),
+        ]
+        for other in others { #expect(other != base) }
+        #expect(Set(others).count == others.count)
     }
 }

@@ -17,7 +17,9 @@ public struct RepeatLimitingLogHandler: LogHandler {
         let burst: Int
         let window: Duration
         let now: @Sendable () -> ContinuousClock.Instant
-        private let entries = Mutex<[String: Entry]>([:])
+        /// By the line's hash (`key(...)`): two different lines that collide share a count, with a chance of
+        /// about one in 2^64 per pair; building the line's whole text as the key cost more than writing it.
+        private let entries = Mutex<[Int: Entry]>([:])
         /// More distinct lines than this within a window forget the oldest counts (bounded memory).
         private let maximumEntries = 4096
 
@@ -28,7 +30,7 @@ public struct RepeatLimitingLogHandler: LogHandler {
         }
 
         /// nil: leave the line out. Otherwise log it, noting how many identical lines were left out before.
-        func admit(_ key: String) -> Int? {
+        func admit(_ key: Int) -> Int? {
             let now = self.now()
             return entries.withLock { entries in
                 if entries.count >= maximumEntries, entries[key] == nil {
@@ -70,15 +72,32 @@ public struct RepeatLimitingLogHandler: LogHandler {
         var metadata = upstream.metadata
         if let provider = upstream.metadataProvider { metadata.merge(provider.get()) { $1 } }
         if let own = event.metadata { metadata.merge(own) { $1 } }
-        var key = "\(label)|\(event.level)|\(event.message)"
-        for (name, value) in metadata.sorted(by: { $0.key < $1.key }) { key += "|\(name)=\(value)" }
-        if let error = event.error { key += "|error=\(error)" }
-        guard let suppressed = limiter.admit(key) else { return }
+        guard let suppressed = limiter.admit(Self.key(label: label, event: event, metadata: metadata)) else { return }
         var event = event
         if suppressed > 0 {
             event.metadata = (event.metadata ?? [:]).merging(["log.suppressed": "\(suppressed)"]) { $1 }
         }
         upstream.log(event: event)
+    }
+
+    /// The line's identity: its label, level, message, metadata (in any order) and error, hashed.
+    static func key(label: String, event: LogEvent, metadata: Logger.Metadata) -> Int {
+        var hasher = Hasher()
+        hasher.combine(label)
+        hasher.combine(event.level)
+        hasher.combine(event.message.description)
+        // Each entry hashed alone and the hashes added: the same set of entries gives the same sum in any order.
+        var entries = 0
+        for (name, value) in metadata {
+            var entry = Hasher()
+            entry.combine(name)
+            entry.combine(value.description)
+            entries &+= entry.finalize()
+        }
+        hasher.combine(metadata.count)
+        hasher.combine(entries)
+        if let error = event.error { hasher.combine("\(error)") }
+        return hasher.finalize()
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
