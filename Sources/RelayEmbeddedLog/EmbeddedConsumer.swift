@@ -131,6 +131,9 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
     /// The passes so far that read records and handed some out (for tests).
     var handingOutReads: Int { handingOutReadCount.load(ordering: .relaxed) }
     private let handingOutReadCount = Atomic(0)
+    /// The waits for `readInterval` so far (for tests).
+    var intervalWaits: Int { intervalWaitCount.load(ordering: .relaxed) }
+    private let intervalWaitCount = Atomic(0)
 
     /// New records may be there (an append in this process). No wake while the reading thread waits for
     /// room: it reads once `markDone`s reach the resume mark, and an append's wake before that read only
@@ -250,7 +253,10 @@ final class EmbeddedConsumer: RecordConsumer, Sendable {
                 state.withLock({ $0.appendWakePending && !$0.closing && $0.heldCount == 0 })
             {
                 let remaining = lastHandOut + options.readInterval - .now
-                if remaining > .zero { _ = wake.wait(timeout: .now() + .nanoseconds(Int(remaining.wholeNanoseconds))) }
+                if remaining > .zero {
+                    intervalWaitCount.add(1, ordering: .relaxed)
+                    _ = wake.wait(timeout: .now() + .nanoseconds(Int(remaining.wholeNanoseconds)))
+                }
             }
             // Before the pass reads: an append that commits after this signals again.
             state.withLock { $0.appendWakePending = false }
