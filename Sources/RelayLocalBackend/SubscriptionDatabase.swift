@@ -320,16 +320,7 @@ public final class SubscriptionDatabase: Sendable {
                     // Each write in its own savepoint: one that fails (refused, and the stored row it must name
                     // no longer decodes) is rolled back and answered alone, and the others still commit.
                     batch.map { write -> Result<WriteOutcome, any Error> in
-                        var outcome: WriteOutcome?
-                        do {
-                            try db.inSavepoint {
-                                outcome = try Self.apply(write.state, ifMatch: write.ifMatch, in: db)
-                                return .commit
-                            }
-                            return .success(outcome!)
-                        } catch {
-                            return .failure(error)
-                        }
+                        Result { try CachedTransactions.savepoint(db) { try Self.apply(write.state, ifMatch: write.ifMatch, in: db) } }
                     }
                 }
                 for (write, outcome) in zip(batch, outcomes) { write.continuation.resume(with: outcome) }
