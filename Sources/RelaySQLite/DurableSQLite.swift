@@ -60,13 +60,17 @@ private func inReadTransaction<T>(_ db: Database, _ body: (Database) throws -> T
 /// GRDB's `inTransaction` and `inSavepoint` prepare `BEGIN`, `COMMIT`, `SAVEPOINT` and `RELEASE` anew each
 /// time: about 1% of the relay's CPU at saturation, for the log consumers' passes, the worker's reads and
 /// the state writes' savepoints, each a few statements of real work. The statements run through GRDB as
-/// any other, so its view of the transaction is the same; a failure rolls back as GRDB's does.
+/// any other (its observers see them). What GRDB's blocks add is done here too: a transaction SQLite rolled
+/// back by itself (a full disk, an I/O error, an interrupt) is reported as aborted, never committed or
+/// written on in autocommit; a savepoint that cannot be rolled back to takes the whole transaction with it.
 public enum CachedTransactions {
     /// `body` in a deferred transaction, committed when it returns; rolled back when it or the commit throws.
     public static func deferred<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
         try db.cachedStatement(sql: "BEGIN DEFERRED TRANSACTION").execute()
         do {
             let result = try body(db)
+            // Rolled back under the body (whose error it may have caught): what it read is not one state.
+            guard db.isInsideTransaction else { throw aborted }
             try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
             return result
         } catch {
@@ -76,9 +80,11 @@ public enum CachedTransactions {
     }
 
     /// `body` in a savepoint inside the transaction in progress, released when it returns; rolled back to
-    /// and released when it throws, leaving the rest of the transaction as it was.
+    /// and released when it throws, leaving the rest of the transaction as it was. Throws SQLITE_ABORT when
+    /// there is no transaction: one that SQLite rolled back by itself under an earlier savepoint's error
+    /// fails every write after it, and its commit.
     public static func savepoint<T>(_ db: Database, _ body: () throws -> T) throws -> T {
-        precondition(db.isInsideTransaction, "a cached savepoint nests in a transaction")
+        guard db.isInsideTransaction else { throw aborted }
         try db.cachedStatement(sql: "SAVEPOINT relay").execute()
         do {
             let result = try body()
@@ -86,12 +92,20 @@ public enum CachedTransactions {
             return result
         } catch {
             if db.isInsideTransaction {
-                try? db.cachedStatement(sql: "ROLLBACK TRANSACTION TO SAVEPOINT relay").execute()
-                try? db.cachedStatement(sql: "RELEASE SAVEPOINT relay").execute()
+                do {
+                    try db.cachedStatement(sql: "ROLLBACK TRANSACTION TO SAVEPOINT relay").execute()
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT relay").execute()
+                } catch {
+                    // The failed write's changes cannot be taken back alone: take back the whole transaction,
+                    // so that none of them is committed with the others.
+                    try? db.rollback()
+                }
             }
             throw error
         }
     }
+
+    private static var aborted: DatabaseError { DatabaseError(resultCode: .SQLITE_ABORT, message: "Transaction was aborted") }
 }
 
 /// Checkpoints a WAL database every `interval` on its own connection and thread (`PRAGMA

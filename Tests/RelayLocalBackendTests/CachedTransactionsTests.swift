@@ -52,4 +52,49 @@ import Testing
         }
         #expect(try queue.read { db in try Int.fetchAll(db, sql: "SELECT x FROM t ORDER BY x") } == [0, 1, 2])
     }
+
+    /// An error SQLite answers by rolling the whole transaction back (here `INSERT OR ROLLBACK` on a duplicate,
+    /// as a full disk or an I/O error would): the savepoints after it fail as aborted, none of the writes is
+    /// committed, and the process goes on.
+    @Test func aTransactionRolledBackUnderASavepointFailsTheWritesAfterItAndCommitsNothing() throws {
+        let queue = try DatabaseQueue()
+        try queue.write { db in try db.execute(sql: "CREATE TABLE t (x INTEGER PRIMARY KEY)") }
+        var outcomes: [String] = []
+        #expect(throws: (any Error).self) {
+            try queue.write { db in
+                for value in [1, 1, 2] {
+                    do {
+                        try CachedTransactions.savepoint(db) { try db.execute(sql: "INSERT OR ROLLBACK INTO t VALUES (?)", arguments: [value]) }
+                        outcomes.append("written")
+                    } catch let error as DatabaseError {
+                        outcomes.append(error.resultCode == .SQLITE_ABORT ? "aborted" : "failed")
+                    }
+                }
+            }
+        }
+        #expect(outcomes == ["written", "failed", "aborted"])
+        #expect(try queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 0)
+        // The connection is usable again.
+        try queue.write { db in try CachedTransactions.savepoint(db) { try db.execute(sql: "INSERT INTO t VALUES (3)") } }
+        #expect(try queue.read { db in try Int.fetchAll(db, sql: "SELECT x FROM t") } == [3])
+    }
+
+    @Test func aReadTransactionRolledBackUnderItsBodyIsReportedAbortedNotCommitted() throws {
+        let queue = try DatabaseQueue()
+        try queue.write { db in try db.execute(sql: "CREATE TABLE t (x INTEGER PRIMARY KEY); INSERT INTO t VALUES (1)") }
+        try queue.writeWithoutTransaction { db in
+            #expect {
+                try CachedTransactions.deferred(db) { db in
+                    try db.execute(sql: "INSERT INTO t VALUES (2)")
+                    // Caught by the body, but the transaction is gone: what follows would run in autocommit.
+                    _ = try? db.execute(sql: "INSERT OR ROLLBACK INTO t VALUES (1)")
+                    try db.execute(sql: "INSERT INTO t VALUES (3)")
+                }
+            } throws: { ($0 as? DatabaseError)?.resultCode == .SQLITE_ABORT }
+            #expect(!db.isInsideTransaction)
+        }
+        // Only the write the body made in autocommit, after SQLite's rollback, is there: nothing was committed
+        // as the transaction's.
+        #expect(try queue.read { db in try Int.fetchAll(db, sql: "SELECT x FROM t ORDER BY x") } == [1, 3])
+    }
 }
