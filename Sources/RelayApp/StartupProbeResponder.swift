@@ -18,19 +18,24 @@ import RelayCore
 /// - anything else: 503 `{"error":"starting",…}` with `Retry-After: 5`, so a store's notification or an SDK's
 ///   request is retried, as it would be after a refused connection.
 ///
-/// It listens only where the process will (port 0 is left out: nobody can probe a port not yet chosen), on
-/// one thread of its own with blocking socket calls, one short request at a time, and closes its sockets
-/// when stopped, before the servers bind the same addresses. An address it cannot bind is left to the
-/// server, which reports it.
+/// It listens only where the process will (port 0 is left out: nobody can probe a port not yet chosen; a
+/// name is bound at its first address), on one thread of its own, one connection at a time and each for at
+/// most a second, and closes its sockets when stopped, before the servers bind the same addresses. An
+/// address it cannot bind is left to the server, which reports it.
+///
+/// Liveness then holds from the first moment: an open that hangs (a stuck disk) is not restarted by a probe,
+/// and shows as not ready with the reason `starting` (docs/operations.md, Health and readiness).
 final class StartupProbeResponder: Sendable {
     private let listeners: [Int32]
     private let wakeRead: Int32
     private let wakeWrite: Int32
     private let finished = DispatchSemaphore(value: 0)
 
-    /// A request's head larger than this, or slower than `readTimeoutMilliseconds`, is answered as it stands.
+    /// A request's head larger than this is answered as it stands.
     static let maximumRequestBytes = 4_096
-    static let readTimeoutMilliseconds = 500
+    /// All the time one connection gets, its request read and its body drained: a client that trickles bytes
+    /// must not hold the one thread (and the probes behind it) for longer.
+    static let connectionDeadlineMilliseconds = 1_000
 
     /// Listens on `addresses` (those with a port) and answers until `stop()`; nil when none could be bound.
     static func start(_ addresses: [ListenAddress], logger: Logger) -> StartupProbeResponder? {
@@ -55,18 +60,20 @@ final class StartupProbeResponder: Sendable {
         self.wakeWrite = wakeWrite
     }
 
-    /// Stops answering and closes the listening sockets; returns once they are closed.
+    /// Stops answering (a connection being served is dropped) and closes the listening sockets; returns once
+    /// they are closed. The pipe's read end is closed only here, after the thread is done, so the wake-up never
+    /// writes to a pipe without a reader (SIGPIPE), even if the thread stopped early.
     func stop() {
         var byte: UInt8 = 1
         _ = write(wakeWrite, &byte, 1)
         finished.wait()
         _ = close(wakeWrite)
+        _ = close(wakeRead)
     }
 
     private func serve(logger: Logger) {
         defer {
             listeners.forEach { _ = close($0) }
-            _ = close(wakeRead)
             finished.signal()
         }
         var polled = listeners.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
@@ -81,29 +88,54 @@ final class StartupProbeResponder: Sendable {
             if polled[polled.count - 1].revents != 0 { return }
             for index in polled.indices.dropLast() where polled[index].revents != 0 {
                 polled[index].revents = 0
+                // The listeners are non-blocking: a connection gone before this accept is EAGAIN, not a hang.
                 let client = accept(polled[index].fd, nil, nil)
                 guard client >= 0 else { continue }
                 _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-                answer(client)
+                let stopping = !answer(client)
                 _ = close(client)
+                if stopping { return }
             }
         }
     }
 
-    /// Reads the request's head (bounded in size and time) and writes the answer for its line.
-    private func answer(_ client: Int32) {
-        var timeout = timeval(tv_sec: 0, tv_usec: Int(Self.readTimeoutMilliseconds) * 1_000)
-        _ = setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        _ = setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    /// Reads the request's head and writes the answer for its line, within the connection's deadline; then
+    /// half-closes and reads what the client still sends (a notification's body), so that closing sends FIN,
+    /// not a reset that could lose the answer. Returns false when `stop()` interrupted it.
+    private func answer(_ client: Int32) -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Self.connectionDeadlineMilliseconds)
         var head: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1_024)
+        var chunk = [UInt8](repeating: 0, count: 4_096)
+        // Readable within the deadline: true; nil when stopping.
+        func readable() -> Bool? {
+            let remaining = deadline - .now
+            guard remaining > .zero else { return false }
+            var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            let ready = poll(&fds, 2, Int32(max(1, remaining.wholeMilliseconds)))
+            if ready > 0, fds[1].revents != 0 { return nil }
+            return ready > 0
+        }
         while head.count < Self.maximumRequestBytes, !Self.endsHead(head) {
-            let count = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
+            guard let ready = readable() else { return false }
+            guard ready else { break }
+            let count = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, min($0.count, Self.maximumRequestBytes - head.count), 0) }
             guard count > 0 else { break }
             head += chunk[..<count]
         }
         let response = Self.response(toHead: head)
-        _ = response.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        _ = response.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+
+
+        _ = shutdown(client, Int32(SHUT_WR))
+        var drained = 0
+        while drained < 1 << 20 {
+            guard let ready = readable() else { return false }
+            guard ready else { break }
+            let count = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { break }
+            drained += count
+        }
+        return true
     }
 
     private static func endsHead(_ head: [UInt8]) -> Bool {
@@ -152,6 +184,7 @@ final class StartupProbeResponder: Sendable {
             _ = close(fd)
             return nil
         }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         return fd
     }
 }

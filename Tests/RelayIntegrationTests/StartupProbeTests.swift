@@ -79,9 +79,23 @@ private func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) a
                 #expect(ready.status == 503)
                 #expect(try JSON.parse(ready.body)["reasons"] == .array([.string("starting")]), "\(base)")
             }
-            // A store's notification or an SDK's request is told to come back, not refused.
+            // A client that trickles its request a byte at a time holds the one thread for a second at most: the
+            // probes behind it are still answered (it used to be held for as long as the bytes kept coming).
+            let trickler = try RawConnection(port: configuration.ingest.listen.port)
+            let trickling = Task {
+                for byte in "GET /health/live HTTP/1.1\r\nHost: trickle\r\n".map(String.init) {
+                    guard !Task.isCancelled, (try? trickler.send(byte)) != nil else { return }
+                    try? await Task.sleep(for: .milliseconds(300))
+                }
+            }
+            defer { trickling.cancel() }
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(try await http.send("GET", metrics + "/health/live").status == 200)
+            // A store's notification (its body unread: the answer must arrive, not a reset) or an SDK's request is
+            // told to come back, not refused.
+            let body = Array(#"{"id":"evt_during_the_open","pad":""#.utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: 64 * 1024) + Array(#""}"#.utf8)
             for (method, url) in [("POST", ingest + "/v1/notifications/stripe/demo"), ("GET", backend + "/v1/customers/u1/entitlements")] {
-                let answer = try await http.send(method, url, body: method == "POST" ? Array("{}".utf8) : nil)
+                let answer = try await http.send(method, url, body: method == "POST" ? body : nil)
                 #expect(answer.status == 503, "\(url)")
                 #expect(answer.headers.contains { $0.name == "retry-after" && $0.value == "5" }, "\(url)")
                 #expect(try JSON.parse(answer.body)["error"]?.stringValue == "starting", "\(url)")
