@@ -57,7 +57,10 @@ public final class PublicKey: @unchecked Sendable {
     /// `EVP_DigestVerify`, without its fetch of the digest and signature implementations by name, about 3–6 µs
     /// of the three verifications every Apple notification needs.
     public func verifyES256(_ signedData: [UInt8], rawSignature: [UInt8]) -> Bool {
-        guard rawSignature.count == 64, let context = EVP_PKEY_CTX_new_from_pkey(nil, pointer, nil) else { return false }
+        // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
+        guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC,
+            let context = EVP_PKEY_CTX_new_from_pkey(nil, pointer, nil)
+        else { return false }
         defer { EVP_PKEY_CTX_free(context) }
         let der = Self.derSignature(raw: rawSignature)
         var digest = [UInt8](repeating: 0, count: 32)

@@ -31,7 +31,7 @@ struct Amount: Sendable, Equatable {
     static func stripeMinorUnits(_ value: Decimal, _ currency: String) -> Amount {
         let code = currency.uppercased()
         let exponent = Self.stripeZeroDecimal.contains(code) ? 0 : Self.threeDecimal.contains(code) ? 3 : 2
-        return Amount(Decimal(sign: .plus, exponent: -exponent, significand: value), code)
+        return Amount(Decimal(sign: value.sign, exponent: -exponent, significand: value.magnitude), code)
     }
 
     /// Paddle amounts are strings in the currency's lowest denomination (ISO 4217 minor units).
@@ -174,13 +174,15 @@ extension Decimal {
     /// `value` / 10^`places`, exactly, made as a significand and an exponent without its trailing zeros (as a
     /// division leaves it): `scaled(9990, places: 3)` is 9.99. A Decimal division costs about 4 µs.
     static func scaled(_ value: Int64, places: Int) -> Decimal {
-        var value = value
+        // The sign apart from a positive significand: Foundations before swift-foundation took the sign from
+        // `sign` alone.
+        var magnitude = value.magnitude
         var places = places
-        while places > 0, value != 0, value % 10 == 0 {
-            value /= 10
+        while places > 0, magnitude != 0, magnitude % 10 == 0 {
+            magnitude /= 10
             places -= 1
         }
-        return Decimal(sign: .plus, exponent: -places, significand: Decimal(value))
+        return Decimal(sign: value < 0 ? .minus : .plus, exponent: -places, significand: Decimal(magnitude))
     }
 
     /// The JSON number for this decimal: the double nearest to its decimal text (3.49 stays 3.49;

@@ -31,9 +31,15 @@ import Testing
             let digits = Int(state >> 59) % 18 + 1
             var value = Int64(bitPattern: state >> 8) % Int64(pow(10.0, Double(digits)))
             if state & 0x30 == 0 { value = value / 1000 * 1000 }
-            values.append(value)
+            values.append(state & 0x40 == 0 ? value : -value)
         }
+        #expect(values.contains { $0 < -1_000 } && values.contains { $0 > 1_000 })
         for value in values {
+            // Stripe's amounts arrive as a Decimal: scaled by its own exponent the same way.
+            for (currency, power) in [("USD", Decimal(100)), ("JPY", Decimal(1)), ("KWD", Decimal(1000))] {
+                let stripe = Amount.stripeMinorUnits(Decimal(value), currency).value
+                #expect(stripe == Decimal(value) / power && stripe.number == (Decimal(value) / power).number, "\(value) \(currency)")
+            }
             for places in 0...9 {
                 var power = Decimal(1)
                 for _ in 0..<places { power *= 10 }
@@ -41,6 +47,7 @@ import Testing
                 let scaled = Decimal.scaled(value, places: places)
                 #expect(scaled == divided, "\(value) / 10^\(places)")
                 #expect(scaled.description == divided.description && scaled.number == divided.number, "\(value) / 10^\(places)")
+                #expect(scaled.sign == divided.sign || divided.isZero, "\(value) / 10^\(places)")
                 for scale in [2, 4, 6] {
                     var input = scaled
                     var rounded = Decimal()
