@@ -23,10 +23,20 @@ public enum Digest {
         return output
     }
 
-    /// SHA-256 of `message`.
+    /// SHA-256 of `message`, with the implementation OpenSSL fetched once (`SHA256()` looks it up by name on
+    /// every call in OpenSSL 3.0).
     public static func sha256(_ message: [UInt8]) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: 32)
-        _ = message.withUnsafeBufferPointer { input in output.withUnsafeMutableBufferPointer { SHA256(input.baseAddress, input.count, $0.baseAddress) } }
+        var length: UInt32 = 0
+        let hashed = message.withUnsafeBufferPointer { input in
+            output.withUnsafeMutableBufferPointer { out in
+                FetchedSHA256.shared.md.map { EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, $0, nil) == 1 } ?? false
+            }
+        }
+        if !hashed {
+            OpenSSLError.clearQueue()
+            _ = message.withUnsafeBufferPointer { input in output.withUnsafeMutableBufferPointer { SHA256(input.baseAddress, input.count, $0.baseAddress) } }
+        }
         return output
     }
 
@@ -82,4 +92,18 @@ public final class HMACSHA256Key: @unchecked Sendable {
         }
         return output
     }
+}
+
+/// SHA-256's implementation, fetched from OpenSSL's default provider once for the process and owned by it.
+final class FetchedSHA256: @unchecked Sendable {
+    static let shared = FetchedSHA256()
+    /// Nil when the fetch failed: `Digest.sha256` then uses `SHA256()`.
+    let md: OpaquePointer?
+
+    private init() {
+        md = EVP_MD_fetch(nil, "SHA256", nil)
+        if md == nil { OpenSSLError.clearQueue() }
+    }
+
+    deinit { EVP_MD_free(md) }
 }

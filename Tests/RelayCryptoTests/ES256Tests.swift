@@ -76,4 +76,49 @@ import Testing
             #expect(!key.publicKey.verifyES256(data, rawSignature: [UInt8](repeating: 0, count: 64)))
         }
     }
+
+    /// The contexts a key keeps ready are lent to one verification at a time: many at once on one key each get
+    /// their own answer, and a context used by a failed verification is not kept.
+    @Test func oneKeyVerifiesOnManyThreadsAtOnceWithTheContextsItKeeps() async throws {
+        let pem = try String(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("Fixtures/apple/leaf.key"), encoding: .utf8)
+        let signer = try PrivateKey(pem: pem)
+        let key = signer.publicKey
+        let signed = try (0..<8).map { index -> ([UInt8], [UInt8]) in
+            let data = Array("notification \(index)".utf8)
+            return (data, try signer.signES256(data))
+        }
+        let wrong = try await withThrowingTaskGroup(of: Int.self) { group in
+            for task in 0..<32 {
+                group.addTask {
+                    var wrong = 0
+                    for round in 0..<20 {
+                        let (data, signature) = signed[(task + round) % signed.count]
+                        // Every fifth check is of another notification's signature, which must fail.
+                        let forged = round % 5 == 3
+                        let other = signed[(task + round + 1) % signed.count].1
+                        if key.verifyES256(data, rawSignature: forged ? other : signature) == forged { wrong += 1 }
+                    }
+                    return wrong
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+        #expect((1...PublicKey.keptContexts).contains(key.keptContextCount))
+        let kept = key.keptContextCount
+        #expect(!key.verifyES256(signed[0].0, rawSignature: signed[1].1))
+        #expect(key.keptContextCount == kept - 1)
+        #expect(key.verifyES256(signed[0].0, rawSignature: signed[0].1))
+    }
+
+    @Test func sha256IsTheStandards() {
+        // FIPS 180-2's examples.
+        #expect(Digest.hex(Digest.sha256(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(Digest.hex(Digest.sha256([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(
+            Digest.hex(Digest.sha256(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
+                == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+    }
 }
