@@ -82,9 +82,10 @@ public final class RelayProcess: Sendable {
         FileDescriptorLimit.raiseSoftLimitToHard()
         // Until the servers start (after this returns), the probes get an answer on the same addresses: opening
         // the log and the backend's database can take minutes (the events store's move) or wait for a lock.
-        var probed = [configuration.ingest.listen]
+        // The probes' own address first (metrics.listen when set): it is served first whenever connections wait.
+        var probed = configuration.metrics.listen.map { [$0] } ?? []
+        probed.append(configuration.ingest.listen)
         if roles.contains(.backend) { probed.append(configuration.backend.listen) }
-        if let metricsListen = configuration.metrics.listen { probed.append(metricsListen) }
         let startupProbes = StartupProbeResponder.start(probed, logger: logger)
         defer { startupProbes?.stop() }
         let registry = PrometheusCollectorRegistry()

@@ -20,7 +20,7 @@ import RelayCore
 ///
 /// It listens only where the process will (port 0 is left out: nobody can probe a port not yet chosen; a
 /// name is bound at its first address), on one thread of its own, one connection at a time and each for at
-/// most a second, and closes its sockets when stopped, before the servers bind the same addresses. An
+/// most half a second, and closes its sockets when stopped, before the servers bind the same addresses. An
 /// address it cannot bind is left to the server, which reports it.
 ///
 /// Liveness then holds from the first moment: an open that hangs (a stuck disk) is not restarted by a probe,
@@ -31,11 +31,11 @@ final class StartupProbeResponder: Sendable {
     private let wakeWrite: Int32
     private let finished = DispatchSemaphore(value: 0)
 
-    /// A request's head larger than this is answered as it stands.
+    /// A request line longer than this is answered as it stands.
     static let maximumRequestBytes = 4_096
     /// All the time one connection gets, its request read and its body drained: a client that trickles bytes
     /// must not hold the one thread (and the probes behind it) for longer.
-    static let connectionDeadlineMilliseconds = 1_000
+    static let connectionDeadlineMilliseconds = 500
 
     /// Listens on `addresses` (those with a port) and answers until `stop()`; nil when none could be bound.
     static func start(_ addresses: [ListenAddress], logger: Logger) -> StartupProbeResponder? {
@@ -86,22 +86,29 @@ final class StartupProbeResponder: Sendable {
                 return
             }
             if polled[polled.count - 1].revents != 0 { return }
-            for index in polled.indices.dropLast() where polled[index].revents != 0 {
-                polled[index].revents = 0
-                // The listeners are non-blocking: a connection gone before this accept is EAGAIN, not a hang.
-                let client = accept(polled[index].fd, nil, nil)
-                guard client >= 0 else { continue }
-                _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-                let stopping = !answer(client)
-                _ = close(client)
-                if stopping { return }
+            // One connection, from the first listener that has one, then poll again: the listeners are in the
+            // order they were given (the probes' address first), so a flood of connections held open on another
+            // address delays a probe by one connection's deadline at most.
+            guard let index = polled.indices.dropLast().first(where: { polled[$0].revents != 0 }) else { continue }
+            for other in polled.indices { polled[other].revents = 0 }
+            // The listeners are non-blocking: a connection gone before this accept is EAGAIN, not a hang.
+            let client = accept(polled[index].fd, nil, nil)
+            guard client >= 0 else {
+                // Out of descriptors (or another failure): the connection stays queued; do not spin on it.
+                if errno != EAGAIN, errno != EWOULDBLOCK, errno != EINTR { usleep(10_000) }
+                continue
             }
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            let stopping = !answer(client)
+            _ = close(client)
+            if stopping { return }
         }
     }
 
-    /// Reads the request's head and writes the answer for its line, within the connection's deadline; then
-    /// half-closes and reads what the client still sends (a notification's body), so that closing sends FIN,
-    /// not a reset that could lose the answer. Returns false when `stop()` interrupted it.
+    /// Reads the request's line (the answer depends on nothing else) and writes the answer, within the
+    /// connection's deadline; then half-closes and reads what the client still sends (the rest of its head, a
+    /// notification's body), so that closing sends FIN, not a reset that could lose the answer. Returns false
+    /// when `stop()` interrupted it.
     private func answer(_ client: Int32) -> Bool {
         let deadline = ContinuousClock.now + .milliseconds(Self.connectionDeadlineMilliseconds)
         var head: [UInt8] = []
@@ -112,10 +119,11 @@ final class StartupProbeResponder: Sendable {
             guard remaining > .zero else { return false }
             var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
             let ready = poll(&fds, 2, Int32(max(1, remaining.wholeMilliseconds)))
+            if ready < 0, errno == EINTR { return readable() }
             if ready > 0, fds[1].revents != 0 { return nil }
             return ready > 0
         }
-        while head.count < Self.maximumRequestBytes, !Self.endsHead(head) {
+        while head.count < Self.maximumRequestBytes, !head.contains(10) {
             guard let ready = readable() else { return false }
             guard ready else { break }
             let count = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, min($0.count, Self.maximumRequestBytes - head.count), 0) }
@@ -124,7 +132,6 @@ final class StartupProbeResponder: Sendable {
         }
         let response = Self.response(toHead: head)
         _ = response.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-
 
         _ = shutdown(client, Int32(SHUT_WR))
         var drained = 0
@@ -138,13 +145,11 @@ final class StartupProbeResponder: Sendable {
         return true
     }
 
-    private static func endsHead(_ head: [UInt8]) -> Bool {
-        head.count >= 4 && head[(head.count - 4)...].elementsEqual([13, 10, 13, 10])
-    }
-
-    /// The whole HTTP/1.1 response to a request whose head (or what arrived of it) is `head`.
+    /// The whole HTTP/1.1 response to a request whose head (or what arrived of it, its line at least) is `head`.
     static func response(toHead head: [UInt8]) -> [UInt8] {
-        let line = head.split(separator: 13, maxSplits: 1, omittingEmptySubsequences: false).first.map { String(decoding: $0, as: UTF8.self) } ?? ""
+        var lineBytes = head.prefix { $0 != 10 }
+        if lineBytes.last == 13 { lineBytes = lineBytes.dropLast() }
+        let line = String(decoding: lineBytes, as: UTF8.self)
         let parts = line.split(separator: " ")
         let method = parts.first.map(String.init) ?? ""
         let target = parts.count > 1 ? String(parts[1].prefix { $0 != "?" }) : ""

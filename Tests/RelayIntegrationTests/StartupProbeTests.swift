@@ -79,18 +79,22 @@ private func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) a
                 #expect(ready.status == 503)
                 #expect(try JSON.parse(ready.body)["reasons"] == .array([.string("starting")]), "\(base)")
             }
-            // A client that trickles its request a byte at a time holds the one thread for a second at most: the
-            // probes behind it are still answered (it used to be held for as long as the bytes kept coming).
+            // A client that trickles its request a byte at a time holds the one thread for its deadline at most,
+            // then is answered and closed: the probes behind it are answered (it used to hold the thread for as
+            // long as the bytes kept coming, here a minute, past the probe's 10 s timeout).
             let trickler = try RawConnection(port: configuration.ingest.listen.port)
             let trickling = Task {
-                for byte in "GET /health/live HTTP/1.1\r\nHost: trickle\r\n".map(String.init) {
+                for byte in String(repeating: "GET /health/live", count: 13).map(String.init) {
                     guard !Task.isCancelled, (try? trickler.send(byte)) != nil else { return }
                     try? await Task.sleep(for: .milliseconds(300))
                 }
             }
             defer { trickling.cancel() }
-            try await Task.sleep(for: .milliseconds(100))
+            #expect(await trickler.closedByPeer(within: .seconds(8)), "the trickling client was not cut off")
             #expect(try await http.send("GET", metrics + "/health/live").status == 200)
+            // A small POST whose head and body arrive together is answered at once, not at the deadline.
+            let small = try await http.send("POST", ingest + "/v1/notifications/stripe/demo", body: Array(#"{"id":"evt_small"}"#.utf8))
+            #expect(small.status == 503)
             // A store's notification (its body unread: the answer must arrive, not a reset) or an SDK's request is
             // told to come back, not refused.
             let body = Array(#"{"id":"evt_during_the_open","pad":""#.utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: 64 * 1024) + Array(#""}"#.utf8)
@@ -124,6 +128,8 @@ private func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) a
         func answer(_ head: String) -> String { String(decoding: StartupProbeResponder.response(toHead: Array(head.utf8)), as: UTF8.self) }
         #expect(answer("GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n").hasPrefix("HTTP/1.1 200 OK\r\n"))
         #expect(answer("GET /health/live?probe=1 HTTP/1.1\r\n\r\n").hasSuffix(#"{"status":"live"}"#))
+        #expect(answer("GET /health/live HTTP/1.1\nHost: x\n\n").hasPrefix("HTTP/1.1 200 OK\r\n"))
+        #expect(answer("GET /health/live HTTP/1.1\r\n").hasPrefix("HTTP/1.1 200 OK\r\n"))
         #expect(answer("HEAD /health/live HTTP/1.1\r\n\r\n").hasSuffix("\r\n\r\n"))
         #expect(answer("GET /health/ready HTTP/1.1\r\n\r\n").hasPrefix("HTTP/1.1 503 "))
         #expect(!answer("GET /health/ready HTTP/1.1\r\n\r\n").contains("Retry-After"))
