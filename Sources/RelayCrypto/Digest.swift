@@ -35,7 +35,10 @@ public enum Digest {
         }
         if !hashed {
             OpenSSLError.clearQueue()
-            _ = message.withUnsafeBufferPointer { input in output.withUnsafeMutableBufferPointer { SHA256(input.baseAddress, input.count, $0.baseAddress) } }
+            let fallback = message.withUnsafeBufferPointer { input in output.withUnsafeMutableBufferPointer { SHA256(input.baseAddress, input.count, $0.baseAddress) } }
+            // Never a hash of zeros in its place: the console's signing key and the redemption codes' hashes
+            // are made from it.
+            precondition(fallback != nil, "OpenSSL could not compute SHA-256")
         }
         return output
     }

@@ -61,8 +61,9 @@ private func inReadTransaction<T>(_ db: Database, _ body: (Database) throws -> T
 /// time: about 1% of the relay's CPU at saturation, for the log consumers' passes, the worker's reads and
 /// the state writes' savepoints, each a few statements of real work. The statements run through GRDB as
 /// any other (its observers see them). What GRDB's blocks add is done here too: a transaction SQLite rolled
-/// back by itself (a full disk, an I/O error, an interrupt) is reported as aborted, never committed or
-/// written on in autocommit; a savepoint that cannot be rolled back to takes the whole transaction with it.
+/// back by itself (a full disk, an I/O error, an interrupt) is reported as aborted, never as committed (what
+/// a body went on to run after it ran in autocommit: the hot path's read bodies only read); a savepoint that
+/// cannot be rolled back to takes the whole transaction with it.
 public enum CachedTransactions {
     /// `body` in a deferred transaction, committed when it returns; rolled back when it or the commit throws.
     public static func deferred<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
@@ -97,8 +98,11 @@ public enum CachedTransactions {
                     try db.cachedStatement(sql: "RELEASE SAVEPOINT relay").execute()
                 } catch {
                     // The failed write's changes cannot be taken back alone: take back the whole transaction,
-                    // so that none of them is committed with the others.
+                    // so that none of them is committed with the others. A transaction that cannot be rolled back
+                    // either would commit them with the next writes: stop, as GRDB does with a transaction left
+                    // open (a restart redelivers what was not committed).
                     try? db.rollback()
+                    if db.isInsideTransaction { fatalError("a failed write's savepoint and its transaction could not be rolled back") }
                 }
             }
             throw error
