@@ -10,12 +10,22 @@ enum ListenCheck {
     /// with EADDRINUSE. Port 0 and names that do not resolve are left to the server.
     static func isInUse(_ address: ListenAddress) -> Bool {
         guard address.port != 0 else { return false }
+        return withAddresses(address) { first in isInUse(first) } ?? false
+    }
+
+    /// `body` with the addresses a server listening on `address` binds (`getaddrinfo`, passive, TCP), freed
+    /// after; nil when the name does not resolve.
+    static func withAddresses<T>(_ address: ListenAddress, _ body: (UnsafeMutablePointer<addrinfo>) -> T) -> T? {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_flags = AI_PASSIVE
         var results: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(address.host, String(address.port), &hints, &results) == 0, let first = results else { return false }
+        guard getaddrinfo(address.host, String(address.port), &hints, &results) == 0, let first = results else { return nil }
         defer { freeaddrinfo(results) }
+        return body(first)
+    }
+
+    private static func isInUse(_ first: UnsafeMutablePointer<addrinfo>) -> Bool {
         var entry: UnsafeMutablePointer<addrinfo>? = first
         while let current = entry {
             let fd = socket(current.pointee.ai_family, current.pointee.ai_socktype, current.pointee.ai_protocol)

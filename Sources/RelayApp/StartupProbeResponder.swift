@@ -175,12 +175,10 @@ final class StartupProbeResponder: Sendable {
 
     /// A listening socket on `address` with SO_REUSEADDR, as the servers bind after it; nil if it cannot be made.
     private static func listen(_ address: ListenAddress) -> Int32? {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_PASSIVE
-        var results: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(address.host, String(address.port), &hints, &results) == 0, let first = results else { return nil }
-        defer { freeaddrinfo(results) }
+        ListenCheck.withAddresses(address) { first in listen(at: first) } ?? nil
+    }
+
+    private static func listen(at first: UnsafeMutablePointer<addrinfo>) -> Int32? {
         let fd = socket(first.pointee.ai_family, first.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), first.pointee.ai_protocol)
         guard fd >= 0 else { return nil }
         var yes: Int32 = 1
