@@ -9,8 +9,8 @@ import RelayCore
 /// Answers on the process's listen addresses while it opens its stores, before its HTTP servers start.
 ///
 /// Opening can take long: the first start of a version that moves the events store into its own file
-/// copies the whole store first (docs/operations.md, Upgrading), and an embedded log or a database another
-/// process holds can make it wait. Without an answer, an orchestrator's liveness or startup probe counts
+/// copies the whole store first (docs/operations.md, Upgrading), and a database another connection is
+/// writing makes it wait (up to the 10 s busy timeout). Without an answer, an orchestrator's liveness or startup probe counts
 /// refused connections and kills the process mid-open, again at every restart. This answers each request
 /// with one of:
 /// - `GET /health/live`: 200 `{"status":"live"}`, as the server will;
@@ -132,7 +132,6 @@ final class StartupProbeResponder: Sendable {
         }
         let response = Self.response(toHead: head)
         _ = response.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-
         _ = shutdown(client, Int32(SHUT_WR))
         var drained = 0
         while drained < 1 << 20 {
