@@ -5,6 +5,7 @@ import Glibc
 import Logging
 import RelayConfig
 import RelayCore
+import RelayIngest
 
 /// Answers on the process's listen addresses while it opens its stores, before its HTTP servers start.
 ///
@@ -153,23 +154,24 @@ final class StartupProbeResponder: Sendable {
         let method = parts.first.map(String.init) ?? ""
         let target = parts.count > 1 ? String(parts[1].prefix { $0 != "?" }) : ""
         let status: String
-        let body: String
+        let body: JSON
         var extra = ""
+        // The servers' own bodies (HealthBodies), and an error shaped as the ingest's.
         switch (method, target) {
         case ("GET", "/health/live"), ("HEAD", "/health/live"):
             status = "200 OK"
-            body = #"{"status":"live"}"#
+            body = HealthBodies.live
         case ("GET", "/health/ready"), ("HEAD", "/health/ready"):
             status = "503 Service Unavailable"
-            body = #"{"reasons":["starting"],"status":"not_ready"}"#
+            body = HealthBodies.ready(reasons: ["starting"])
         default:
             status = "503 Service Unavailable"
-            body = #"{"detail":"the process is opening its stores; retry","error":"starting"}"#
+            body = ["error": "starting", "detail": "the process is opening its stores; retry"]
             extra = "Retry-After: 5\r\n"
         }
-        let response = "HTTP/1.1 \(status)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\(extra)Connection: close\r\n\r\n"
-            + (method == "HEAD" ? "" : body)
-        return Array(response.utf8)
+        let bytes = body.serialized()
+        let head = "HTTP/1.1 \(status)\r\nContent-Type: application/json\r\nContent-Length: \(bytes.count)\r\n\(extra)Connection: close\r\n\r\n"
+        return Array(head.utf8) + (method == "HEAD" ? [] : bytes)
     }
 
     /// A listening socket on `address` with SO_REUSEADDR, as the servers bind after it; nil if it cannot be made.

@@ -138,14 +138,11 @@ public struct RelayHTTPServer: Sendable {
     private func addHealthRoutes(_ router: Router<RelayRequestContext>) {
         let health = self.health
         router.get("/health/live") { _, _ in
-            jsonResponse(.ok, ["status": "live"])
+            jsonResponse(.ok, HealthBodies.live)
         }
         router.get("/health/ready") { _, _ in
             let reasons = health.notReadyReasons()
-            let warnings = health.currentWarnings()
-            var body: [String: JSON] = reasons.isEmpty ? ["status": "ready"] : ["status": "not_ready", "reasons": .array(reasons.map(JSON.string))]
-            if !warnings.isEmpty { body["warnings"] = .array(warnings.map(JSON.string)) }
-            return jsonResponse(reasons.isEmpty ? .ok : .serviceUnavailable, .object(body))
+            return jsonResponse(reasons.isEmpty ? .ok : .serviceUnavailable, HealthBodies.ready(reasons: reasons, warnings: health.currentWarnings()))
         }
     }
 
@@ -221,6 +218,18 @@ public struct RelayRequestContext: RequestContext {
 }
 
 /// A JSON response with the given body.
+/// The health routes' bodies (docs/contracts.md), for the servers and for the process's answers while it starts.
+public enum HealthBodies {
+    public static let live: JSON = ["status": "live"]
+
+    /// `{"status": "ready"}`, or `not_ready` with its `reasons`; either with the `warnings` that hold.
+    public static func ready(reasons: [String], warnings: [String] = []) -> JSON {
+        var body: [String: JSON] = reasons.isEmpty ? ["status": "ready"] : ["status": "not_ready", "reasons": .array(reasons.map(JSON.string))]
+        if !warnings.isEmpty { body["warnings"] = .array(warnings.map(JSON.string)) }
+        return .object(body)
+    }
+}
+
 func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
     Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body.serialized())))
 }
