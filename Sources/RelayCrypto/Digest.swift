@@ -29,17 +29,11 @@ public enum Digest {
         var output = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         let hashed = message.withUnsafeBufferPointer { input in
-            output.withUnsafeMutableBufferPointer { out in
-                FetchedSHA256.shared.md.map { EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, $0, nil) == 1 } ?? false
-            }
+            output.withUnsafeMutableBufferPointer { EVP_Digest(input.baseAddress, input.count, $0.baseAddress, &length, FetchedSHA256.md, nil) == 1 }
         }
-        if !hashed {
-            OpenSSLError.clearQueue()
-            let fallback = message.withUnsafeBufferPointer { input in output.withUnsafeMutableBufferPointer { SHA256(input.baseAddress, input.count, $0.baseAddress) } }
-            // Never a hash of zeros in its place: the console's signing key and the redemption codes' hashes
-            // are made from it.
-            precondition(fallback != nil, "OpenSSL could not compute SHA-256")
-        }
+        // Never a hash of zeros in its place: the console's signing key and the redemption codes' hashes are made
+        // from it. (Hashing into a buffer of the right size fails only when OpenSSL itself is broken.)
+        precondition(hashed && length == 32, "OpenSSL could not compute SHA-256")
         return output
     }
 
@@ -97,16 +91,10 @@ public final class HMACSHA256Key: @unchecked Sendable {
     }
 }
 
-/// SHA-256's implementation, fetched from OpenSSL's default provider once for the process and owned by it.
-final class FetchedSHA256: @unchecked Sendable {
-    static let shared = FetchedSHA256()
-    /// Nil when the fetch failed: `Digest.sha256` then uses `SHA256()`.
-    let md: OpaquePointer?
-
-    private init() {
-        md = EVP_MD_fetch(nil, "SHA256", nil)
-        if md == nil { OpenSSLError.clearQueue() }
-    }
-
-    deinit { EVP_MD_free(md) }
+/// SHA-256's implementation, fetched from OpenSSL's default provider once for the process and kept for its life.
+enum FetchedSHA256 {
+    nonisolated(unsafe) static let md: OpaquePointer = {
+        guard let md = EVP_MD_fetch(nil, "SHA256", nil) else { fatalError("OpenSSL's default provider has no SHA-256") }
+        return md
+    }()
 }
