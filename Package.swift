@@ -258,7 +258,7 @@ let package = Package(
             dependencies: [
                 "RelayCrypto",
                 "RelayVerification", "RelayConfig", "RelayCore", "RelayDelivery", "RelayKafka", "RelayHTTPClient", "RelayEmbeddedLog", "RelayIngest",
-                "RelayApp",
+                "RelayApp", "RelayLocalBackend",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,5 +1,6 @@
 import ArgumentParser
 import RelayCore
+import RelayLocalBackend
 
 /// What the wire models cost on the hot path: a subscription state read and written once per
 /// notification (by hand over `JSON`, and through Foundation's coders), and each event encoded once
@@ -34,6 +35,9 @@ struct CodecBench: AsyncParsableCommand {
             ("event serialize, the same value as JSON", measure(seconds: seconds) { _ in _ = payloadJSON.serialized() }),
             ("event decode, JSONDecoder", measure(seconds: seconds) { _ in _ = try? WireCoding.decode(EventPayload.self, from: payloadBytes) }),
             ("event parse, JSON.parse", measure(seconds: seconds) { _ in _ = try? JSON.parse(payloadBytes) }),
+            ("event parse, the events recorder's members only: JSON.parse(keepingMembersNamed:)", measure(seconds: seconds) { _ in
+                _ = try? JSON.parse(payloadBytes, keepingMembersNamed: EventStore.columnMembers)
+            }),
         ]
         print("| operation | µs each |")
         print("| --- | ---: |")

@@ -62,6 +62,69 @@ import Testing
     }
 }
 
+@Suite struct JSONKeepingTests {
+    /// `value` without the members not named in `names`, at every depth: what the keeping parse must build.
+    static func pruned(_ value: JSON, to names: Set<String>) -> JSON {
+        switch value {
+        case .object(let members):
+            var kept: [String: JSON] = [:]
+            for (name, member) in members where names.contains(name) { kept[name] = pruned(member, to: names) }
+            return .object(kept)
+        case .array(let elements): return .array(elements.map { pruned($0, to: names) })
+        default: return value
+        }
+    }
+
+    /// On the shared vectors and on an event, with every name, none, and the recorder's kind of choice.
+    @Test func buildsTheFullTreeWithoutTheUnnamedMembers() throws {
+        let models = JSONTests.models
+        var documents = try FileManager.default.contentsOfDirectory(atPath: models.path).filter { $0.hasSuffix(".json") }.map {
+            try Array(Data(contentsOf: models.appendingPathComponent($0)))
+        }
+        documents.append(Array(#"{"type":"renewal","data":{"id":"apple:1:renewal","price":9.99,"list":[{"id":1,"x":{"id":[2]}},3],"source":{"store":"apple","n\u0061me":"x"},"na\u006de":"y"}}"#.utf8))
+        #expect(documents.count > 10)
+        let choices: [Set<String>] = [
+            [], ["type", "data", "id", "price", "source", "store", "name", "list", "x"], ["data", "signedDate", "notificationType", "id"],
+            ["type", "data", "id", "source", "store", "environment", "price", "originalTransactionId", "productId"],
+        ]
+        for bytes in documents {
+            let full = try JSON.parse(bytes)
+            var everyName = Set<String>()
+            func collect(_ value: JSON) {
+                switch value {
+                case .object(let members): for (name, member) in members { everyName.insert(name); collect(member) }
+                case .array(let elements): elements.forEach(collect)
+                default: break
+                }
+            }
+            collect(full)
+            #expect(try JSON.parse(bytes, keepingMembersNamed: Array(everyName)) == full)
+            for names in choices + [everyName.subtracting(["id"])] {
+                #expect(try JSON.parse(bytes, keepingMembersNamed: Array(names)) == Self.pruned(full, to: names))
+            }
+        }
+    }
+
+    /// A member left out is still checked: what `parse` refuses there is refused.
+    @Test(arguments: [
+        #"{"a":1,"skip":[1,]}"#, #"{"a":1,"skip":{"x":01}}"#, #"{"a":1,"skip":"\x"}"#, #"{"a":1,"skip":1e999}"#,
+        #"{"a":1,"skip":tru}"#, #"{"a":1,"sk\ip":1}"#, "{\"a\":1,\"skip\":\"\u{01}\"}", #"{"a":1,"skip":"\ud800"}"#,
+        #"{"a":1,"skip" 1}"#, #"{"a":1,"skip":1,}"#, #"{"a":1,"skip":1} x"#,
+    ])
+    func refusesWhatParseRefusesInAMemberLeftOut(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSON.parse(text) }
+        #expect(throws: JSONParseError.self) { try JSON.parse(Array(text.utf8), keepingMembersNamed: ["a"]) }
+    }
+
+    @Test func refusesInvalidUTF8InANameLeftOut() throws {
+        let bytes: [UInt8] = Array(#"{"a":1,""#.utf8) + [0xFF] + Array(#"":2}"#.utf8)
+        #expect(throws: JSONParseError.self) { try JSON.parse(bytes, keepingMembersNamed: ["a"]) }
+        let accented = Array(#"{"a":1,"é":2}"#.utf8)
+        #expect(try JSON.parse(accented, keepingMembersNamed: ["é"]) == ["é": 2])
+        #expect(try JSON.parse(accented, keepingMembersNamed: ["a"]) == ["a": 1])
+    }
+}
+
 @Suite struct JSONFastPathTests {
     @Test func integersAreExactOnBothSidesOfTheShortcut() throws {
         for (text, value) in [
