@@ -80,7 +80,9 @@ extension ConfigParser {
     static let appleEnvironments = ["Sandbox", "Production", "Xcode", "LocalTesting"]
 
     static func apple(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Apple {
-        let map = try node.mapping(known: ["bundleId", "appAppleId", "environments", "rootCertificates", "serverApi", "consumption", "grandfathering"])
+        let map = try node.mapping(known: [
+            "bundleId", "appAppleId", "environments", "rootCertificates", "serverApi", "consumption", "grandfathering", "verifyNestedSignatures",
+        ])
         let environments = try map.optional("environments") { (node) throws(ConfigurationError) in try node.stringList() } ?? ["Production"]
         for (index, environment) in environments.enumerated() where !appleEnvironments.contains(environment) {
             throw ConfigurationError(key: "\(node.path).environments[\(index)]", message: "expected one of \(appleEnvironments.joined(separator: ", "))")
@@ -163,7 +165,8 @@ extension ConfigParser {
         return RelayConfiguration.Apple(
             bundleId: try map.required("bundleId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
             appAppleId: appAppleId, environments: environments, rootCertificates: roots, serverApi: serverApi, consumption: consumption,
-            grandfathering: grandfathering)
+            grandfathering: grandfathering,
+            verifyNestedSignatures: try map.optional("verifyNestedSignatures") { (node) throws(ConfigurationError) in try node.bool() } ?? false)
     }
 
     static func google(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Google {

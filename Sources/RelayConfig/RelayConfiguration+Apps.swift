@@ -52,10 +52,14 @@ extension RelayConfiguration {
         public var consumption: ConsumptionAnswer?
         /// Paid-app customers who keep access (`POST .../users/{id}/app-transaction`).
         public var grandfathering: [GrandfatheringRule]
+        /// Whether a notification's nested `signedTransactionInfo` and `signedRenewalInfo` have their own chain and
+        /// signature verified too. Off by default: the notification's signature, verified first, covers their
+        /// bytes (docs/verification.md).
+        public var verifyNestedSignatures: Bool
 
         public init(
             bundleId: String, appAppleId: Int64?, environments: [String], rootCertificates: [String], serverApi: AppStoreServerAPI? = nil,
-            consumption: ConsumptionAnswer? = nil, grandfathering: [GrandfatheringRule] = []
+            consumption: ConsumptionAnswer? = nil, grandfathering: [GrandfatheringRule] = [], verifyNestedSignatures: Bool = false
         ) {
             self.bundleId = bundleId
             self.appAppleId = appAppleId
@@ -64,6 +68,7 @@ extension RelayConfiguration {
             self.serverApi = serverApi
             self.consumption = consumption
             self.grandfathering = grandfathering
+            self.verifyNestedSignatures = verifyNestedSignatures
         }
     }
 

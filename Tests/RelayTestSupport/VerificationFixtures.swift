@@ -39,14 +39,14 @@ public enum Fixtures {
     /// A configuration with one app, `demo`, taking all four stores with the fixtures' roots and keys.
     public static func configuration(
         environments: [String] = ["Sandbox", "Production"], appAppleId: Int64? = 1234, jwks: String? = nil,
-        extraYAML: String = ""
+        verifyNestedSignatures: Bool? = nil, extraYAML: String = ""
     ) throws -> RelayConfiguration {
         let yaml = """
             apps:
               - key: demo
                 projectId: 1
                 applicationId: 1
-                apple: { bundleId: com.example.app, \(appAppleId.map { "appAppleId: \($0)," } ?? "") environments: \(environments), rootCertificates: [apple/root.pem] }
+                apple: { bundleId: com.example.app, \(appAppleId.map { "appAppleId: \($0)," } ?? "") environments: \(environments), rootCertificates: [apple/root.pem]\(verifyNestedSignatures.map { ", verifyNestedSignatures: \($0)" } ?? "") }
                 google: { packageName: com.example.app, pushAudience: "https://relay.example.com/v1/notifications/google/demo", pushServiceAccount: "pubsub-push@example.iam.gserviceaccount.com", jwks: "\(jwks ?? "google/jwks.json")" }
                 stripe: { signingSecrets: ["whsec_old_secret", "whsec_test_secret"] }
                 paddle: { secretKeys: ["pdl_ntfset_01h8bzakzx_TESTSECRET"] }

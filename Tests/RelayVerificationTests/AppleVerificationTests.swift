@@ -217,9 +217,38 @@ import Testing
         #expect(throws: ConfigurationError.self) { try Fixtures.configuration(appAppleId: nil) }
     }
 
-    @Test func verifiesTheNestedJWSs() async throws {
+    /// The nested JWSs are part of what the notification's signature covers: changing any of their bytes after
+    /// Apple signed is a bad signature, whatever else they carry.
+    @Test func aNestedJWSChangedAfterTheNotificationWasSignedIsABadSignature() async throws {
+        let signed = signer.notificationPayload()
+        let parts = signer.sign(signed).split(separator: ".").map(String.init)
+        guard case .object(var members) = signed, case .object(let data) = members["data"] else { Issue.record("no data"); return }
         let rogue = AppleSigner(key: "apple/rogue-leaf.key", chain: ["apple/rogue-leaf.pem", "apple/rogue-intermediate.pem", "apple/rogue-root.pem"])
-        // A valid outer JWS carrying a forged transaction.
+        let forgeries: [(String, JSON)] = [
+            ("signedTransactionInfo", .string(rogue.sign(AppleSigner.transaction(originalTransactionId: "2000000999999999")))),
+            ("signedTransactionInfo", .string(signer.sign(AppleSigner.transaction(originalTransactionId: "2000000999999999")))),
+            ("signedRenewalInfo", .string(signer.sign(["autoRenewStatus": 0, "signedDate": .integer(Fixtures.signedDate), "environment": "Sandbox"]))),
+        ]
+        for (key, forged) in forgeries {
+            var changed = data
+            changed[key] = forged
+            members["data"] = JSON.object(changed)
+            let tampered = "\(parts[0]).\(Base64.encodeURL(JSON.object(members).serialized())).\(parts[2])"
+            let body = JSON.object(["signedPayload": .string(tampered)]).serialized()
+            #expect(try await reason(verdict(.apple, body)) == .badSignature)
+        }
+        // The genuine parts, put back together, verify.
+        members["data"] = JSON.object(data)
+        let rebuilt = "\(parts[0]).\(Base64.encodeURL(JSON.object(members).serialized())).\(parts[2])"
+        #expect(try await reason(verdict(.apple, JSON.object(["signedPayload": .string(rebuilt)]).serialized())) == nil)
+    }
+
+    /// What the notification's signer signed is taken as it is, nested JWSs included; with
+    /// `verifyNestedSignatures` their own chain and signature are verified too.
+    @Test func verifiesTheNestedJWSsOwnSignaturesOnlyWhenConfigured() async throws {
+        let rogue = AppleSigner(key: "apple/rogue-leaf.key", chain: ["apple/rogue-leaf.pem", "apple/rogue-intermediate.pem", "apple/rogue-root.pem"])
+        let strict = try NotificationVerifier(configuration: Fixtures.configuration(verifyNestedSignatures: true), logger: testLogger())
+        let lenient = try NotificationVerifier(configuration: Fixtures.configuration(verifyNestedSignatures: false), logger: testLogger())
         var payload = signer.notificationPayload()
         func replacing(_ key: String, with value: String) -> JSON {
             guard case .object(var members) = payload, case .object(var data) = members["data"] else { return payload }
@@ -227,23 +256,48 @@ import Testing
             members["data"] = .object(data)
             return .object(members)
         }
+        // The notification's signer signed a transaction of another chain, and renewal info whose payload was changed
+        // after its own signature.
         payload = replacing("signedTransactionInfo", with: rogue.sign(AppleSigner.transaction()))
-        #expect(try await reason(verdict(.apple, signer.body(payload))) == .untrustedChain)
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: strict)) == .untrustedChain)
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: lenient)) == nil)
+        #expect(try await reason(verdict(.apple, signer.body(payload))) == nil)
 
         payload = signer.notificationPayload()
         let genuine = signer.sign(AppleSigner.renewalInfo())
         let parts = genuine.split(separator: ".")
         let forgedPayload = Base64.encodeURL(JSON.object(["autoRenewStatus": 0, "signedDate": .integer(Fixtures.signedDate), "environment": "Sandbox"]).serialized())
         payload = replacing("signedRenewalInfo", with: "\(parts[0]).\(forgedPayload).\(parts[2])")
-        #expect(try await reason(verdict(.apple, signer.body(payload))) == .badSignature)
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: strict)) == .badSignature)
+        let accepted = try #require(try await verdict(.apple, signer.body(payload)).notification)
+        #expect(accepted.payload["data"]?["signedRenewalInfo"]?["autoRenewStatus"] == 0)
+    }
 
-        payload = signer.notificationPayload(transaction: AppleSigner.transaction(environment: "Production"))
-        #expect(try await reason(verdict(.apple, signer.body(payload))) == .wrongEnvironment)
+    /// The nested JWSs' claims are checked whether or not their signatures are.
+    @Test(arguments: [false, true])
+    func checksTheNestedJWSsClaims(verifyingTheirSignatures: Bool) async throws {
+        let verifier = try NotificationVerifier(
+            configuration: Fixtures.configuration(verifyNestedSignatures: verifyingTheirSignatures), logger: testLogger())
+        func replacing(_ key: String, with value: String) -> JSON {
+            let payload = signer.notificationPayload()
+            guard case .object(var members) = payload, case .object(var data) = members["data"] else { return payload }
+            data[key] = .string(value)
+            members["data"] = .object(data)
+            return .object(members)
+        }
+        var payload = signer.notificationPayload(transaction: AppleSigner.transaction(environment: "Production"))
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: verifier)) == .wrongEnvironment)
         payload = signer.notificationPayload(transaction: AppleSigner.transaction(bundleId: "com.other.app"))
-        #expect(try await reason(verdict(.apple, signer.body(payload))) == .wrongBundleId)
-        payload = signer.notificationPayload()
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: verifier)) == .wrongBundleId)
+        payload = replacing("signedRenewalInfo", with: signer.sign(["autoRenewStatus": 1, "environment": "Production", "signedDate": .integer(Fixtures.signedDate)]))
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: verifier)) == .wrongEnvironment)
         payload = replacing("signedTransactionInfo", with: "signed_transaction_info_value")
-        #expect(try await reason(verdict(.apple, signer.body(payload))) == .malformed)
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: verifier)) == .malformed)
+        payload = replacing("signedRenewalInfo", with: signer.sign(["autoRenewStatus": 1, "environment": "Sandbox"]))
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: verifier)) == .malformed)
+        payload = replacing("signedRenewalInfo", with: signer.sign(["autoRenewStatus": 1, "environment": "Sandbox", "signedDate": "yesterday"]))
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: verifier)) == .malformed)
+        #expect(try await reason(verdict(.apple, signer.body(signer.notificationPayload()), verifier: verifier)) == nil)
     }
 
     @Test func acceptsUnsignedXcodeDataOnlyWhenListed() async throws {
