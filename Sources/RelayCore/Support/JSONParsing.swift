@@ -33,7 +33,7 @@ extension JSON {
 
     /// Parses one JSON value as `parse` does (refusing what it refuses), except that in every object, at any
     /// depth, a member whose name is not in `names` is checked but not built: the tree leaves it out. For a
-    /// reader of a few members of a large document (the events recorder reads 15 of an event's 50).
+    /// reader of a few members of a large document (the events recorder names 19 of an event's 50 or so).
     public static func parse(_ bytes: [UInt8], keepingMembersNamed names: [String]) throws(JSONParseError) -> JSON {
         try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSON in
             var parser = JSONParser(bytes: buffer)

@@ -1,8 +1,4 @@
-#if canImport(Glibc)
 import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 public import Logging
 import Synchronization
 
@@ -12,7 +8,8 @@ import Synchronization
 /// `StreamLogHandler` formats its timestamp with `localtime` and `strftime` for every line; glibc's
 /// `localtime` re-reads the time zone's state (a `stat` of `/etc/localtime`) on each call. The worker
 /// logs a line for every notification, and that was 2% of the relay's CPU at full load. Here the
-/// timestamp's text is made once a second and shared, and the line is written with one `write`.
+/// timestamp's text is made once a second with `localtime_r`, which reads the time zone once: a change of
+/// `TZ` or `/etc/localtime` takes effect at the next start. Each line is written with one `write(2)`.
 public struct LineLogHandler: LogHandler {
     private let label: String
     private let write: @Sendable (String) -> Void
