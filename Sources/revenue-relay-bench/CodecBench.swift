@@ -33,6 +33,12 @@ struct CodecBench: AsyncParsableCommand {
             }),
             ("event encode, JSONEncoder (\(WireCoding.encode(payload).count) B)", measure(seconds: seconds) { _ in _ = WireCoding.encode(payload) }),
             ("event serialize, the same value as JSON", measure(seconds: seconds) { _ in _ = payloadJSON.serialized() }),
+            ("event serialize, the tree built and written (before StandardEvent.body wrote directly)", measure(seconds: seconds) { _ in
+                _ = payload.json.serialized()
+            }),
+            ("event serialize, written directly: EventPayload.serialized() (StandardEvent.body)", measure(seconds: seconds) { _ in
+                _ = payload.serialized()
+            }),
             ("event decode, JSONDecoder", measure(seconds: seconds) { _ in _ = try? WireCoding.decode(EventPayload.self, from: payloadBytes) }),
             ("event parse, JSON.parse", measure(seconds: seconds) { _ in _ = try? JSON.parse(payloadBytes) }),
             ("event parse, the events recorder's members only: JSON.parse(keepingMembersNamed:)", measure(seconds: seconds) { _ in

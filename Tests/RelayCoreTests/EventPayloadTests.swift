@@ -39,8 +39,77 @@ import Testing
         #expect(json["data"]?["originalAppUserId"] == .null && json["data"]?["productId"] == .null)
     }
 
+    /// The bytes records and webhooks carry (`StandardEvent.body`, written directly) are the `JSON` tree's
+    /// serialization, for every member present or absent, extra members, and text that needs escaping.
+    @Test func theDirectWriterWritesTheTreesBytes() throws {
+        let renewal = try WireCoding.decode(EventPayload.self, from: Array(Self.renewal.utf8))
+        #expect(String(decoding: renewal.serialized(), as: UTF8.self) == Self.renewal)
+
+        var random = SeededGenerator(seed: 34)
+        func maybe<T>(_ value: T) -> T? { Bool.random(using: &random) ? value : nil }
+        func text() -> String { ["a", "é", "\"q\"", "line\nbreak", "tab\t", "\u{01}", "😀", "com.example.pro.monthly", ""].randomElement(using: &random)! }
+        func number() -> Double { [0, 1, -9.99, 0.1, 1e21, 123_456.789, 5e-324].randomElement(using: &random)! }
+        func status() -> SubscriptionStatus { SubscriptionStatus(entitlements: [[], ["pro"], ["pro", "basic", "é"]].randomElement(using: &random)!) }
+        func source() -> EventSource {
+            EventSource(store: Store.allCases.randomElement(using: &random)!, notificationId: maybe(text()), type: maybe(text()), subtype: maybe(text()))
+        }
+        func extras<D>(_ data: inout D, _ attributes: WritableKeyPath<D, [String: JSON]?>, _ aliases: WritableKeyPath<D, [String]?>,
+                       _ transferred: WritableKeyPath<D, String?>) {
+            data[keyPath: attributes] = maybe([[:], ["$email": "a@example.com", "plan": ["tier": 2, "é": nil]]].randomElement(using: &random)!)
+            data[keyPath: aliases] = maybe([[], ["$RelayAlias:1", text()]].randomElement(using: &random)!)
+            data[keyPath: transferred] = maybe(text())
+        }
+        var checked = 0
+        for index in 0..<400 {
+            let data: EventData
+            if index % 3 == 0 {
+                var change = StatusChangeData(
+                    id: text(), appUserId: text(), originalAppUserId: maybe(text()), from: status(), to: status(), store: text(),
+                    environment: text(), originalTransactionId: text(), productId: maybe(text()), ts: Int64(index) * 1_000_003,
+                    sdkEvents: maybe([text(), text()]) ?? [], source: source())
+                change.sequence = maybe(Int64(index))
+                extras(&change, \.userAttributes, \.aliases, \.transferredFrom)
+                data = .statusChange(change)
+            } else {
+                var event = StoreEventData(
+                    id: text(), name: EventType.allCases.randomElement(using: &random)!, cancelReason: maybe(Reason.allCases.randomElement(using: &random)!),
+                    expirationReason: maybe(.billingError), exchangeRate: maybe(number()), isSmallBusiness: Bool.random(using: &random),
+                    periodType: SubscriptionState.PeriodType.allCases.randomElement(using: &random)!, countryCode: maybe(text()),
+                    price: maybe(number()), proceeds: maybe(number()), priceInPurchasedCurrency: maybe(number()), currencyCode: maybe(text()),
+                    taxPercentage: maybe(number()), commissionPercentage: number(), takehomePercentage: number(), offerCode: maybe(text()),
+                    isFamilyShare: Bool.random(using: &random), expirationAt: maybe(-5), transactionId: maybe(text()),
+                    originalTransactionId: text(), originalAppUserId: maybe(text()), store: text(), purchasedAt: maybe(Int64.max),
+                    productId: maybe(text()), environment: text(), isTrialConversion: Bool.random(using: &random), newProductId: maybe(text()),
+                    bundleId: maybe(text()), ts: Int64(index), sdkEvents: maybe([text()]) ?? [], entitlements: status().entitlements,
+                    subscriptionStatus: status(), gracePeriodExpiresAt: maybe(Int64.min), source: source())
+                event.sequence = maybe(Int64(index))
+                extras(&event, \.userAttributes, \.aliases, \.transferredFrom)
+                data = .store(event)
+            }
+            let payload = EventPayload(
+                type: EventType.allCases.randomElement(using: &random)!, projectId: index, applicationId: -index, timestamp: Int64(index) << 20,
+                data: data)
+            #expect(payload.serialized() == payload.json.serialized(), "\(payload)")
+            checked += 1
+        }
+        #expect(checked == 400)
+    }
+
     @Test func anUnknownEventTypeIsRefusedNamingTheMember() {
         let text = Self.renewal.replacingOccurrences(of: "\"name\":\"renewal\"", with: "\"name\":\"refund\"")
         #expect(throws: WireDecodingError.self) { try WireCoding.decode(EventPayload.self, from: Array(text.utf8)) }
+    }
+}
+
+/// A deterministic generator (SplitMix64), so a failure is the same on every run.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
