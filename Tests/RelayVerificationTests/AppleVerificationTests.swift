@@ -271,6 +271,12 @@ import Testing
         #expect(try await reason(verdict(.apple, signer.body(payload), verifier: strict)) == .badSignature)
         let accepted = try #require(try await verdict(.apple, signer.body(payload)).notification)
         #expect(accepted.payload["data"]?["signedRenewalInfo"]?["autoRenewStatus"] == 0)
+
+        // By default a covered JWS's header and signature are not read at all: `{}` and an empty signature pass.
+        let bare = "\(Base64.encodeURL(Array("{}".utf8))).\(Base64.encodeURL(AppleSigner.transaction().serialized())).sig"
+        payload = replacing("signedTransactionInfo", with: bare)
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: strict)) != nil)
+        #expect(try await reason(verdict(.apple, signer.body(payload))) == nil)
     }
 
     /// The nested JWSs' claims are checked whether or not their signatures are.
