@@ -85,21 +85,16 @@ public struct EventPayload: Sendable, Equatable, Codable {
     public func serialized() -> [UInt8] {
         var writer = JSONMembersWriter(capacity: 1536)
         writer.open()
-        writer.key("applicationId")
-        writer.value(.integer(Int64(applicationId)))
+        writer.member("applicationId", .integer(Int64(applicationId)))
         writer.key("data")
         switch data {
         case .store(let data): data.write(to: &writer)
         case .statusChange(let data): data.write(to: &writer)
         }
-        writer.key("object")
-        writer.string(object)
-        writer.key("projectId")
-        writer.value(.integer(Int64(projectId)))
-        writer.key("timestamp")
-        writer.value(.integer(timestamp))
-        writer.key("type")
-        writer.string(type.rawValue)
+        writer.member("object", string: object)
+        writer.member("projectId", .integer(Int64(projectId)))
+        writer.member("timestamp", .integer(timestamp))
+        writer.member("type", string: type.rawValue)
         writer.close()
         return writer.output
     }
@@ -295,93 +290,61 @@ public struct StoreEventData: Sendable, Equatable, Codable {
         func optional(_ value: String?) -> JSON { value.map(JSON.string) ?? .null }
         func optional(_ value: Int64?) -> JSON { value.map(JSON.integer) ?? .null }
         func optional(_ value: Double?) -> JSON { value.map(JSON.number) ?? .null }
-        writer.open()
-        if let aliases, !aliases.isEmpty {
-            writer.key("aliases")
-            writer.value(.array(aliases.map(JSON.string)))
-        }
-        writer.key("bundleId")
-        writer.value(optional(bundleId))
-        writer.key("cancelReason")
-        writer.value(optional(cancelReason?.rawValue))
-        writer.key("commissionPercentage")
-        writer.value(.number(commissionPercentage))
-        writer.key("countryCode")
-        writer.value(optional(countryCode))
-        writer.key("currencyCode")
-        writer.value(optional(currencyCode))
-        writer.key("entitlements")
-        writer.value(.array(entitlements.map(\.json)))
-        writer.key("environment")
-        writer.string(environment)
-        writer.key("exchangeRate")
-        writer.value(optional(exchangeRate))
-        writer.key("expirationAt")
-        writer.value(optional(expirationAt))
-        writer.key("expirationReason")
-        writer.value(optional(expirationReason?.rawValue))
-        writer.key("gracePeriodExpiresAt")
-        writer.value(optional(gracePeriodExpiresAt))
-        writer.key("id")
-        writer.string(id)
-        writer.key("isFamilyShare")
-        writer.value(.bool(isFamilyShare))
-        writer.key("isSmallBusiness")
-        writer.value(.bool(isSmallBusiness))
-        writer.key("isTrialConversion")
-        writer.value(.bool(isTrialConversion))
-        writer.key("name")
-        writer.string(name.rawValue)
-        writer.key("newProductId")
-        writer.value(optional(newProductId))
-        writer.key("offerCode")
-        writer.value(optional(offerCode))
-        writer.key("originalAppUserId")
-        writer.value(optional(originalAppUserId))
-        writer.key("originalTransactionId")
-        writer.string(originalTransactionId)
-        writer.key("periodType")
-        writer.string(periodType.rawValue)
-        writer.key("price")
-        writer.value(optional(price))
-        writer.key("priceInPurchasedCurrency")
-        writer.value(optional(priceInPurchasedCurrency))
-        writer.key("proceeds")
-        writer.value(optional(proceeds))
-        writer.key("productId")
-        writer.value(optional(productId))
-        writer.key("purchasedAt")
-        writer.value(optional(purchasedAt))
-        writer.key("sdkEvents")
-        writer.value(.array(sdkEvents.map(JSON.string)))
-        writer.key("sequence")
-        writer.value(optional(sequence))
-        writer.key("source")
-        writer.value(source.json)
-        writer.key("store")
-        writer.string(store)
-        writer.key("subscriptionStatus")
-        writer.value(subscriptionStatus.json)
-        writer.key("takehomePercentage")
-        writer.value(.number(takehomePercentage))
-        writer.key("taxPercentage")
-        writer.value(optional(taxPercentage))
-        writer.key("transactionId")
-        writer.value(optional(transactionId))
-        if let transferredFrom {
-            writer.key("transferredFrom")
-            writer.string(transferredFrom)
-        }
-        writer.key("ts")
-        writer.value(.integer(ts))
-        if let userAttributes, !userAttributes.isEmpty {
-            writer.key("userAttributes")
-            writer.value(.object(userAttributes))
-        }
-        writer.close()
+        writer.openEventData(aliases: aliases)
+        writer.member("bundleId", optional(bundleId))
+        writer.member("cancelReason", optional(cancelReason?.rawValue))
+        writer.member("commissionPercentage", .number(commissionPercentage))
+        writer.member("countryCode", optional(countryCode))
+        writer.member("currencyCode", optional(currencyCode))
+        writer.member("entitlements", .array(entitlements.map(\.json)))
+        writer.member("environment", string: environment)
+        writer.member("exchangeRate", optional(exchangeRate))
+        writer.member("expirationAt", optional(expirationAt))
+        writer.member("expirationReason", optional(expirationReason?.rawValue))
+        writer.member("gracePeriodExpiresAt", optional(gracePeriodExpiresAt))
+        writer.member("id", string: id)
+        writer.member("isFamilyShare", .bool(isFamilyShare))
+        writer.member("isSmallBusiness", .bool(isSmallBusiness))
+        writer.member("isTrialConversion", .bool(isTrialConversion))
+        writer.member("name", string: name.rawValue)
+        writer.member("newProductId", optional(newProductId))
+        writer.member("offerCode", optional(offerCode))
+        writer.member("originalAppUserId", optional(originalAppUserId))
+        writer.member("originalTransactionId", string: originalTransactionId)
+        writer.member("periodType", string: periodType.rawValue)
+        writer.member("price", optional(price))
+        writer.member("priceInPurchasedCurrency", optional(priceInPurchasedCurrency))
+        writer.member("proceeds", optional(proceeds))
+        writer.member("productId", optional(productId))
+        writer.member("purchasedAt", optional(purchasedAt))
+        writer.member("sdkEvents", .array(sdkEvents.map(JSON.string)))
+        writer.member("sequence", optional(sequence))
+        writer.member("source", source.json)
+        writer.member("store", string: store)
+        writer.member("subscriptionStatus", subscriptionStatus.json)
+        writer.member("takehomePercentage", .number(takehomePercentage))
+        writer.member("taxPercentage", optional(taxPercentage))
+        writer.member("transactionId", optional(transactionId))
+        writer.closeEventData(transferredFrom: transferredFrom, ts: ts, userAttributes: userAttributes)
     }
 
     public func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }
+}
+
+extension JSONMembersWriter {
+    /// An event's data up to its first own member: the user's other ids, when it has any (first by name).
+    mutating func openEventData(aliases: [String]?) {
+        open()
+        if let aliases, !aliases.isEmpty { member("aliases", .array(aliases.map(JSON.string))) }
+    }
+
+    /// An event's data from after its last own member before `transferredFrom` to its end, as `adding` makes them.
+    mutating func closeEventData(transferredFrom: String?, ts: Int64, userAttributes: [String: JSON]?) {
+        if let transferredFrom { member("transferredFrom", string: transferredFrom) }
+        member("ts", .integer(ts))
+        if let userAttributes, !userAttributes.isEmpty { member("userAttributes", .object(userAttributes)) }
+        close()
+    }
 }
 
 extension JSON {
@@ -467,52 +430,23 @@ public struct StatusChangeData: Sendable, Equatable, Codable {
 
     /// `json`'s members, in name order.
     func write(to writer: inout JSONMembersWriter) {
-        writer.open()
-        if let aliases, !aliases.isEmpty {
-            writer.key("aliases")
-            writer.value(.array(aliases.map(JSON.string)))
-        }
-        writer.key("appUserId")
-        writer.string(appUserId)
-        writer.key("entitlements")
-        writer.value(.array(entitlements.map(\.json)))
-        writer.key("environment")
-        writer.string(environment)
-        writer.key("from")
-        writer.value(from.json)
-        writer.key("id")
-        writer.string(id)
-        writer.key("name")
-        writer.string(name.rawValue)
-        writer.key("originalAppUserId")
-        writer.value(originalAppUserId.map(JSON.string) ?? .null)
-        writer.key("originalTransactionId")
-        writer.string(originalTransactionId)
-        writer.key("productId")
-        writer.value(productId.map(JSON.string) ?? .null)
-        writer.key("sdkEvents")
-        writer.value(.array(sdkEvents.map(JSON.string)))
-        writer.key("sequence")
-        writer.value(sequence.map(JSON.integer) ?? .null)
-        writer.key("source")
-        writer.value(source.json)
-        writer.key("store")
-        writer.string(store)
-        writer.key("subscriptionStatus")
-        writer.value(subscriptionStatus.json)
-        writer.key("to")
-        writer.value(to.json)
-        if let transferredFrom {
-            writer.key("transferredFrom")
-            writer.string(transferredFrom)
-        }
-        writer.key("ts")
-        writer.value(.integer(ts))
-        if let userAttributes, !userAttributes.isEmpty {
-            writer.key("userAttributes")
-            writer.value(.object(userAttributes))
-        }
-        writer.close()
+        writer.openEventData(aliases: aliases)
+        writer.member("appUserId", string: appUserId)
+        writer.member("entitlements", .array(entitlements.map(\.json)))
+        writer.member("environment", string: environment)
+        writer.member("from", from.json)
+        writer.member("id", string: id)
+        writer.member("name", string: name.rawValue)
+        writer.member("originalAppUserId", originalAppUserId.map(JSON.string) ?? .null)
+        writer.member("originalTransactionId", string: originalTransactionId)
+        writer.member("productId", productId.map(JSON.string) ?? .null)
+        writer.member("sdkEvents", .array(sdkEvents.map(JSON.string)))
+        writer.member("sequence", sequence.map(JSON.integer) ?? .null)
+        writer.member("source", source.json)
+        writer.member("store", string: store)
+        writer.member("subscriptionStatus", subscriptionStatus.json)
+        writer.member("to", to.json)
+        writer.closeEventData(transferredFrom: transferredFrom, ts: ts, userAttributes: userAttributes)
     }
 
     public func encode(to encoder: any Encoder) throws { try json.encode(to: encoder) }

@@ -153,5 +153,17 @@ public struct JSONMembersWriter {
         JSON.writeString(value, to: &output)
         afterValue = true
     }
+
+    /// `key(name)` and `value(value)`.
+    public mutating func member(_ name: StaticString, _ value: JSON) {
+        key(name)
+        self.value(value)
+    }
+
+    /// `key(name)` and `string(value)`.
+    public mutating func member(_ name: StaticString, string value: String) {
+        key(name)
+        string(value)
+    }
 }
 
