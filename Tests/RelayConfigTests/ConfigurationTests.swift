@@ -398,8 +398,12 @@ import Testing
         #expect(apple.grandfathering.map(\.entitlements) == [["pro"], ["pro", "extras"]])
         #expect(apple.grandfathering.last?.purchasedBefore == 1_735_689_600_000)
         #expect(try parse(base).apps.first?.apple?.consumption == nil)
+        // The nested JWSs' own signatures: off unless asked for.
+        #expect(try parse(base).apps.first?.apple?.verifyNestedSignatures == false)
+        #expect(try parse(base + "\n      verifyNestedSignatures: true").apps.first?.apple?.verifyNestedSignatures == true)
 
         for (extra, key) in [
+            ("verifyNestedSignatures: sometimes", "apps[0].apple.verifyNestedSignatures"),
             ("serverApi: { keyId: A, issuerId: B, privateKey: missing.p8 }", "apps[0].apple.serverApi.privateKey"),
             ("serverApi: { keyId: A, issuerId: B, privateKey: dev/apple-test-root.pem, environment: Xcode }", "apps[0].apple.serverApi.environment"),
             ("consumption: { customerConsented: true }", "apps[0].apple.consumption"),

@@ -272,10 +272,11 @@ import Testing
         let accepted = try #require(try await verdict(.apple, signer.body(payload)).notification)
         #expect(accepted.payload["data"]?["signedRenewalInfo"]?["autoRenewStatus"] == 0)
 
-        // By default a covered JWS's header and signature are not read at all: `{}` and an empty signature pass.
+        // By default a covered JWS's header and signature are not read at all: a header `{}` and a signature that
+        // is not one pass; strict, the header names no algorithm.
         let bare = "\(Base64.encodeURL(Array("{}".utf8))).\(Base64.encodeURL(AppleSigner.transaction().serialized())).sig"
         payload = replacing("signedTransactionInfo", with: bare)
-        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: strict)) != nil)
+        #expect(try await reason(verdict(.apple, signer.body(payload), verifier: strict)) == .unsupportedAlgorithm)
         #expect(try await reason(verdict(.apple, signer.body(payload))) == nil)
     }
 

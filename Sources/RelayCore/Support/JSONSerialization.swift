@@ -111,57 +111,59 @@ extension JSON {
 
 /// Writes JSON objects whose members the caller gives in the order `serialized()` puts them (by name), without
 /// building a `JSON` tree: no dictionary, no sort. For a hot path's fixed shape (an event's payload), with a test
-/// that holds its bytes to `serialized()`'s of the same value.
-public struct JSONMembersWriter {
-    public private(set) var output: [UInt8]
+/// that holds its bytes to `serialized()`'s of the same value. Nothing checks the order or the alternation of
+/// names and values here: the test does, so it stays inside this module.
+struct JSONMembersWriter {
+    private(set) var output: [UInt8]
     private var afterValue = false
 
-    public init(capacity: Int) {
+    init(capacity: Int) {
         output = []
         output.reserveCapacity(capacity)
     }
 
     /// Starts an object (a member's value, or the top level).
-    public mutating func open() {
+    mutating func open() {
         if afterValue { output.append(UInt8(ascii: ",")) }
         output.append(UInt8(ascii: "{"))
         afterValue = false
     }
 
     /// Ends the object; it is the value of its member.
-    public mutating func close() {
+    mutating func close() {
         output.append(UInt8(ascii: "}"))
         afterValue = true
     }
 
     /// The next member's name: plain ASCII that needs no escape, after the previous member's in name order.
-    public mutating func key(_ name: StaticString) {
+    mutating func key(_ name: StaticString) {
         if afterValue { output.append(UInt8(ascii: ",")) }
         output.append(UInt8(ascii: "\""))
         output.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-        output.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        output.append(UInt8(ascii: "\""))
+        output.append(UInt8(ascii: ":"))
         afterValue = false
     }
 
     /// The member's value, as `serialized()` writes it.
-    public mutating func value(_ value: JSON) {
+    mutating func value(_ value: JSON) {
         value.write(to: &output)
         afterValue = true
     }
 
-    public mutating func string(_ value: String) {
+    mutating func string(_ value: String) {
         JSON.writeString(value, to: &output)
         afterValue = true
     }
 
     /// `key(name)` and `value(value)`.
-    public mutating func member(_ name: StaticString, _ value: JSON) {
+    mutating func member(_ name: StaticString, _ value: JSON) {
         key(name)
         self.value(value)
     }
 
     /// `key(name)` and `string(value)`.
-    public mutating func member(_ name: StaticString, string value: String) {
+    mutating func member(_ name: StaticString, string value: String) {
         key(name)
         string(value)
     }
