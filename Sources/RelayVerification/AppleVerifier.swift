@@ -15,10 +15,10 @@ import Synchronization
 /// 4. bundleId, environment (in the app's `environments`) and, for Production, appAppleId;
 /// 5. the nested `signedTransactionInfo` and `signedRenewalInfo`: three base64url parts whose payload is
 ///    JSON with a `signedDate`, of the notification's environment (and the transaction of the app's
-///    bundle). Their headers, chains and signatures are not checked unless `verifyNestedSignatures` is set: their bytes are part of the
-///    payload step 3 verified, so only Apple's key could have put them there (Apple's SignedDataVerifier
-///    does not verify them with the notification either). That was two of an Apple notification's three
-///    ES256 verifications, about 126 µs of one core.
+///    bundle). Their headers, chains and signatures are not checked unless `verifyNestedSignatures` is
+///    set: their bytes are part of the payload step 3 verified, so only Apple's key could have put them
+///    there (Apple's SignedDataVerifier does not verify them with the notification either). That was two
+///    of an Apple notification's three ES256 verifications, about 130 µs of one core.
 ///
 /// `Xcode` and `LocalTesting` data is unsigned; like Apple's verifier, it is decoded without signature
 /// checks, and only when the app lists that environment.
@@ -317,8 +317,8 @@ public struct AppleVerifier: Sendable {
     }
 
     /// A JWS nested in a document from `environment` (a notification's or an apple-api record's transaction
-    /// and renewal info): verified at its own date, of the same environment, and (with `checkBundle`) of
-    /// this app's bundle when it names one. Returns its payload.
+    /// and renewal info): verified at its own date unless covered, of the same environment, and (with
+    /// `checkBundle`) of this app's bundle when it names one. Returns its payload.
     ///
     /// - Parameter coveredBySignature: the document's verified signature covers this JWS's bytes (a
     ///   notification's): its header and signature are not read, only its payload's claims (a `signedDate`,
