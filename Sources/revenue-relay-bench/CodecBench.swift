@@ -19,6 +19,10 @@ struct CodecBench: AsyncParsableCommand {
         let payload = try WireCoding.decode(EventPayload.self, from: Array(Self.eventText.utf8))
         let payloadJSON = payload.json
         let payloadBytes = WireCoding.encode(payload)
+        let attempt = DeliveryAttempt(
+            app: "demo", endpoint: "https-hooks", eventId: "apple:5b6d8e2c-1f0a-4c1e-9a57-3f2f0b6a9c11:renewal", eventType: "renewal",
+            subject: "apple:2000000100000001", attempt: 1, outcome: .succeeded, httpStatus: 204, durationMs: 3, error: nil,
+            startedAt: 1_890_000_000_000, finishedAt: 1_890_000_000_003)
         let rows: [(String, Double)] = [
             ("state decode, by hand: JSON.parse + init(json:) (\(stateBytes.count) B)", measure(seconds: seconds) { _ in
                 _ = try? SubscriptionState(json: JSON.parse(stateBytes))
@@ -38,6 +42,10 @@ struct CodecBench: AsyncParsableCommand {
             }),
             ("event serialize, written directly: EventPayload.serialized() (StandardEvent.body)", measure(seconds: seconds) { _ in
                 _ = payload.serialized()
+            }),
+            ("attempt record, the tree built and written", measure(seconds: seconds) { _ in _ = attempt.json.serialized() }),
+            ("attempt record, written directly: DeliveryAttempt.serialized() (the record's value)", measure(seconds: seconds) { _ in
+                _ = attempt.serialized()
             }),
             ("event decode, JSONDecoder", measure(seconds: seconds) { _ in _ = try? WireCoding.decode(EventPayload.self, from: payloadBytes) }),
             ("event parse, JSON.parse", measure(seconds: seconds) { _ in _ = try? JSON.parse(payloadBytes) }),

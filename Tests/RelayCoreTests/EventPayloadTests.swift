@@ -106,6 +106,34 @@ import Testing
         #expect(extrasSeen.count == 9, "\(extrasSeen.sorted())")
     }
 
+    /// A delivery attempt's record bytes (written directly) are its `JSON` tree's serialization, for every
+    /// member present or absent and text that needs escaping; they read back as the same attempt.
+    @Test func anAttemptsRecordIsItsTreesBytes() throws {
+        var random = SeededGenerator(seed: 35)
+        func maybe<T>(_ value: T) -> T? { Bool.random(using: &random) ? value : nil }
+        func text() -> String { ["a", "é", "\"q\"", "line\nbreak", "\u{01}", "😀", "https://example.com/hook", ""].randomElement(using: &random)! }
+        var absent = Set<String>(), present = Set<String>()
+        for index in 0..<300 {
+            let attempt = DeliveryAttempt(
+                app: text(), endpoint: text(), eventId: text(), eventType: text(), subject: maybe(text()), attempt: index % 7 + 1,
+                outcome: DeliveryAttempt.Outcome.allCases.randomElement(using: &random)!, httpStatus: maybe([200, 204, 410, 503].randomElement(using: &random)!),
+                durationMs: maybe(Int64(index)), error: maybe(text()), startedAt: Int64(index) << 30, finishedAt: (Int64(index) << 30) + 7,
+                replayedFrom: maybe(text()), nextAttemptAt: maybe(Int64.max), deadLetterReason: maybe(text()))
+            let direct = attempt.record(topic: "t").value, tree = attempt.json.serialized()
+            if direct != tree {
+                Issue.record("direct: \(String(decoding: direct, as: UTF8.self))\ntree:   \(String(decoding: tree, as: UTF8.self))")
+            }
+            #expect(DeliveryAttempt(json: try JSON.parse(direct)) == attempt)
+            for (name, value) in [
+                ("subject", attempt.subject as Any?), ("httpStatus", attempt.httpStatus), ("durationMs", attempt.durationMs), ("error", attempt.error),
+                ("replayedFrom", attempt.replayedFrom), ("nextAttemptAt", attempt.nextAttemptAt), ("deadLetterReason", attempt.deadLetterReason),
+            ] {
+                if value == nil { absent.insert(name) } else { present.insert(name) }
+            }
+        }
+        #expect(absent.count == 7 && present.count == 7)
+    }
+
     @Test func anUnknownEventTypeIsRefusedNamingTheMember() {
         let text = Self.renewal.replacingOccurrences(of: "\"name\":\"renewal\"", with: "\"name\":\"refund\"")
         #expect(throws: WireDecodingError.self) { try WireCoding.decode(EventPayload.self, from: Array(text.utf8)) }
