@@ -67,7 +67,7 @@ public final class PublicKey: @unchecked Sendable {
     /// The data is hashed here (SHA-256 fetched once, `Digest.sha256`) and the digest verified on a context
     /// made ready once for this key: the same check as `EVP_DigestVerify`, without its lookups of the digest,
     /// the key's management and ECDSA by name for every verification (one per Apple notification, each
-    /// AppTransaction and handed-over purchase, three per App Store Server API record).
+    /// AppTransaction and handed-over purchase, two per App Store Server API record).
     public func verifyES256(_ signedData: [UInt8], rawSignature: [UInt8]) -> Bool {
         // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
         guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC, let context = borrowContext() else { return false }

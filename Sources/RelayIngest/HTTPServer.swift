@@ -217,7 +217,6 @@ public struct RelayRequestContext: RequestContext {
     }
 }
 
-/// A JSON response with the given body.
 /// The health routes' bodies (docs/contracts.md), for the servers and for the process's answers while it starts.
 public enum HealthBodies {
     public static let live: JSON = ["status": "live"]
@@ -230,6 +229,7 @@ public enum HealthBodies {
     }
 }
 
+/// A JSON response with the given body.
 func jsonResponse(_ status: HTTPResponse.Status, _ body: JSON) -> Response {
     Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body.serialized())))
 }

@@ -2,13 +2,18 @@ import RelayCore
 
 /// A compact JWS or JWT (`header.payload.signature`, base64url), split and decoded but not verified.
 struct CompactJWS {
+    /// The token's text, whose header and signing input are copied out only when asked for: a nested JWS
+    /// whose notification's signature covers it is read for its payload alone.
+    private let utf8: [UInt8]
+    private let dots: (first: Int, second: Int)
+    var payload: JSON
+    var signature: [UInt8]
+
     /// The header as sent (base64url), decoded on demand: Apple's verifier keys its chain cache by it,
     /// so a header it has seen is never decoded again.
-    var headerSegment: [UInt8]
-    var payload: JSON
+    var headerSegment: [UInt8] { Array(utf8[..<dots.first]) }
     /// The bytes the signature covers: the ASCII `header.payload`.
-    var signingInput: [UInt8]
-    var signature: [UInt8]
+    var signingInput: [UInt8] { Array(utf8[..<dots.second]) }
 
     /// - Parameter what: names the token in rejection details ("signedPayload", "push token").
     init(_ text: String, what: String) throws(Rejection) {
@@ -22,10 +27,10 @@ struct CompactJWS {
         guard let signature = Self.base64url(signaturePart) else {
             throw Rejection(.malformed, "\(what) signature is not base64url")
         }
-        self.headerSegment = Array(utf8[..<dots.first])
+        self.utf8 = utf8
+        self.dots = (dots.first, dots.second)
         self.what = what
         self.payload = payload
-        self.signingInput = Array(utf8[..<dots.second])
         self.signature = signature
     }
 
@@ -33,7 +38,7 @@ struct CompactJWS {
 
     /// The decoded header (a JSON object).
     func header() throws(Rejection) -> JSON {
-        guard let bytes = Self.base64url(headerSegment[...]), let header = try? JSON.parse(bytes), case .object = header else {
+        guard let bytes = Self.base64url(utf8[..<dots.first]), let header = try? JSON.parse(bytes), case .object = header else {
             throw Rejection(.malformed, "\(what) header is not base64url JSON")
         }
         return header
