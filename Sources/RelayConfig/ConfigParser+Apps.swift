@@ -166,7 +166,7 @@ extension ConfigParser {
             bundleId: try map.required("bundleId") { (node) throws(ConfigurationError) in try node.nonEmptyString() },
             appAppleId: appAppleId, environments: environments, rootCertificates: roots, serverApi: serverApi, consumption: consumption,
             grandfathering: grandfathering,
-            verifyNestedSignatures: try map.optional("verifyNestedSignatures") { (node) throws(ConfigurationError) in try node.bool() } ?? false)
+            verifyNestedSignatures: try map.optional("verifyNestedSignatures") { (node) throws(ConfigurationError) in try node.bool() } ?? true)
     }
 
     static func google(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Google {

@@ -11,12 +11,12 @@ public import RelayCore
 ///    `signedDate`, with Apple's marker OIDs on the leaf and the intermediate;
 /// 3. the ES256 signature over `header.payload` with the leaf key;
 /// 4. bundleId, environment (in the app's `environments`) and, for Production, appAppleId;
-/// 5. the nested `signedTransactionInfo` and `signedRenewalInfo`: three base64url parts whose payload is
-///    JSON with a `signedDate`, of the notification's environment (and the transaction of the app's
-///    bundle). Their headers, chains and signatures are not checked unless `verifyNestedSignatures` is
-///    set: their bytes are part of the payload step 3 verified, so only Apple's key could have put them
-///    there (Apple's SignedDataVerifier does not verify them with the notification either). That was two
-///    of an Apple notification's three ES256 verifications, about 130 µs of one core.
+/// 5. the nested `signedTransactionInfo` and `signedRenewalInfo`, verified the same way and required to
+///    be of the notification's environment (and the transaction of the app's bundle). With
+///    `verifyNestedSignatures` off, their headers, chains and signatures are not checked, only their
+///    payloads' claims (a `signedDate`, the environment, the bundle): their bytes are part of the payload
+///    step 3 verified (Apple's SignedDataVerifier does not verify them with the notification either), and
+///    that saves two of an Apple notification's three ES256 verifications, about 130 µs of one core.
 ///
 /// `Xcode` and `LocalTesting` data is unsigned; like Apple's verifier, it is decoded without signature
 /// checks, and only when the app lists that environment.

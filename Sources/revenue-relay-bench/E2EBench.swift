@@ -69,6 +69,9 @@ struct E2EBench: AsyncParsableCommand {
     @Option(help: "The relay's worker.maxInFlight (default: the relay's own).")
     var workerInFlight: Int?
 
+    @Flag(help: "Run the relay with apps[].apple.verifyNestedSignatures: false (the notification's signature vouches for its nested JWSs).")
+    var nestedCovered = false
+
     @Option(help: "Where the relay's data directories go (a fresh folder per round).")
     var directory = FileManager.default.temporaryDirectory.path
 
@@ -107,7 +110,7 @@ struct E2EBench: AsyncParsableCommand {
         for kind in logs {
             var results: [RoundResult] = []
             for round in 1...max(1, rounds) {
-                let relay = try RelayChild(kind: kind, configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures, workerInFlight: workerInFlight), directory: directory)
+                let relay = try RelayChild(kind: kind, configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures, workerInFlight: workerInFlight, nestedCovered: nestedCovered), directory: directory)
                 defer { relay.stop() }
                 var measurement = Round(
                     ingest: relay.ingest, engine: engine, arrivals: arrivals, factory: factory, connections: connections)

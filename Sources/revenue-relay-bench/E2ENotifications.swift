@@ -43,7 +43,7 @@ struct NotificationFactory: Sendable {
         self.header = Base64.encodeURL(header.serialized())
     }
 
-    func configuration(receiverPort: Int, fixtures: String, workerInFlight: Int?) -> String {
+    func configuration(receiverPort: Int, fixtures: String, workerInFlight: Int?, nestedCovered: Bool = false) -> String {
         """
         # The load generator is one client address: the per-client limits stay on (their cost is measured)
         # but far above what it sends.
@@ -53,7 +53,7 @@ struct NotificationFactory: Sendable {
           - key: bench
             projectId: 1
             applicationId: 1
-            apple: { bundleId: com.example.app, appAppleId: 1234, environments: [Sandbox, Production], rootCertificates: ["\(fixtures)/apple/root.pem"] }
+            apple: { bundleId: com.example.app, appAppleId: 1234, environments: [Sandbox, Production], rootCertificates: ["\(fixtures)/apple/root.pem"], verifyNestedSignatures: \(!nestedCovered) }
             stripe: { signingSecrets: ["\(Self.stripeSecret)"], tolerance: 300s }
             paddle: { secretKeys: ["\(Self.paddleSecret)"], tolerance: 300s }
             products:

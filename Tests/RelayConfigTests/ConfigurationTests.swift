@@ -398,9 +398,9 @@ import Testing
         #expect(apple.grandfathering.map(\.entitlements) == [["pro"], ["pro", "extras"]])
         #expect(apple.grandfathering.last?.purchasedBefore == 1_735_689_600_000)
         #expect(try parse(base).apps.first?.apple?.consumption == nil)
-        // The nested JWSs' own signatures: off unless asked for.
-        #expect(try parse(base).apps.first?.apple?.verifyNestedSignatures == false)
-        #expect(try parse(base + "\n      verifyNestedSignatures: true").apps.first?.apple?.verifyNestedSignatures == true)
+        // The nested JWSs' own signatures: verified unless turned off.
+        #expect(try parse(base).apps.first?.apple?.verifyNestedSignatures == true)
+        #expect(try parse(base + "\n      verifyNestedSignatures: false").apps.first?.apple?.verifyNestedSignatures == false)
 
         for (extra, key) in [
             ("verifyNestedSignatures: sometimes", "apps[0].apple.verifyNestedSignatures"),
