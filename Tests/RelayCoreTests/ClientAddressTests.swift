@@ -1,3 +1,5 @@
+import Foundation
+import Glibc
 import RelayCore
 import Testing
 
@@ -36,6 +38,33 @@ import Testing
         #expect(address("2001:db8:1:3::1").clientKey != address("2001:db8:1:2::1").clientKey)
     }
 
+    @Test func whitespaceIsTrimmedAsFoundationTrimsIt() {
+        #expect(IPAddress("\t198.51.100.7\t ")?.description == "198.51.100.7")
+        #expect(IPAddress("\u{00A0}203.0.113.9\u{3000}")?.description == "203.0.113.9", "non-ASCII spaces are whitespace too")
+        #expect(IPAddress("fe80::1%eth\u{E9}")?.description == "fe80::1", "a zone is cut whatever its characters")
+        #expect(IPAddress("2001:db8::1\u{E9}") == nil)
+        #expect(IPAddress("\n198.51.100.7") == nil, "a newline is not in .whitespaces")
+        #expect(IPAddress(String(repeating: "0", count: 40) + "::1") == nil, "longer than any address")
+        #expect(IPAddress("198.51.100.7:\u{301}8")?.description == "198.51.100.7", "the delimiters are bytes")
+    }
+
+    /// The byte-wise parser against the Character-wise one it replaced, on generated text made of the
+    /// characters that matter (digits, hex, the delimiters, whitespace of both kinds, a non-ASCII letter).
+    /// One difference is deliberate: a delimiter followed by a combining mark was part of a larger
+    /// Character and not found; it is found now, so what follows it is cut as any other port or zone.
+    @Test func parsesExactlyAsTheCharacterWiseParserDid() {
+        let pieces = ["1", "9", "25", "255", "256", "a", "f", "g", ".", ":", "::", "[", "]", "%", " ", "\t", "\u{00A0}", "\u{E9}", "ffff", "2001", "0"]
+        var generator = SystemRandomNumberGenerator()
+        var samples = ["1.2.3.4", "[::1]:80", "::ffff:1.2.3.4", "1.2.3.4:80:90", "[::1", "[1.2.3.4]", "]1.2.3.4", "1.2.3.4%x", "[fe80::1%x]:9"]
+        for _ in 0..<20_000 {
+            let count = Int.random(in: 1...12, using: &generator)
+            samples.append((0..<count).map { _ in pieces.randomElement(using: &generator)! }.joined())
+        }
+        for sample in samples {
+            #expect(IPAddress(sample)?.bytes == ReferenceAddress.parse(sample), "\(sample.unicodeScalars.map { "U+\(String($0.value, radix: 16))" })")
+        }
+    }
+
     @Test func forwardedForIsReadFromTheRightThroughTrustedProxiesOnly() {
         let resolver = ClientAddressResolver(trustedProxies: [range("10.0.0.0/8"), range("127.0.0.1")])
         func client(_ peer: String?, _ header: [String]) -> String? { resolver.client(peer: peer, forwardedFor: header)?.description }
@@ -56,5 +85,27 @@ import Testing
         #expect(client("10.0.0.2", ["198.51.100.1, not-an-address"]) == "10.0.0.2")
         #expect(client(nil, ["198.51.100.1"]) == nil)
         #expect(ClientAddressResolver(trustedProxies: []).client(peer: "127.0.0.1", forwardedFor: ["1.1.1.1"])?.description == "127.0.0.1")
+    }
+}
+
+/// `IPAddress.init` as it was before it read bytes: Foundation's trimming and Character-wise searches.
+private enum ReferenceAddress {
+    static func parse(_ text: String) -> [UInt8]? {
+        var text = Substring(text.trimmingCharacters(in: .whitespaces))
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            text = text[text.index(after: text.startIndex)..<close]
+        } else if text.utf8.contains(UInt8(ascii: ".")), let colon = text.firstIndex(of: ":"), text.lastIndex(of: ":") == colon {
+            text = text[..<colon]
+        }
+        if let zone = text.firstIndex(of: "%") { text = text[..<zone] }
+        guard !text.isEmpty, text.utf8.count <= 45 else { return nil }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, String(text), &v4) == 1 {
+            let value = UInt32(bigEndian: v4.s_addr)
+            return Array(repeating: 0, count: 10) + [0xFF, 0xFF] + [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) }
+        }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, String(text), &v6) == 1 else { return nil }
+        return withUnsafeBytes(of: &v6) { Array($0) }
     }
 }
