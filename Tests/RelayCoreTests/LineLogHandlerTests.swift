@@ -69,6 +69,34 @@ private struct SomeFailure: Error, CustomStringConvertible {
         #expect(try #require(Self.split(line)).rest == "info x: [RelayCoreTests] hello\n")
     }
 
+    /// The metadata's text is made at the first line and shared by copies: a change after a line, or in a
+    /// copy, shows in the next line of that logger only, as with StreamLogHandler.
+    @Test func metadataChangedAfterALineOrInACopyIsWrittenAsItIsNow() throws {
+        let ours = Lines(), theirs = Lines()
+        let mine = LineLogHandler(label: "l", metadataProvider: nil) { line in ours.all.withLock { $0.append(line) } }
+        let reference = StreamLogHandler(label: "l", stream: CapturingStream(lines: theirs), metadataProvider: nil)
+        for factory in [{ (_: String) -> any LogHandler in mine }, { (_: String) -> any LogHandler in reference }] {
+            var logger = Logger(label: "l", factory: factory)
+            logger[metadataKey: "store"] = "apple"
+            logger.info("one")
+            logger.info("one again")
+            logger[metadataKey: "app"] = "first"
+            logger.info("two")
+            var copy = logger
+            copy[metadataKey: "app"] = "second"
+            copy[metadataKey: "store"] = nil
+            copy.info("copy")
+            logger.info("original")
+            copy[metadataKey: "app"] = nil
+            copy.info("emptied")
+            logger.info("original again")
+        }
+        let mineLines = ours.all.withLock { $0 }, referenceLines = theirs.all.withLock { $0 }
+        #expect(mineLines.count == 7)
+        #expect(mineLines.map { Self.split($0)?.rest } == referenceLines.map { Self.split($0)?.rest })
+        #expect(mineLines.map { Self.split($0)?.rest }[4] == "info l: app=first store=apple [RelayCoreTests] original\n")
+    }
+
     /// The cached text is strftime's for its second, and moves on with the second.
     @Test func theTimestampIsTheLocalTimeOfItsSecond() {
         let clock = LocalTimestamp()

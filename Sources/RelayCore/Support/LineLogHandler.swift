@@ -17,9 +17,12 @@ public struct LineLogHandler: LogHandler {
     public var logLevel: Logger.Level = .info
     public var metadataProvider: Logger.MetadataProvider?
     public var metadata = Logger.Metadata() {
-        didSet { prettyMetadata = Self.prettify(metadata) }
+        didSet { prettyMetadata = PrettyMetadata() }
     }
-    private var prettyMetadata: String?
+    /// The metadata's text, made at the first line logged with it rather than at each change: the ingest
+    /// and the worker set a few keys on a logger for every notification and mostly log nothing with it.
+    /// Copies of the handler share it until one of them changes its metadata.
+    private var prettyMetadata = PrettyMetadata()
 
     /// Lines to stderr, each whole, as `StreamLogHandler.standardError` writes them.
     public static func standardError(label: String, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) -> LineLogHandler {
@@ -43,7 +46,7 @@ public struct LineLogHandler: LogHandler {
         let pretty: String?
         let provided = metadataProvider?.get() ?? [:]
         if provided.isEmpty, event.metadata?.isEmpty ?? true, event.error == nil {
-            pretty = prettyMetadata
+            pretty = prettyMetadata.text { Self.prettify(metadata) }
         } else {
             var merged = metadata
             if !provided.isEmpty { merged.merge(provided) { $1 } }
@@ -77,6 +80,18 @@ public struct LineLogHandler: LogHandler {
     static func prettify(_ metadata: Logger.Metadata) -> String? {
         if metadata.isEmpty { return nil }
         return metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+    }
+}
+
+/// A handler's metadata as text, made once when first needed.
+private final class PrettyMetadata: Sendable {
+    private let made = Mutex<String??>(nil)
+
+    func text(_ make: () -> String?) -> String? {
+        if let text = made.withLock({ $0 }) { return text }
+        let text = make()
+        made.withLock { $0 = text }
+        return text
     }
 }
 
