@@ -4,11 +4,11 @@ import RelayCore
 import RelayIngest
 
 /// What the ingest does with each Apple notification before it is written to the log, none of it
-/// verification: parse the body, check its shape, and read the subject (the record's key) from the
-/// unverified payload and its nested transaction.
+/// verification: read the client's address, parse the body, check its shape, and read the subject (the
+/// record's key) from the unverified payload and its nested transaction.
 struct IngestBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "ingest", abstract: "Microseconds per step of the ingest's checks of an Apple notification (parse, shape, subject).")
+        commandName: "ingest", abstract: "Microseconds per step of the ingest's checks of an Apple notification (address, parse, shape, subject).")
 
     @Option(help: "Seconds per measurement.")
     var seconds: Double = 2
@@ -21,7 +21,11 @@ struct IngestBench: AsyncParsableCommand {
         let bodies = (0..<64).map { factory.make(index: $0, kind: 0).body }
         let documents = try bodies.map { try JSON.parse($0) }
         let noHeader: (String) -> String? = { _ in nil }
+        let resolver = ClientAddressResolver(trustedProxies: [])
         let rows: [(String, Double)] = [
+            ("client address: ClientAddressResolver.client, clientKey", measure(seconds: seconds) { index in
+                _ = resolver.client(peer: index % 2 == 0 ? "127.0.0.1" : "2001:db8::7", forwardedFor: [])?.clientKey
+            }),
             ("body parse: JSON.parse (\(bodies[0].count) B)", measure(seconds: seconds) { index in _ = try? JSON.parse(bodies[index % bodies.count]) }),
             ("shape: NotificationShape.mismatch", measure(seconds: seconds) { index in
                 _ = NotificationShape.mismatch(store: .apple, document: documents[index % documents.count], header: noHeader)

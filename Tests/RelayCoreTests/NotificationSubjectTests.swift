@@ -35,6 +35,12 @@ func jws(_ payload: String) -> String { "\(base64URL(#"{"alg":"ES256"}"#)).\(bas
             body: #"{"signedPayload":"\#(jws(#"{"notificationUUID":"u6"}"#)).c2ln"}"#, subject: NotificationSubject.unknown),
         Row(name: "apple nested JWS with four parts falls back to the notification id", store: .apple,
             body: #"{"signedPayload":"\#(jws(#"{"notificationUUID":"u7","data":{"signedTransactionInfo":"\#(jws(#"{"originalTransactionId":"7000"}"#)).x"}}"#))"}"#, subject: "u7"),
+        Row(name: "apple payload not JSON in a member the subject skips", store: .apple,
+            body: #"{"signedPayload":"\#(jws(#"{"notificationUUID":"u8","summary":{"a":tru},"data":{"originalTransactionId":"8000"}}"#))"}"#,
+            subject: NotificationSubject.unknown),
+        Row(name: "apple nested payload not JSON in a member the subject skips", store: .apple,
+            body: #"{"signedPayload":"\#(jws(#"{"notificationUUID":"u9","data":{"signedTransactionInfo":"\#(jws(#"{"originalTransactionId":"9000","price":1e}"#))"}}"#))"}"#,
+            subject: "u9"),
         Row(name: "google subscription", store: .google,
             body: #"{"message":{"data":"\#(Data(#"{"subscriptionNotification":{"purchaseToken":"tok-1"}}"#.utf8).base64EncodedString())","messageId":"m1"}}"#, subject: "tok-1"),
         Row(name: "google voided purchase", store: .google,
@@ -63,6 +69,31 @@ func jws(_ payload: String) -> String { "\(base64URL(#"{"alg":"ES256"}"#)).\(bas
     @Test(arguments: rows)
     func subject(_ row: Row) {
         #expect(NotificationSubject.extract(store: row.store, body: Array(row.body.utf8)) == row.subject)
+    }
+
+    /// The ingest builds only the members the subject reads; the subject is the one a whole parse of the
+    /// payloads gives, for Apple's real notification and the rows above.
+    @Test func appleSubjectIsTheOneAWholeParseGives() throws {
+        let real = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../Fixtures/vectors/apple-real/consumption_request_production.jws").standardizedFileURL
+        let realJWS = try String(contentsOf: real, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let bodies = [#"{"signedPayload":"\#(realJWS)"}"#] + Self.rows.filter { $0.store == .apple }.map(\.body)
+        for body in bodies {
+            let document = try JSON.parse(body)
+            #expect(NotificationSubject.extract(store: .apple, document: document) == (Self.wholeParseSubject(document) ?? NotificationSubject.unknown))
+        }
+        let realSubject = NotificationSubject.extract(store: .apple, body: Array(#"{"signedPayload":"\#(realJWS)"}"#.utf8))
+        #expect(realSubject != NotificationSubject.unknown && realSubject.allSatisfy(\.isNumber), "the real notification's original transaction id")
+    }
+
+    /// `NotificationSubject.apple` as it was, building every member.
+    static func wholeParseSubject(_ body: JSON) -> String? {
+        guard let jws = body["signedPayload"]?.stringValue, let payload = JWSPayload.decode(jws) else { return nil }
+        if let id = payload["data"]?["originalTransactionId"]?.stringValue { return id }
+        for key in ["signedTransactionInfo", "signedRenewalInfo"] {
+            if let nested = payload["data"]?[key]?.stringValue, let id = JWSPayload.decode(nested)?["originalTransactionId"]?.stringValue { return id }
+        }
+        return payload["notificationUUID"]?.stringValue
     }
 
     @Test func recordRoundTripsThroughTheRelayHeaders() throws {
