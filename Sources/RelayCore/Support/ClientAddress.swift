@@ -56,20 +56,20 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses a textual address (also `[v6]`, `[v6]:port`, `a.b.c.d:port` and a `%zone`); nil when it is not one.
     ///
-    /// The ingest parses its peer's address for every request. The delimiters are found in the UTF-8 bytes
-    /// and the address handed to `inet_pton` from a stack buffer: Foundation's `trimmingCharacters` and
-    /// Character-wise searches here were 1.1% of the relay's CPU at saturation (`perf`, the e2e bench).
+    /// The ingest parses its peer's address for every request. ASCII text (every peer address, and every
+    /// address a proxy writes) is trimmed and searched byte by byte and handed to `inet_pton` from a stack
+    /// buffer: Foundation's `trimmingCharacters` and Character-wise searches here were 1.1% of the relay's
+    /// CPU at saturation (`perf`, the e2e bench). Other text takes the Character-wise path, as before.
     public init?(_ text: String) {
         guard let bytes = Self.parse(text) else { return nil }
         self.bytes = bytes
     }
 
     private static func parse(_ text: String) -> [UInt8]? {
-        // Whitespace as Foundation's `.whitespaces` trims it: space and tab are its only ASCII members, so an
-        // ASCII text is trimmed here; anything else goes through Foundation (an address is ASCII, so it
-        // then parses only if the non-ASCII part was whitespace, a port or a zone).
-        var text = text.utf8.allSatisfy({ $0 < 0x80 }) ? text : text.trimmingCharacters(in: .whitespaces)
+        guard text.utf8.allSatisfy({ $0 < 0x80 }) else { return parseCharacters(text) }
+        var text = text
         return text.withUTF8 { utf8 -> [UInt8]? in
+            // Space and tab are the only ASCII members of Foundation's `.whitespaces`.
             let space = UInt8(ascii: " "), tab = UInt8(ascii: "\t")
             var start = 0
             var end = utf8.count
@@ -86,19 +86,41 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
             }
             if let zone = first(UInt8(ascii: "%"), in: start..<end) { end = zone }
             guard start < end, end - start <= 45 else { return nil }
-            return withUnsafeTemporaryAllocation(of: CChar.self, capacity: 46) { buffer -> [UInt8]? in
-                for offset in 0..<(end - start) { buffer[offset] = CChar(bitPattern: utf8[start + offset]) }
-                buffer[end - start] = 0
-                var v4 = in_addr()
-                if inet_pton(AF_INET, buffer.baseAddress!, &v4) == 1 {
-                    let value = UInt32(bigEndian: v4.s_addr)
-                    return [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF] + [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) }
-                }
-                var v6 = in6_addr()
-                guard inet_pton(AF_INET6, buffer.baseAddress!, &v6) == 1 else { return nil }
-                return withUnsafeBytes(of: &v6) { Array($0) }
-            }
+            return presentationToBytes(UnsafeBufferPointer(rebasing: utf8[start..<end]))
         }
+    }
+
+    /// `inet_pton` of at most 45 bytes, IPv4 first, through a stack buffer.
+    private static func presentationToBytes(_ text: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        guard text.count <= 45 else { return nil }
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: 46) { buffer -> [UInt8]? in
+            for offset in text.indices { buffer[offset] = CChar(bitPattern: text[offset]) }
+            buffer[text.count] = 0
+            var v4 = in_addr()
+            if inet_pton(AF_INET, buffer.baseAddress!, &v4) == 1 {
+                let value = UInt32(bigEndian: v4.s_addr)
+                return [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF] + [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) }
+            }
+            var v6 = in6_addr()
+            guard inet_pton(AF_INET6, buffer.baseAddress!, &v6) == 1 else { return nil }
+            return withUnsafeBytes(of: &v6) { Array($0) }
+        }
+    }
+
+    /// Text that is not all ASCII, as before the byte-wise path: Foundation's trimming, and the delimiters
+    /// searched as Characters (a delimiter followed by a combining mark is part of another Character).
+    /// Such text is an address only if what is not ASCII is trimmed or cut away with a port or a zone.
+    private static func parseCharacters(_ text: String) -> [UInt8]? {
+        var text = Substring(text.trimmingCharacters(in: .whitespaces))
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            text = text[text.index(after: text.startIndex)..<close]
+        } else if text.utf8.contains(UInt8(ascii: ".")), let colon = text.firstIndex(of: ":"), text.lastIndex(of: ":") == colon {
+            text = text[..<colon]
+        }
+        if let zone = text.firstIndex(of: "%") { text = text[..<zone] }
+        guard !text.isEmpty, text.utf8.count <= 45 else { return nil }
+        var address = String(text)
+        return address.withUTF8 { presentationToBytes($0) }
     }
 
     public var isIPv4: Bool { bytes.prefix(10).allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF }

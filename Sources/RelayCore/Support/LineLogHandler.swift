@@ -10,6 +10,10 @@ import Synchronization
 /// logs a line for every notification, and that was 2% of the relay's CPU at full load. Here the
 /// timestamp's text is made once a second with `localtime_r`, which reads the time zone once: a change of
 /// `TZ` or `/etc/localtime` takes effect at the next start. Each line is written with one `write(2)`.
+///
+/// One difference: the logger's metadata is made into text at the first line written with it, not when
+/// it is set, so a `.stringConvertible` value whose description changes in between is written as it is
+/// then (the relay sets no such value).
 public struct LineLogHandler: LogHandler {
     private let label: String
     private let write: @Sendable (String) -> Void
