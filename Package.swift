@@ -78,7 +78,6 @@ let package = Package(
             name: "RelayVerification",
             dependencies: [
                 "RelayCrypto", "RelayCore", "RelayConfig", "RelayHTTPClient",
-                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

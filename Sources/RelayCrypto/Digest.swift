@@ -26,10 +26,15 @@ public enum Digest {
     /// SHA-256 of `message`, with the implementation OpenSSL fetched once (`SHA256()` looks it up by name on
     /// every call in OpenSSL 3.0).
     public static func sha256(_ message: [UInt8]) -> [UInt8] {
+        message.withUnsafeBytes { sha256($0) }
+    }
+
+    /// SHA-256 of bytes borrowed from elsewhere (a JWS's signing input inside its text), not copied.
+    public static func sha256(_ message: UnsafeRawBufferPointer) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        let hashed = message.withUnsafeBufferPointer { input in
-            output.withUnsafeMutableBufferPointer { EVP_Digest(input.baseAddress, input.count, $0.baseAddress, &length, FetchedSHA256.md, nil) == 1 }
+        let hashed = output.withUnsafeMutableBufferPointer {
+            EVP_Digest(message.baseAddress, message.count, $0.baseAddress, &length, FetchedSHA256.md, nil) == 1
         }
         // Never a hash of zeros in its place: the console's signing key and the redemption codes' hashes are made
         // from it. (Hashing into a buffer of the right size fails only when OpenSSL itself is broken.)

@@ -69,6 +69,11 @@ public final class PublicKey: @unchecked Sendable {
     /// the key's management and ECDSA by name for every verification (one per Apple notification, each
     /// AppTransaction and handed-over purchase, two per App Store Server API record).
     public func verifyES256(_ signedData: [UInt8], rawSignature: [UInt8]) -> Bool {
+        signedData.withUnsafeBytes { verifyES256($0, rawSignature: rawSignature) }
+    }
+
+    /// `verifyES256` over bytes borrowed from elsewhere (a JWS's signing input inside its text), not copied.
+    public func verifyES256(_ signedData: UnsafeRawBufferPointer, rawSignature: [UInt8]) -> Bool {
         // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
         guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC, let context = borrowContext() else { return false }
         let der = Self.derSignature(raw: rawSignature)

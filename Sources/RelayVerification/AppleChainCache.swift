@@ -1,4 +1,4 @@
-import DequeModule
+import Glibc
 import RelayCrypto
 import Synchronization
 
@@ -7,57 +7,75 @@ import Synchronization
 /// no header decoding. Bounded (oldest entries go first) and tied to the certificates' validity: an
 /// entry serves only times within every certificate's validity, and entries expired by the wall
 /// clock are dropped.
+///
+/// A lookup reads the header where it lies, in the JWS's text: it is neither copied nor hashed whole
+/// (about 5 KB, three times for each Apple notification). Entries are found by a digest of the header's
+/// length and ends, then compared byte for byte. Only chains that verified are ever entered, so
+/// headers made to share a digest cannot crowd it: they only cost their own comparisons.
 final class AppleChainCache: Sendable {
-    /// The header's exact bytes, hashed as one buffer.
-    struct Key: Hashable, Sendable {
-        let bytes: [UInt8]
-
-        init(_ bytes: [UInt8]) {
-            self.bytes = bytes
-        }
-
-        func hash(into hasher: inout Hasher) {
-            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
-        }
-    }
-
     private struct Entry {
+        var digest: Int
+        var header: [UInt8]
         var key: PublicKey
         var validity: Range<Int64>
     }
 
-    private struct State {
-        var entries: [Key: Entry] = [:]
-        var order: Deque<Key> = []
-    }
-
     private let capacity: Int
-    private let state = Mutex(State())
+    /// Oldest first. A linear search: the capacity is small (64 by default), and a live deployment holds
+    /// a few chains (Apple's leaf certificates change a few times a year).
+    private let entries = Mutex<[Entry]>([])
 
     init(capacity: Int) {
         self.capacity = capacity
     }
 
-    func lookup(_ key: Key, at time: Int64) -> PublicKey? {
+    /// The key of the chain `header` carried, when it verified before and every certificate of it is
+    /// valid at `time`.
+    func lookup(_ header: UnsafeRawBufferPointer, at time: Int64) -> PublicKey? {
         guard capacity > 0 else { return nil }
-        return state.withLock { state in
-            guard let entry = state.entries[key], entry.validity.contains(time) else { return nil }
-            return entry.key
+        let digest = Self.digest(header)
+        return entries.withLock { entries in
+            for entry in entries where entry.digest == digest && entry.validity.contains(time) && Self.equal(entry.header, header) {
+                return entry.key
+            }
+            return nil
         }
     }
 
-    func insert(_ key: Key, key publicKey: PublicKey, validity: Range<Int64>, now: Int64) {
+    func insert(_ header: [UInt8], key publicKey: PublicKey, validity: Range<Int64>, now: Int64) {
         guard capacity > 0 else { return }
-        state.withLock { state in
-            if state.entries.updateValue(Entry(key: publicKey, validity: validity), forKey: key) != nil { return }
-            state.order.append(key)
-            if state.order.count > capacity {
+        let digest = header.withUnsafeBytes { Self.digest($0) }
+        entries.withLock { entries in
+            if let index = entries.firstIndex(where: { $0.digest == digest && $0.header == header }) {
+                entries[index].key = publicKey
+                entries[index].validity = validity
+                return
+            }
+            entries.append(Entry(digest: digest, header: header, key: publicKey, validity: validity))
+            if entries.count > capacity {
                 // Expired chains go first, then the oldest.
-                let expired = state.order.filter { state.entries[$0].map { $0.validity.upperBound <= now } ?? true }
-                for stale in expired { state.entries[stale] = nil }
-                state.order.removeAll { state.entries[$0] == nil }
-                while state.order.count > capacity, let oldest = state.order.popFirst() { state.entries[oldest] = nil }
+                entries.removeAll { $0.validity.upperBound <= now }
+                if entries.count > capacity { entries.removeFirst(entries.count - capacity) }
             }
         }
+    }
+
+    /// How many chains are kept (for tests).
+    var count: Int { entries.withLock { $0.count } }
+
+    /// The length and the first and last 64 bytes: a header's first bytes hold its leaf certificate's
+    /// serial number, so two of Apple's chains differ there.
+    static func digest(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var hasher = Hasher()
+        hasher.combine(bytes.count)
+        let edge = min(64, bytes.count)
+        hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes[..<edge]))
+        hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - edge)...]))
+        return hasher.finalize()
+    }
+
+    private static func equal(_ stored: [UInt8], _ header: UnsafeRawBufferPointer) -> Bool {
+        guard stored.count == header.count else { return false }
+        return stored.withUnsafeBytes { memcmp($0.baseAddress!, header.baseAddress!, header.count) == 0 }
     }
 }

@@ -380,8 +380,7 @@ public struct AppleVerifier: Sendable {
         }
         // A header seen before (same algorithm, same certificates) whose chain is valid at this time.
         let key: PublicKey
-        let cacheKey = AppleChainCache.Key(jws.headerSegment)
-        if let cached = cache.lookup(cacheKey, at: time) {
+        if let cached = jws.withHeaderSegment({ cache.lookup($0, at: time) }) {
             key = cached
         } else {
             let header = try jws.header()
@@ -394,12 +393,12 @@ public struct AppleVerifier: Sendable {
             else { throw Rejection(.malformed, "\(what) x5c must hold exactly three certificates") }
             let validity: Range<Int64>
             (key, validity) = try chainKey(leaf: leaf, intermediate: intermediate, at: time, what: what)
-            cache.insert(cacheKey, key: key, validity: validity, now: Int64(Date().timeIntervalSince1970))
+            cache.insert(jws.headerSegment, key: key, validity: validity, now: Int64(Date().timeIntervalSince1970))
         }
         guard jws.signature.count == 64 else {
             throw Rejection(.badSignature, "\(what) signature is \(jws.signature.count) bytes; ES256 signatures are 64")
         }
-        guard key.verifyES256(jws.signingInput, rawSignature: jws.signature) else {
+        guard jws.withSigningInput({ key.verifyES256($0, rawSignature: jws.signature) }) else {
             throw Rejection(.badSignature, "\(what) signature does not verify with its leaf certificate")
         }
     }

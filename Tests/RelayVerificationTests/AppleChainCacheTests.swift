@@ -1,0 +1,75 @@
+import RelayCrypto
+import RelayTestSupport
+@testable import RelayVerification
+import Testing
+
+/// The verified chains' cache: found by the header's exact bytes only, within the chain's validity,
+/// bounded with the expired and then the oldest going first.
+@Suite struct AppleChainCacheTests {
+    let key = Fixtures.privateKey("apple/leaf.key").publicKey
+    let otherKey = Fixtures.privateKey("apple/rogue-leaf.key").publicKey
+
+    /// A header of 5,000 bytes like an Apple one, with `mark` in its middle.
+    func header(_ mark: UInt8, length: Int = 5_000) -> [UInt8] {
+        var bytes = [UInt8](repeating: UInt8(ascii: "A"), count: length)
+        bytes[length / 2] = mark
+        return bytes
+    }
+
+    func lookup(_ cache: AppleChainCache, _ header: [UInt8], at time: Int64 = 150) -> PublicKey? {
+        header.withUnsafeBytes { cache.lookup($0, at: time) }
+    }
+
+    @Test func aHeaderIsFoundByItsExactBytesOnly() {
+        let cache = AppleChainCache(capacity: 8)
+        cache.insert(header(1), key: key, validity: 100..<200, now: 150)
+        #expect(lookup(cache, header(1)) === key)
+        // Same length and the same first and last 64 bytes, so the same digest: compared in full.
+        #expect(AppleChainCache.digest(header(1).withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[...]) })
+            == AppleChainCache.digest(header(2).withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[...]) }))
+        #expect(lookup(cache, header(2)) == nil)
+        #expect(lookup(cache, header(1, length: 5_001)) == nil)
+        #expect(lookup(cache, Array(header(1).dropLast())) == nil)
+        #expect(lookup(cache, []) == nil)
+        cache.insert(header(2), key: otherKey, validity: 100..<200, now: 150)
+        #expect(lookup(cache, header(2)) === otherKey && lookup(cache, header(1)) === key)
+        // Short headers (under 64 bytes) have their whole text in the digest.
+        cache.insert([1, 2, 3], key: otherKey, validity: 100..<200, now: 150)
+        #expect(lookup(cache, [1, 2, 3]) === otherKey && lookup(cache, [1, 2]) == nil)
+    }
+
+    @Test func aChainServesOnlyTimesWithinItsValidity() {
+        let cache = AppleChainCache(capacity: 8)
+        cache.insert(header(1), key: key, validity: 100..<200, now: 150)
+        #expect(lookup(cache, header(1), at: 100) === key)
+        #expect(lookup(cache, header(1), at: 199) === key)
+        #expect(lookup(cache, header(1), at: 99) == nil)
+        #expect(lookup(cache, header(1), at: 200) == nil)
+        // Entered again (a later verification), the entry takes the new key and validity, once.
+        cache.insert(header(1), key: otherKey, validity: 300..<400, now: 350)
+        #expect(lookup(cache, header(1), at: 350) === otherKey && lookup(cache, header(1), at: 150) == nil)
+        #expect(cache.count == 1)
+    }
+
+    @Test func theExpiredAndThenTheOldestGoFirst() {
+        let cache = AppleChainCache(capacity: 3)
+        cache.insert(header(1), key: key, validity: 0..<1_000, now: 10)
+        cache.insert(header(2), key: key, validity: 0..<50, now: 10)
+        cache.insert(header(3), key: key, validity: 0..<1_000, now: 10)
+        #expect(cache.count == 3)
+        // Over capacity at time 100: header 2 has expired and goes, the oldest stays.
+        cache.insert(header(4), key: key, validity: 0..<1_000, now: 100)
+        #expect(cache.count == 3)
+        #expect(lookup(cache, header(1), at: 40) === key && lookup(cache, header(2), at: 40) == nil)
+        // Nothing expired: the oldest goes.
+        cache.insert(header(5), key: key, validity: 0..<1_000, now: 100)
+        #expect(lookup(cache, header(1), at: 100) == nil)
+        #expect([3, 4, 5].allSatisfy { lookup(cache, header(UInt8($0)), at: 100) === key })
+    }
+
+    @Test func aCacheOfNoCapacityKeepsNothing() {
+        let cache = AppleChainCache(capacity: 0)
+        cache.insert(header(1), key: key, validity: 0..<1_000, now: 10)
+        #expect(lookup(cache, header(1)) == nil && cache.count == 0)
+    }
+}
