@@ -10,8 +10,10 @@ import Synchronization
 ///
 /// A lookup reads the header where it lies, in the JWS's text: it is neither copied nor hashed whole
 /// (about 5 KB, three times for each Apple notification). Entries are found by a digest of the header's
-/// length and ends, then compared byte for byte. Only chains that verified are ever entered, so
-/// headers made to share a digest cannot crowd it: they only cost their own comparisons.
+/// length and ends, then compared byte for byte, so only the exact header hits. The verifier enters a
+/// header only after its JWS's signature verified with the chain, so headers made to share a digest
+/// (Apple's certificates can be copied from any notification) are never entered unless Apple's key
+/// signed them.
 final class AppleChainCache: Sendable {
     private struct Entry {
         var digest: Int
@@ -63,19 +65,20 @@ final class AppleChainCache: Sendable {
     /// How many chains are kept (for tests).
     var count: Int { entries.withLock { $0.count } }
 
-    /// The length and the first and last 64 bytes: a header's first bytes hold its leaf certificate's
-    /// serial number, so two of Apple's chains differ there.
+    /// The length, the first 128 bytes and the last 64. An Apple header's base64url text reaches its leaf
+    /// certificate's serial number within about its first 90 characters, so two of Apple's chains differ
+    /// there. The digest only spreads the entries: a hit still compares every byte.
     static func digest(_ bytes: UnsafeRawBufferPointer) -> Int {
         var hasher = Hasher()
         hasher.combine(bytes.count)
-        let edge = min(64, bytes.count)
-        hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes[..<edge]))
-        hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - edge)...]))
+        hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes[..<min(128, bytes.count)]))
+        hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - min(64, bytes.count))...]))
         return hasher.finalize()
     }
 
     private static func equal(_ stored: [UInt8], _ header: UnsafeRawBufferPointer) -> Bool {
         guard stored.count == header.count else { return false }
+        if header.isEmpty { return true }
         return stored.withUnsafeBytes { memcmp($0.baseAddress!, header.baseAddress!, header.count) == 0 }
     }
 }

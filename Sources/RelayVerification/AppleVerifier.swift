@@ -380,6 +380,8 @@ public struct AppleVerifier: Sendable {
         }
         // A header seen before (same algorithm, same certificates) whose chain is valid at this time.
         let key: PublicKey
+        // A chain built here, entered in the cache only once the signature has verified with it.
+        var verifiedChain: Range<Int64>?
         if let cached = jws.withHeaderSegment({ cache.lookup($0, at: time) }) {
             key = cached
         } else {
@@ -391,9 +393,7 @@ public struct AppleVerifier: Sendable {
             guard let chain = header["x5c"]?.arrayValue else { throw Rejection(.malformed, "\(what) header has no x5c") }
             guard chain.count == 3, let leaf = chain[0].stringValue, let intermediate = chain[1].stringValue, chain[2].stringValue != nil
             else { throw Rejection(.malformed, "\(what) x5c must hold exactly three certificates") }
-            let validity: Range<Int64>
-            (key, validity) = try chainKey(leaf: leaf, intermediate: intermediate, at: time, what: what)
-            cache.insert(jws.headerSegment, key: key, validity: validity, now: Int64(Date().timeIntervalSince1970))
+            (key, verifiedChain) = try chainKey(leaf: leaf, intermediate: intermediate, at: time, what: what)
         }
         guard jws.signature.count == 64 else {
             throw Rejection(.badSignature, "\(what) signature is \(jws.signature.count) bytes; ES256 signatures are 64")
@@ -401,7 +401,15 @@ public struct AppleVerifier: Sendable {
         guard jws.withSigningInput({ key.verifyES256($0, rawSignature: jws.signature) }) else {
             throw Rejection(.badSignature, "\(what) signature does not verify with its leaf certificate")
         }
+        // Only a header whose JWS verified is entered: Apple's certificates can be copied from any
+        // notification, and headers that carry them but sign nothing must not crowd the cache.
+        if let verifiedChain {
+            cache.insert(jws.headerSegment, key: key, validity: verifiedChain, now: Int64(Date().timeIntervalSince1970))
+        }
     }
+
+    /// The chains the cache holds (for tests).
+    var cachedChainCount: Int { cache.count }
 
     /// The leaf's public key once the chain leaf → intermediate → a configured root is trusted at `time`,
     /// and the span of time in which every certificate of the chain is valid.

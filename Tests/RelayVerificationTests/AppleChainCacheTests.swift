@@ -1,3 +1,4 @@
+import RelayCore
 import RelayCrypto
 import RelayTestSupport
 @testable import RelayVerification
@@ -24,9 +25,8 @@ import Testing
         let cache = AppleChainCache(capacity: 8)
         cache.insert(header(1), key: key, validity: 100..<200, now: 150)
         #expect(lookup(cache, header(1)) === key)
-        // Same length and the same first and last 64 bytes, so the same digest: compared in full.
-        #expect(AppleChainCache.digest(header(1).withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[...]) })
-            == AppleChainCache.digest(header(2).withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[...]) }))
+        // Same length, first 128 and last 64 bytes, so the same digest: compared in full.
+        #expect(header(1).withUnsafeBytes { AppleChainCache.digest($0) } == header(2).withUnsafeBytes { AppleChainCache.digest($0) })
         #expect(lookup(cache, header(2)) == nil)
         #expect(lookup(cache, header(1, length: 5_001)) == nil)
         #expect(lookup(cache, Array(header(1).dropLast())) == nil)
@@ -65,6 +65,19 @@ import Testing
         cache.insert(header(5), key: key, validity: 0..<1_000, now: 100)
         #expect(lookup(cache, header(1), at: 100) == nil)
         #expect([3, 4, 5].allSatisfy { lookup(cache, header(UInt8($0)), at: 100) === key })
+    }
+
+    /// A JWS that carries a genuine chain but whose signature fails leaves nothing in the cache; the same
+    /// chain is entered once a JWS it signed verifies.
+    @Test func onlyAHeaderWhoseSignatureVerifiedIsEntered() throws {
+        let verifier = try AppleVerifier(app: "demo", configuration: #require(Fixtures.configuration().apps.first?.apple))
+        let signer = AppleSigner()
+        var other = signer
+        other.key = Fixtures.privateKey("apple/rogue-leaf.key")
+        #expect(throws: Rejection.self) { try verifier.verify(body: other.body(signer.notificationPayload())) }
+        #expect(verifier.cachedChainCount == 0)
+        _ = try verifier.verify(body: signer.body(signer.notificationPayload()))
+        #expect(verifier.cachedChainCount == 1)
     }
 
     @Test func aCacheOfNoCapacityKeepsNothing() {
