@@ -63,8 +63,11 @@ import Testing
             try await relay.records(topic: topic)
         }
 
+        /// Once the worker has processed everything appended so far: it writes a grant's state, which customer
+        /// info shows, before it appends the grant's events.
         func statusChanges(for user: String) async throws -> [JSON] {
-            try await records(relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter {
+            try await relay.waitForWorker()
+            return try await records(relay.configuration.topics.events).compactMap { try? JSON.parse($0.value) }.filter {
                 $0["type"] == "subscription_status_did_change" && $0["data"]?["appUserId"] == .string(user)
             }
         }
