@@ -98,6 +98,7 @@ let package = Package(
             dependencies: [
                 "RelayCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -285,8 +286,9 @@ let package = Package(
         .testTarget(
             name: "RelayEmbeddedLogTests",
             dependencies: [
-                "RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport",
+                "RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport", "RelaySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
         ),
