@@ -98,7 +98,6 @@ let package = Package(
             dependencies: [
                 "RelayCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -286,9 +285,8 @@ let package = Package(
         .testTarget(
             name: "RelayEmbeddedLogTests",
             dependencies: [
-                "RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport", "RelaySQLite",
+                "RelayCrypto", "RelayEmbeddedLog", "RelayKafka", "RelayCore", "RelayConfig", "RelayTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
         ),
