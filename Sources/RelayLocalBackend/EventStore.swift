@@ -125,7 +125,7 @@ public final class EventStore: Sendable {
     }
 
     /// The members `row` reads, at any depth: the rest of the payload (most of it) is checked, not built.
-    package static let columnMembers = [
+    package static let columnMembers: JSON.MemberNames = [
         "type", "projectId", "applicationId", "timestamp", "data", "id", "source", "store", "notificationId", "environment",
         "originalTransactionId", "appUserId", "originalAppUserId", "productId", "ts", "currencyCode", "price", "proceeds",
         "priceInPurchasedCurrency",

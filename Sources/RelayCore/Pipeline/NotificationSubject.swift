@@ -44,8 +44,8 @@ public enum NotificationSubject {
         return payload["notificationUUID"]?.stringValue
     }
 
-    private static let payloadMembers = ["data", "originalTransactionId", "signedTransactionInfo", "signedRenewalInfo", "notificationUUID"]
-    private static let nestedMembers = ["originalTransactionId"]
+    private static let payloadMembers: JSON.MemberNames = ["data", "originalTransactionId", "signedTransactionInfo", "signedRenewalInfo", "notificationUUID"]
+    private static let nestedMembers: JSON.MemberNames = ["originalTransactionId"]
 
     /// `purchaseToken` of the DeveloperNotification in `message.data`, else the Pub/Sub `messageId`.
     static func google(_ body: JSON) -> String? {

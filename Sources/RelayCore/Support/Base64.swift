@@ -11,7 +11,7 @@ public enum JWSPayload {
 
     /// `decode`, building only the members named (`JSON.parse(_:keepingMembersNamed:)`): for a reader of a
     /// few members, such as the ingest's subject.
-    public static func decode(_ jws: String, keepingMembersNamed names: [String]) -> JSON? {
+    public static func decode(_ jws: String, keepingMembersNamed names: JSON.MemberNames) -> JSON? {
         guard let bytes = payloadBytes(jws) else { return nil }
         return try? JSON.parse(bytes, keepingMembersNamed: names)
     }

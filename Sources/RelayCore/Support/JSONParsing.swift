@@ -31,13 +31,27 @@ extension JSON {
         try parse(Array(text.utf8))
     }
 
+    /// The member names `parse(_:keepingMembersNamed:)` builds, as UTF-8 once: a reader that parses every
+    /// record keeps its names in a `static let`.
+    public struct MemberNames: Sendable, ExpressibleByArrayLiteral {
+        let utf8: [[UInt8]]
+
+        public init(_ names: [String]) {
+            utf8 = names.map { Array($0.utf8) }
+        }
+
+        public init(arrayLiteral names: String...) {
+            self.init(names)
+        }
+    }
+
     /// Parses one JSON value as `parse` does (refusing what it refuses), except that in every object, at any
     /// depth, a member whose name is not in `names` is checked but not built: the tree leaves it out. For a
     /// reader of a few members of a large document (the events recorder names 19 of an event's 50 or so).
-    public static func parse(_ bytes: [UInt8], keepingMembersNamed names: [String]) throws(JSONParseError) -> JSON {
+    public static func parse(_ bytes: [UInt8], keepingMembersNamed names: MemberNames) throws(JSONParseError) -> JSON {
         try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSON in
             var parser = JSONParser(bytes: buffer)
-            parser.kept = names.map { Array($0.utf8) }
+            parser.kept = names.utf8
             return try parser.parseDocument()
         }
     }
