@@ -97,26 +97,24 @@ public struct DeliveryAttempt: Sendable, Equatable {
     /// `json.serialized()`'s bytes, written without building the tree (members in name order): every
     /// webhook attempt is written once.
     public func serialized() -> [UInt8] {
-        func optional(_ value: String?) -> JSON { value.map(JSON.string) ?? .null }
-        func optional(_ value: Int64?) -> JSON { value.map(JSON.integer) ?? .null }
         var writer = JSONMembersWriter(capacity: 512)
         writer.open()
         writer.member("app", string: app)
         writer.member("attempt", .integer(Int64(attempt)))
-        writer.member("deadLetterReason", optional(deadLetterReason))
-        writer.member("durationMs", optional(durationMs))
+        writer.member("deadLetterReason", optional: deadLetterReason)
+        writer.member("durationMs", optional: durationMs)
         writer.member("endpoint", string: endpoint)
-        writer.member("error", optional(error))
+        writer.member("error", optional: error)
         writer.member("eventId", string: eventId)
         writer.member("eventType", string: eventType)
         writer.member("finishedAt", .integer(finishedAt))
-        writer.member("httpStatus", optional(httpStatus.map(Int64.init)))
+        writer.member("httpStatus", optional: httpStatus.map(Int64.init))
         writer.member("id", string: id)
-        writer.member("nextAttemptAt", optional(nextAttemptAt))
+        writer.member("nextAttemptAt", optional: nextAttemptAt)
         writer.member("outcome", string: outcome.rawValue)
-        writer.member("replayedFrom", optional(replayedFrom))
+        writer.member("replayedFrom", optional: replayedFrom)
         writer.member("startedAt", .integer(startedAt))
-        writer.member("subject", optional(subject))
+        writer.member("subject", optional: subject)
         writer.close()
         return writer.output
     }

@@ -167,5 +167,18 @@ struct JSONMembersWriter {
         key(name)
         string(value)
     }
+
+    /// The member with its value, or `null` when there is none (as the trees write an absent optional).
+    mutating func member(_ name: StaticString, optional value: String?) {
+        if let value { member(name, string: value) } else { member(name, .null) }
+    }
+
+    mutating func member(_ name: StaticString, optional value: Int64?) {
+        member(name, value.map(JSON.integer) ?? .null)
+    }
+
+    mutating func member(_ name: StaticString, optional value: Double?) {
+        member(name, value.map(JSON.number) ?? .null)
+    }
 }
 
