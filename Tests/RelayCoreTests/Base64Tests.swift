@@ -11,7 +11,7 @@ import Testing
     }
 
     @Test func decodesWhatFoundationEncodesAtEveryLength() {
-        var generator = SystemRandomNumberGenerator()
+        var generator = SeededGenerator(seed: 37)
         for length in 0...260 {
             for _ in 0..<4 {
                 let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }

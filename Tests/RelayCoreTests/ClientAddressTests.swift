@@ -1,6 +1,4 @@
-import Foundation
-import Glibc
-import RelayCore
+@testable import RelayCore
 import Testing
 
 /// Address ranges, client keys, and who a request came from behind the operator's proxies.
@@ -49,12 +47,13 @@ import Testing
         #expect(IPAddress("1.2.3.4:80:\u{301}x")?.description == "1.2.3.4", "nor is it a second colon")
     }
 
-    /// The parser against the Character-wise one it replaced, on generated text made of the characters
-    /// that matter (digits, hex, the delimiters, whitespace of both kinds, a non-ASCII letter, a combining
-    /// mark, which makes a delimiter before it part of another Character).
+    /// The byte-wise path against the Character-wise one it replaced (`parseCharacters`, which non-ASCII text
+    /// still takes), on generated text made of the characters that matter (digits, hex, the delimiters,
+    /// whitespace of both kinds, a non-ASCII letter, a combining mark, which makes a delimiter before it part
+    /// of another Character).
     @Test func parsesExactlyAsTheCharacterWiseParserDid() {
         let pieces = ["1", "9", "25", "255", "256", "a", "f", "g", ".", ":", "::", "[", "]", "%", " ", "\t", "\u{00A0}", "\u{E9}", "\u{301}", "\0", "\r\n", "ffff", "2001", "0"]
-        var generator = SystemRandomNumberGenerator()
+        var generator = SeededGenerator(seed: 36)
         var samples = ["1.2.3.4", "[::1]:80", "::ffff:1.2.3.4", "1.2.3.4:80:90", "[::1", "[1.2.3.4]", "]1.2.3.4", "1.2.3.4%x", "[fe80::1%x]:9",
                        "1.2.3.4:80:\u{301}x", "[::1]\u{301}", "fe80::1%\u{301}", "\u{00A0}[::1]:8\u{E9}"]
         for _ in 0..<20_000 {
@@ -74,7 +73,7 @@ import Testing
         for sample in samples {
             let bytes = IPAddress(sample)?.bytes
             if bytes != nil { parsed += 1 }
-            #expect(bytes == ReferenceAddress.parse(sample), "\(sample.unicodeScalars.map { "U+\(String($0.value, radix: 16))" })")
+            #expect(bytes == IPAddress.parseCharacters(sample), "\(sample.unicodeScalars.map { "U+\(String($0.value, radix: 16))" })")
         }
         #expect(parsed > 2_000, "the comparison covers addresses, not only refusals (\(parsed) parsed)")
     }
@@ -102,24 +101,3 @@ import Testing
     }
 }
 
-/// `IPAddress.init` as it was before it read bytes: Foundation's trimming and Character-wise searches.
-private enum ReferenceAddress {
-    static func parse(_ text: String) -> [UInt8]? {
-        var text = Substring(text.trimmingCharacters(in: .whitespaces))
-        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
-            text = text[text.index(after: text.startIndex)..<close]
-        } else if text.utf8.contains(UInt8(ascii: ".")), let colon = text.firstIndex(of: ":"), text.lastIndex(of: ":") == colon {
-            text = text[..<colon]
-        }
-        if let zone = text.firstIndex(of: "%") { text = text[..<zone] }
-        guard !text.isEmpty, text.utf8.count <= 45 else { return nil }
-        var v4 = in_addr()
-        if inet_pton(AF_INET, String(text), &v4) == 1 {
-            let value = UInt32(bigEndian: v4.s_addr)
-            return Array(repeating: 0, count: 10) + [0xFF, 0xFF] + [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) }
-        }
-        var v6 = in6_addr()
-        guard inet_pton(AF_INET6, String(text), &v6) == 1 else { return nil }
-        return withUnsafeBytes(of: &v6) { Array($0) }
-    }
-}

@@ -110,7 +110,8 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
     /// Text that is not all ASCII, as before the byte-wise path: Foundation's trimming, and the delimiters
     /// searched as Characters (a delimiter followed by a combining mark is part of another Character).
     /// Such text is an address only if what is not ASCII is trimmed or cut away with a port or a zone.
-    private static func parseCharacters(_ text: String) -> [UInt8]? {
+    /// (Internal: the tests hold the byte-wise path to it.)
+    static func parseCharacters(_ text: String) -> [UInt8]? {
         var text = Substring(text.trimmingCharacters(in: .whitespaces))
         if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
             text = text[text.index(after: text.startIndex)..<close]
