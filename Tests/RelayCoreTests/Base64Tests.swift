@@ -1,5 +1,6 @@
 import Foundation
 import RelayCore
+import RelayTestSupport
 import Testing
 
 /// Base64 and base64url decoding against Foundation's decoder, at every length and with a bad character

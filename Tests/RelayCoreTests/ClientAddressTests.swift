@@ -1,4 +1,5 @@
 @testable import RelayCore
+import RelayTestSupport
 import Testing
 
 /// Address ranges, client keys, and who a request came from behind the operator's proxies.

@@ -1,4 +1,5 @@
 import RelayCore
+import RelayTestSupport
 import Testing
 
 @Suite struct EventPayloadTests {
@@ -137,18 +138,5 @@ import Testing
     @Test func anUnknownEventTypeIsRefusedNamingTheMember() {
         let text = Self.renewal.replacingOccurrences(of: "\"name\":\"renewal\"", with: "\"name\":\"refund\"")
         #expect(throws: WireDecodingError.self) { try WireCoding.decode(EventPayload.self, from: Array(text.utf8)) }
-    }
-}
-
-/// A deterministic generator (SplitMix64), so a failure is the same on every run.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
