@@ -13,8 +13,10 @@ public enum DurableSQLite {
     /// A WAL pool whose writer fsyncs every commit (`synchronous = FULL`, set after GRDB's WAL setup,
     /// which leaves NORMAL): a commit that returned survives `kill -9` and power loss. Commits do not
     /// checkpoint (copy the WAL into the database file and fsync it) unless the WAL passes the backstop:
-    /// a `WALCheckpointer` does it beside them, so a commit never waits for a checkpoint.
+    /// a `WALCheckpointer` does it beside them, so a commit never waits for a checkpoint. WALs are written
+    /// through `GatheringWAL`, a few large writes per commit instead of two per page.
     public static func openPool(path: String, busyTimeout: Double) throws -> DatabasePool {
+        GatheringWAL.registerAsDefault()
         var configuration = Configuration()
         configuration.busyMode = .timeout(busyTimeout)
         let pool = try DatabasePool(path: path, configuration: configuration)
