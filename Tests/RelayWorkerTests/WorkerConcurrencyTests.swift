@@ -216,6 +216,33 @@ import Testing
         return records
     }
 
+    /// A notification processed is one debug line (what it was, the events it made, its place in the log),
+    /// not an info line: at the default level a relay taking thousands a second logs nothing per notification.
+    @Test func aProcessedNotificationIsLoggedAtDebugNotAtInfo() async throws {
+        var configuration = try Self.configuration()
+        configuration.topics.notifications = uniqueName("notifications")
+        let topics = [configuration.topics.notifications, configuration.topics.events, configuration.topics.deliveries, configuration.topics.rejected]
+        let log = try EmbeddedRecordLog.inMemory(topics: topics, partitions: 1, logger: testLogger())
+        let producer = try log.producer
+        for record in Self.notifications(topic: configuration.topics.notifications, subscriptions: 2, now: Int64(Date().timeIntervalSince1970)) {
+            _ = try await producer.produce(record)
+        }
+        let recorder = LogRecorder()
+        let store = MemoryStateStore(
+            conflictOnFirstWrite: false, products: [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])])
+        let pipeline = NotificationHandler(
+            configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
+            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: StoreAPIs(), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
+            producer: producer, logger: recorder.logger, metrics: NOOPMetricsHandler.instance)
+        let reader = try log.consumer(ConsumerOptions(groupID: uniqueName("reader"), topics: [configuration.topics.notifications]))
+        for record in try await RecordCollector(reader.records).waitFor(count: 4) { try await pipeline.process(record) }
+        let lines = recorder.text.split(separator: "\n")
+        #expect(lines.filter { $0.hasPrefix("debug notification normalized") && $0.contains("log.offset") }.count == 4, "\(lines)")
+        #expect(!lines.contains { $0.hasPrefix("info") || $0.hasPrefix("notice") }, "\(lines)")
+        await reader.close()
+        await log.close()
+    }
+
     @Test func aCrashAfterProducingRepeatsEveryRecordWithTheSameEventsAndConflictsAreRetriedUnderConcurrency() async throws {
         var configuration = try Self.configuration()
         configuration.topics.notifications = uniqueName("notifications")
