@@ -178,7 +178,7 @@ public enum GatheringWAL {
         /// The last gathered write was a frame header naming a commit: the page written next ends it.
         var commitPending = false
         /// Gathered bytes from here on could not be written and were dropped: writes, syncs and reads of
-        /// them fail until the write lock is released. -1: none were.
+        /// them fail until the write lock is taken or released. -1: none were.
         var droppedFrom: Int64 = -1
 
         init(link: DatabaseLink, path: String) {
@@ -199,8 +199,8 @@ public enum GatheringWAL {
             droppedFrom = -1
         }
 
-        /// Writes the gathered bytes to `real` in one write. On failure they are dropped and the file
-        /// refuses writes and syncs until the write lock is released (`droppedFrom`).
+        /// Writes the gathered bytes to `real` in one write. On failure they are dropped, and the file
+        /// refuses writes, syncs and reads of them until the write lock is taken or released (`droppedFrom`).
         func flush(_ real: UnsafeMutablePointer<sqlite3_file>) -> Int32 {
             guard count > 0 else { return SQLITE_OK }
             let injected = GatheringWAL.watching.load(ordering: .acquiring) ? GatheringWAL.watchedWrite(path) : SQLITE_OK
