@@ -40,6 +40,7 @@ public enum GatheringWAL {
         _ = registered
     }
 
+    /// Whether the VFS is registered (registering it first if it was not yet).
     public static var isRegistered: Bool { registered }
 
     private static let registered: Bool = {
@@ -59,7 +60,7 @@ public enum GatheringWAL {
     struct Watch: Sendable {
         var gatheredWrites = 0
         var failAfter: Int?
-        /// The error the failing write returns: an I/O error, or `SQLITE_FULL` (a full disk).
+        /// The error the failing write returns: `SQLITE_IOERR_WRITE`, or `SQLITE_FULL` (a full disk).
         var failure = SQLITE_IOERR_WRITE
     }
 
@@ -73,8 +74,16 @@ public enum GatheringWAL {
         watches.withLock { watches in
             watches[path, default: Watch()].failAfter = failAfter
             watches[path, default: Watch()].failure = failure
+            watching.store(true, ordering: .releasing)
         }
-        watching.store(true, ordering: .releasing)
+    }
+
+    /// Stops watching the WAL at `path`.
+    static func unwatch(_ path: String) {
+        watches.withLock { watches in
+            watches[path] = nil
+            if watches.isEmpty { watching.store(false, ordering: .releasing) }
+        }
     }
 
     static func watched(_ path: String) -> Watch {
@@ -135,6 +144,10 @@ public enum GatheringWAL {
         /// The connection asked for exclusive locking (`PRAGMA locking_mode = EXCLUSIVE`), under which SQLite
         /// takes the WAL's locks without telling the VFS: its WAL gathers nothing from then on.
         var exclusive = false
+        /// The VFS saw this connection take the WAL's write lock and not release it yet. Frames are gathered
+        /// only then: a connection that holds the lock without the VFS seeing it (exclusive locking mode,
+        /// however it was set, on an attached database too) never has anything to drop at its release.
+        var writeLockHeld = false
         /// The WAL's gathering state while it is open.
         var wal: WALState?
 
@@ -319,7 +332,7 @@ private func makeWALMethods() -> sqlite3_io_methods {
         guard state.droppedFrom < 0 else { return SQLITE_IOERR_WRITE }
         let real = GatheringWAL.Layout.real(file)
         let end = offset + Int64(amount)
-        if state.link.exclusive {
+        if state.link.exclusive || !state.link.writeLockHeld {
             // No lock changes to drop gathered bytes at: none are gathered.
             let flushed = state.flush(real)
             guard flushed == SQLITE_OK else { return flushed }
@@ -428,11 +441,16 @@ private func makeDatabaseMethods() -> sqlite3_io_methods {
         // The WAL's write lock is the first of the shared-memory locks (`WAL_WRITE_LOCK`). Whether it is
         // taken or released, nothing gathered before counts: released, what is gathered belongs to a
         // transaction that rolled back, and written later it could land on another writer's frames.
-        if flags & SQLITE_SHM_EXCLUSIVE != 0, offset == 0, count >= 1 {
-            GatheringWAL.Layout.state(file, as: GatheringWAL.DatabaseState.self).link.wal?.resetForWriteLock()
-        }
         let real = GatheringWAL.Layout.real(file)
-        return real.pointee.pMethods.pointee.xShmLock!(real, offset, count, flags)
+        guard flags & SQLITE_SHM_EXCLUSIVE != 0, offset == 0, count >= 1 else {
+            return real.pointee.pMethods.pointee.xShmLock!(real, offset, count, flags)
+        }
+        let link = GatheringWAL.Layout.state(file, as: GatheringWAL.DatabaseState.self).link
+        link.wal?.resetForWriteLock()
+        link.writeLockHeld = false
+        let code = real.pointee.pMethods.pointee.xShmLock!(real, offset, count, flags)
+        if code == SQLITE_OK, flags & SQLITE_SHM_LOCK != 0 { link.writeLockHeld = true }
+        return code
     }
     return methods
 }

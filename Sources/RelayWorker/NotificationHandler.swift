@@ -100,7 +100,7 @@ public struct NotificationHandler: WorkerRecordHandler {
                 if notification.deliver { outgoing.append(contentsOf: fanOut.records(for: event, app: notification.app, body: body)) }
             }
             _ = try await producer.produce(outgoing)
-            // Debug, not info: at thousands a second one line per notification is a flood (and 2% of the
+            // Debug, not info: at thousands a second one line per notification is a flood (and 4% of the
             // relay's CPU); the counters and the events routes say what was processed.
             logger.debug(
                 "notification normalized",
