@@ -297,6 +297,15 @@ private func wal(_ file: UnsafeMutablePointer<sqlite3_file>) -> GatheringWAL.WAL
     GatheringWAL.Layout.state(file, as: GatheringWAL.WALState.self)
 }
 
+/// `body` on the default VFS's file under a gathering WAL once what is gathered is written out, or the
+/// error writing it failed with.
+private func afterFlush(_ file: UnsafeMutablePointer<sqlite3_file>, _ body: (UnsafeMutablePointer<sqlite3_file>) -> Int32) -> Int32 {
+    let real = GatheringWAL.Layout.real(file)
+    let flushed = wal(file).flush(real)
+    guard flushed == SQLITE_OK else { return flushed }
+    return body(real)
+}
+
 /// The methods of a gathering WAL: new frames gathered, everything else on the default VFS's file.
 private func makeWALMethods() -> sqlite3_io_methods {
     var methods = forwardingMethods()
@@ -375,36 +384,20 @@ private func makeWALMethods() -> sqlite3_io_methods {
     }
     methods.xTruncate = { file, size in
         guard let file else { return SQLITE_MISUSE }
-        let state = wal(file)
-        let real = GatheringWAL.Layout.real(file)
-        let flushed = state.flush(real)
-        guard flushed == SQLITE_OK else { return flushed }
-        return real.pointee.pMethods.pointee.xTruncate!(real, size)
+        return afterFlush(file) { real in real.pointee.pMethods.pointee.xTruncate!(real, size) }
     }
     methods.xSync = { file, flags in
         guard let file else { return SQLITE_MISUSE }
-        let state = wal(file)
-        guard state.droppedFrom < 0 else { return SQLITE_IOERR_FSYNC }
-        let real = GatheringWAL.Layout.real(file)
-        let flushed = state.flush(real)
-        guard flushed == SQLITE_OK else { return flushed }
-        return real.pointee.pMethods.pointee.xSync!(real, flags)
+        guard wal(file).droppedFrom < 0 else { return SQLITE_IOERR_FSYNC }
+        return afterFlush(file) { real in real.pointee.pMethods.pointee.xSync!(real, flags) }
     }
     methods.xFileSize = { file, size in
         guard let file else { return SQLITE_MISUSE }
-        let state = wal(file)
-        let real = GatheringWAL.Layout.real(file)
-        let flushed = state.flush(real)
-        guard flushed == SQLITE_OK else { return flushed }
-        return real.pointee.pMethods.pointee.xFileSize!(real, size)
+        return afterFlush(file) { real in real.pointee.pMethods.pointee.xFileSize!(real, size) }
     }
     methods.xFetch = { file, offset, amount, pointer in
         guard let file else { return SQLITE_MISUSE }
-        let state = wal(file)
-        let real = GatheringWAL.Layout.real(file)
-        let flushed = state.flush(real)
-        guard flushed == SQLITE_OK else { return flushed }
-        return real.pointee.pMethods.pointee.xFetch!(real, offset, amount, pointer)
+        return afterFlush(file) { real in real.pointee.pMethods.pointee.xFetch!(real, offset, amount, pointer) }
     }
     return methods
 }

@@ -216,6 +216,18 @@ import Testing
         return records
     }
 
+    static let products = [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])]
+
+    /// The worker's pipeline over `store`, producing to `producer`, with no store APIs; logging to `recorder`.
+    static func pipeline(
+        _ configuration: RelayConfiguration, store: MemoryStateStore, producer: any RecordProducer, recorder: LogRecorder? = nil
+    ) throws -> NotificationHandler {
+        NotificationHandler(
+            configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
+            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: StoreAPIs(), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
+            producer: producer, logger: recorder?.logger ?? testLogger(), metrics: NOOPMetricsHandler.instance)
+    }
+
     /// A notification processed is one debug line (what it was, the events it made, its place in the log),
     /// not an info line: at the default level a relay taking thousands a second logs nothing per notification.
     @Test func aProcessedNotificationIsLoggedAtDebugNotAtInfo() async throws {
@@ -228,12 +240,8 @@ import Testing
             _ = try await producer.produce(record)
         }
         let recorder = LogRecorder()
-        let store = MemoryStateStore(
-            conflictOnFirstWrite: false, products: [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])])
-        let pipeline = NotificationHandler(
-            configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
-            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: StoreAPIs(), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
-            producer: producer, logger: recorder.logger, metrics: NOOPMetricsHandler.instance)
+        let pipeline = try Self.pipeline(
+            configuration, store: MemoryStateStore(conflictOnFirstWrite: false, products: Self.products), producer: producer, recorder: recorder)
         let reader = try log.consumer(ConsumerOptions(groupID: uniqueName("reader"), topics: [configuration.topics.notifications]))
         for record in try await RecordCollector(reader.records).waitFor(count: 4) { try await pipeline.process(record) }
         let lines = recorder.text.split(separator: "\n")
@@ -254,12 +262,8 @@ import Testing
         for record in Self.notifications(topic: configuration.topics.notifications, subscriptions: subscriptions, now: now) {
             _ = try await producer.produce(record)
         }
-        let store = MemoryStateStore(
-            conflictOnFirstWrite: true, products: [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])])
-        let pipeline = NotificationHandler(
-            configuration: configuration, verifier: try NotificationVerifier(configuration: configuration, logger: testLogger()),
-            normalizer: try SubscriptionUpdater(configuration: configuration, stateStore: store, storeAPIs: StoreAPIs(), logger: testLogger(), metrics: NOOPMetricsHandler.instance),
-            producer: producer, logger: testLogger(), metrics: NOOPMetricsHandler.instance)
+        let store = MemoryStateStore(conflictOnFirstWrite: true, products: Self.products)
+        let pipeline = try Self.pipeline(configuration, store: store, producer: producer)
         let group = uniqueName("worker")
         let eventsReader = try log.consumer(ConsumerOptions(groupID: uniqueName("events"), topics: [configuration.topics.events]))
         let collector = RecordCollector(eventsReader.records)
