@@ -56,7 +56,7 @@ public enum GatheringWAL {
     }()
 
     /// For tests, by WAL path: how many gathered writes were made (each one `pwrite` of one or more
-    /// frames), and after how many more of them one fails as an I/O error without writing anything.
+    /// frames), and after how many more of them one fails, with `failure`, without writing anything.
     struct Watch: Sendable {
         var gatheredWrites = 0
         var failAfter: Int?
