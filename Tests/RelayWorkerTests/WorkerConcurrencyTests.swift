@@ -218,6 +218,22 @@ import Testing
 
     static let products = [ProductMapping.Product(productId: "price_pro", store: "STRIPE", entitlements: ["pro"])]
 
+    /// An in-memory log with the pipeline's topics (the notifications topic named for this test) holding
+    /// `notifications(subscriptions:)`, its producer, and the configuration naming them.
+    static func logWithNotifications(
+        subscriptions: Int, partitions: Int
+    ) async throws -> (RelayConfiguration, EmbeddedRecordLog, any RecordProducer) {
+        var configuration = try Self.configuration()
+        configuration.topics.notifications = uniqueName("notifications")
+        let topics = [configuration.topics.notifications, configuration.topics.events, configuration.topics.deliveries, configuration.topics.rejected]
+        let log = try EmbeddedRecordLog.inMemory(topics: topics, partitions: partitions, logger: testLogger())
+        let producer = try log.producer
+        for record in Self.notifications(topic: configuration.topics.notifications, subscriptions: subscriptions, now: Int64(Date().timeIntervalSince1970)) {
+            _ = try await producer.produce(record)
+        }
+        return (configuration, log, producer)
+    }
+
     /// The worker's pipeline over `store`, producing to `producer`, with no store APIs; logging to `recorder`.
     static func pipeline(
         _ configuration: RelayConfiguration, store: MemoryStateStore, producer: any RecordProducer, recorder: LogRecorder? = nil
@@ -231,14 +247,7 @@ import Testing
     /// A notification processed is one debug line (what it was, the events it made, its place in the log),
     /// not an info line: at the default level a relay taking thousands a second logs nothing per notification.
     @Test func aProcessedNotificationIsLoggedAtDebugNotAtInfo() async throws {
-        var configuration = try Self.configuration()
-        configuration.topics.notifications = uniqueName("notifications")
-        let topics = [configuration.topics.notifications, configuration.topics.events, configuration.topics.deliveries, configuration.topics.rejected]
-        let log = try EmbeddedRecordLog.inMemory(topics: topics, partitions: 1, logger: testLogger())
-        let producer = try log.producer
-        for record in Self.notifications(topic: configuration.topics.notifications, subscriptions: 2, now: Int64(Date().timeIntervalSince1970)) {
-            _ = try await producer.produce(record)
-        }
+        let (configuration, log, producer) = try await Self.logWithNotifications(subscriptions: 2, partitions: 1)
         let recorder = LogRecorder()
         let pipeline = try Self.pipeline(
             configuration, store: MemoryStateStore(conflictOnFirstWrite: false, products: Self.products), producer: producer, recorder: recorder)
@@ -252,16 +261,8 @@ import Testing
     }
 
     @Test func aCrashAfterProducingRepeatsEveryRecordWithTheSameEventsAndConflictsAreRetriedUnderConcurrency() async throws {
-        var configuration = try Self.configuration()
-        configuration.topics.notifications = uniqueName("notifications")
-        let topics = [configuration.topics.notifications, configuration.topics.events, configuration.topics.deliveries, configuration.topics.rejected]
-        let log = try EmbeddedRecordLog.inMemory(topics: topics, partitions: 2, logger: testLogger())
-        let producer = try log.producer
         let subscriptions = 12
-        let now = Int64(Date().timeIntervalSince1970)
-        for record in Self.notifications(topic: configuration.topics.notifications, subscriptions: subscriptions, now: now) {
-            _ = try await producer.produce(record)
-        }
+        let (configuration, log, producer) = try await Self.logWithNotifications(subscriptions: subscriptions, partitions: 2)
         let store = MemoryStateStore(conflictOnFirstWrite: true, products: Self.products)
         let pipeline = try Self.pipeline(configuration, store: store, producer: producer)
         let group = uniqueName("worker")
