@@ -72,6 +72,15 @@ struct E2EBench: AsyncParsableCommand {
     @Flag(help: "Run the relay with apps[].apple.verifyNestedSignatures: false (the notification's signature vouches for its nested JWSs).")
     var nestedCovered = false
 
+    @Option(
+        help: """
+            Rounds start with this many notifications' worth already recorded in the events store (each a \
+            renewal and a status change, and a delivery attempt of each, its ids, user and subscription random), \
+            written once before the rounds through the store's own code and copied into each round's backend. \
+            With 0, each starts with an empty store.
+            """)
+    var recorded = 0
+
     @Option(help: "Where the relay's data directories go (a fresh folder per round).")
     var directory = FileManager.default.temporaryDirectory.path
 
@@ -90,6 +99,7 @@ struct E2EBench: AsyncParsableCommand {
         if let subscriptions, subscriptions < 2 * connections {
             throw ValidationError("--subscriptions must be at least twice --connections (\(2 * connections))")
         }
+        guard recorded >= 0 else { throw ValidationError("--recorded must be 0 or more") }
         let factory = try NotificationFactory(fixtures: fixtures, mixed: mixed, subscriptions: subscriptions)
         let logs: [LogKind] = log == .both ? [.embedded, .kafka] : [log]
         let receiver = try ReceiverProcess(delayMilliseconds: 0)
@@ -105,12 +115,25 @@ struct E2EBench: AsyncParsableCommand {
         if let verifyRate {
             note("V = \(Int(verifyRate)) ES256 verifications/s on one core (openssl speed ecdsap256); latency offered at \(String(format: "%.3f", Double(rate) / verifyRate)) V")
         }
+        var history: RecordedHistory?
+        if recorded > 0 {
+            let started = ContinuousClock.now
+            let built = try await RecordedHistory.build(notifications: recorded, directory: directory)
+            history = built
+            note(
+                "recorded history: \(recorded) notifications' events and attempts, \(built.bytes / 1_048_576) MiB, written in \(ContinuousClock.now - started)"
+            )
+        }
+        defer { history?.remove() }
         var summaries: [(LogKind, [RoundResult])] = []
         var nextIndex = 1
         for kind in logs {
             var results: [RoundResult] = []
             for round in 1...max(1, rounds) {
-                let relay = try RelayChild(kind: kind, configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures, workerInFlight: workerInFlight, nestedCovered: nestedCovered), directory: directory)
+                let relay = try RelayChild(
+                    kind: kind,
+                    configuration: factory.configuration(receiverPort: receiver.port, fixtures: fixtures, workerInFlight: workerInFlight, nestedCovered: nestedCovered),
+                    directory: directory, history: history)
                 defer { relay.stop() }
                 var measurement = Round(
                     ingest: relay.ingest, engine: engine, arrivals: arrivals, factory: factory, connections: connections)

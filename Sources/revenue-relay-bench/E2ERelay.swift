@@ -13,9 +13,13 @@ final class RelayChild: @unchecked Sendable {
     private let process: Process
     private let directory: String
 
-    init(kind: E2EBench.LogKind, configuration: String, directory: String) throws {
+    /// - Parameter history: an events store to start from (`e2e --recorded`).
+    init(kind: E2EBench.LogKind, configuration: String, directory: String, history: RecordedHistory? = nil) throws {
         let folder = directory + "/relay-e2e-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        // The backend's database: in the data directory on the embedded log (dev), beside relay.yaml on Kafka
+        // (`backend.database: backend.sqlite`, relative to the configuration's folder).
+        try history?.copy(intoBackendDirectory: kind == .kafka ? folder : folder + "/data")
         try Data(configuration.utf8).write(to: URL(fileURLWithPath: folder + "/relay.yaml"))
         logPath = folder + "/relay.log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)

@@ -1,0 +1,112 @@
+import Foundation
+import GRDB
+import Glibc
+import RelayLocalBackend
+
+/// `e2e --recorded N`: an events file holding N notifications' worth of recorded history, written once
+/// through the relay's own events store and delivery log, and copied into each round's backend directory
+/// before its relay opens it. Each notification is the bench's Apple renewal as the relay records it: a
+/// renewal and a status change, and one successful delivery attempt of each. Its ids, user and
+/// subscription are new and random, as a real history's are, so the indexes' entries land where a real
+/// history's would.
+struct RecordedHistory {
+    let folder: String
+    /// One consistent copy of the written events file, closed: what each round gets.
+    var seed: String { folder + "/seed.sqlite" }
+    /// The events file's name beside a backend's `backend.sqlite` (`SubscriptionDatabase.eventsPath`).
+    static let eventsFile = "backend-events.sqlite"
+
+    static func build(notifications: Int, directory: String) async throws -> RecordedHistory {
+        let history = RecordedHistory(folder: directory + "/relay-e2e-history-\(UUID().uuidString.prefix(8))")
+        do {
+            try FileManager.default.createDirectory(atPath: history.folder, withIntermediateDirectories: true)
+            try await record(notifications: notifications, backend: history.folder + "/backend.sqlite")
+            // Through SQLite's backup, not a file copy: the written file's connections (its checkpointer's among
+            // them) may still be closing, and the last to close checkpoints into it.
+            let source = try DatabaseQueue(path: history.folder + "/" + eventsFile)
+            let target = try DatabaseQueue(path: history.seed)
+            try source.backup(to: target)
+            try target.close()
+            try source.close()
+            for suffix in ["-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: history.seed + suffix) {
+                throw HistoryError(message: "the history's copy left \(history.seed + suffix)")
+            }
+        } catch {
+            history.remove()
+            throw error
+        }
+        return history
+    }
+
+    /// The seed's size in bytes.
+    var bytes: Int { (try? FileManager.default.attributesOfItem(atPath: seed)[.size] as? Int) ?? 0 }
+
+    /// Writes the history through the relay's own stores.
+    private static func record(notifications: Int, backend: String) async throws {
+        let database = try SubscriptionDatabase(path: backend)
+        let events = EventStore(database: database)
+        let deliveries = DeliveryLog(database: database)
+        let batch = 2_000
+        var written = 0
+        while written < notifications {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            var entries: [EventStore.Entry] = []
+            var attempts: [[UInt8]] = []
+            for _ in written..<min(written + batch, notifications) {
+                let notification = UUID().uuidString.lowercased()
+                let user = UUID().uuidString.lowercased()
+                let subscription = String(Int.random(in: 100_000_000_000_000..<999_999_999_999_999))
+                for type in ["renewal", "subscription_status_did_change"] {
+                    let id = "apple:\(notification):\(type)"
+                    let body = type == "renewal"
+                        ? renewal(id: id, notification: notification, user: user, subscription: subscription, at: now)
+                        : statusChange(id: id, notification: notification, user: user, subscription: subscription, at: now)
+                    entries.append(EventStore.Entry(app: "bench", body: Array(body.utf8)))
+                    attempts.append(Array(attempt(eventId: id, type: type, subscription: subscription, at: now).utf8))
+                }
+            }
+            let recorded = try await events.record(entries)
+            let delivered = try await deliveries.record(attempts)
+            guard recorded.invalid.isEmpty, recorded.inserted == entries.count, delivered.invalid.isEmpty, delivered.inserted == attempts.count else {
+                throw HistoryError(
+                    message: "the history's rows were not all recorded: \(recorded.inserted) events and \(delivered.inserted) attempts of \(entries.count)")
+            }
+            written += entries.count / 2
+        }
+    }
+
+    /// Copies the seed into `directory` as the events file of the backend there, synced, before a relay opens it.
+    func copy(intoBackendDirectory directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let target = directory + "/" + Self.eventsFile
+        try FileManager.default.copyItem(atPath: seed, toPath: target)
+        // Synced, so the copy's writeback is not the relay's: its checkpoints' fsyncs would write it.
+        let descriptor = open(target, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw HistoryError(message: "cannot open \(target): errno \(errno)") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw HistoryError(message: "cannot sync \(target): errno \(errno)") }
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    struct HistoryError: Error, CustomStringConvertible {
+        var message: String
+        var description: String { message }
+    }
+
+    // The bodies below are the relay's own for the bench's Apple renewal (an `e2e` round's recorded rows).
+
+    private static func renewal(id: String, notification: String, user: String, subscription: String, at time: Int64) -> String {
+        #"{"applicationId":1,"data":{"bundleId":"com.example.app","cancelReason":null,"commissionPercentage":0.3,"countryCode":"US","currencyCode":"USD","entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"environment":"SANDBOX","exchangeRate":1.0,"expirationAt":\#(time + 2_592_000_000),"expirationReason":null,"gracePeriodExpiresAt":null,"id":"\#(id)","isFamilyShare":false,"isSmallBusiness":false,"isTrialConversion":false,"name":"renewal","newProductId":null,"offerCode":null,"originalAppUserId":"\#(user)","originalTransactionId":"\#(subscription)","periodType":"NORMAL","price":9.99,"priceInPurchasedCurrency":9.99,"proceeds":6.99,"productId":"com.example.pro.monthly","purchasedAt":\#(time),"sdkEvents":[],"sequence":1,"source":{"notificationId":"\#(notification)","store":"apple","subtype":null,"type":"DID_RENEW"},"store":"APP_STORE","subscriptionStatus":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"takehomePercentage":0.7,"taxPercentage":null,"transactionId":"\#(subscription)1","ts":\#(time)},"object":"event","projectId":1,"timestamp":\#(time + 9),"type":"renewal"}"#
+    }
+
+    private static func statusChange(id: String, notification: String, user: String, subscription: String, at time: Int64) -> String {
+        #"{"applicationId":1,"data":{"appUserId":"\#(user)","entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"environment":"SANDBOX","from":{"entitlements":[],"status":"INACTIVE"},"id":"\#(id)","name":"subscription_status_did_change","originalAppUserId":"\#(user)","originalTransactionId":"\#(subscription)","productId":"com.example.pro.monthly","sdkEvents":["subscriptionStatusDidChange"],"sequence":1,"source":{"notificationId":"\#(notification)","store":"apple","subtype":null,"type":"DID_RENEW"},"store":"APP_STORE","subscriptionStatus":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"to":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"ts":\#(time)},"object":"event","projectId":1,"timestamp":\#(time + 9),"type":"subscription_status_did_change"}"#
+    }
+
+    private static func attempt(eventId: String, type: String, subscription: String, at time: Int64) -> String {
+        #"{"app":"bench","attempt":1,"deadLetterReason":null,"durationMs":3,"endpoint":"bench","error":null,"eventId":"\#(eventId)","eventType":"\#(type)","finishedAt":\#(time + 21),"httpStatus":204,"id":"bench:\#(eventId):-:1:succeeded","nextAttemptAt":null,"outcome":"succeeded","replayedFrom":null,"startedAt":\#(time + 18),"subject":"\#(subscription)"}"#
+    }
+}
