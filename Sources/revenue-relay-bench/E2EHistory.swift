@@ -22,14 +22,20 @@ struct RecordedHistory {
             try FileManager.default.createDirectory(atPath: history.folder, withIntermediateDirectories: true)
             try await record(notifications: notifications, backend: history.folder + "/backend.sqlite")
             // Through SQLite's backup, not a file copy: the written file's connections (its checkpointer's among
-            // them) may still be closing, and the last to close checkpoints into it.
-            let source = try DatabaseQueue(path: history.folder + "/" + eventsFile)
-            let target = try DatabaseQueue(path: history.seed)
+            // them) may still be closing, and the last to close checkpoints into it, holding its lock meanwhile.
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(60)
+            let source = try DatabaseQueue(path: history.folder + "/" + eventsFile, configuration: configuration)
+            let target = try DatabaseQueue(path: history.seed, configuration: configuration)
             try source.backup(to: target)
             try target.close()
             try source.close()
             for suffix in ["-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: history.seed + suffix) {
                 throw HistoryError(message: "the history's copy left \(history.seed + suffix)")
+            }
+            // Only the seed is needed from here: the written files are as large again.
+            for name in ["backend.sqlite", eventsFile] {
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: history.folder + "/" + name + suffix) }
             }
         } catch {
             history.remove()

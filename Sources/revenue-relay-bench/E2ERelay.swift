@@ -19,7 +19,13 @@ final class RelayChild: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         // The backend's database: in the data directory on the embedded log (dev), beside relay.yaml on Kafka
         // (`backend.database: backend.sqlite`, relative to the configuration's folder).
-        try history?.copy(intoBackendDirectory: kind == .kafka ? folder : folder + "/data")
+        do {
+            try history?.copy(intoBackendDirectory: kind == .kafka ? folder : folder + "/data")
+        } catch {
+            // A partial copy of a large file, and no log worth keeping.
+            try? FileManager.default.removeItem(atPath: folder)
+            throw error
+        }
         try Data(configuration.utf8).write(to: URL(fileURLWithPath: folder + "/relay.yaml"))
         logPath = folder + "/relay.log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
