@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import GRDB
 import Glibc
@@ -13,29 +14,29 @@ struct RecordedHistory {
     let folder: String
     /// One consistent copy of the written events file, closed: what each round gets.
     var seed: String { folder + "/seed.sqlite" }
-    /// The events file's name beside a backend's `backend.sqlite` (`SubscriptionDatabase.eventsPath`).
-    static let eventsFile = "backend-events.sqlite"
 
     static func build(notifications: Int, directory: String) async throws -> RecordedHistory {
         let history = RecordedHistory(folder: directory + "/relay-e2e-history-\(UUID().uuidString.prefix(8))")
         do {
             try FileManager.default.createDirectory(atPath: history.folder, withIntermediateDirectories: true)
-            try await record(notifications: notifications, backend: history.folder + "/backend.sqlite")
+            let backend = history.folder + "/backend.sqlite"
+            let written = SubscriptionDatabase.eventsPath(forBackend: backend)
+            try await record(notifications: notifications, backend: backend)
             // Through SQLite's backup, not a file copy: the written file's connections (its checkpointer's among
             // them) may still be closing, and the last to close checkpoints into it, holding its lock meanwhile.
             var configuration = Configuration()
             configuration.busyMode = .timeout(60)
-            let source = try DatabaseQueue(path: history.folder + "/" + eventsFile, configuration: configuration)
+            let source = try DatabaseQueue(path: written, configuration: configuration)
             let target = try DatabaseQueue(path: history.seed, configuration: configuration)
             try source.backup(to: target)
             try target.close()
             try source.close()
             for suffix in ["-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: history.seed + suffix) {
-                throw HistoryError(message: "the history's copy left \(history.seed + suffix)")
+                throw ValidationError("the history's copy left \(history.seed + suffix)")
             }
             // Only the seed is needed from here: the written files are as large again.
-            for name in ["backend.sqlite", eventsFile] {
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: history.folder + "/" + name + suffix) }
+            for path in [backend, written] {
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
             }
         } catch {
             history.remove()
@@ -74,32 +75,28 @@ struct RecordedHistory {
             let recorded = try await events.record(entries)
             let delivered = try await deliveries.record(attempts)
             guard recorded.invalid.isEmpty, recorded.inserted == entries.count, delivered.invalid.isEmpty, delivered.inserted == attempts.count else {
-                throw HistoryError(
-                    message: "the history's rows were not all recorded: \(recorded.inserted) events and \(delivered.inserted) attempts of \(entries.count)")
+                throw ValidationError(
+                    "the history's rows were not all recorded: \(recorded.inserted) events and \(delivered.inserted) attempts of \(entries.count)")
             }
             written += entries.count / 2
         }
     }
 
-    /// Copies the seed into `directory` as the events file of the backend there, synced, before a relay opens it.
-    func copy(intoBackendDirectory directory: String) throws {
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let target = directory + "/" + Self.eventsFile
+    /// Copies the seed to the events file of the backend database at `backend`, synced, before a relay opens it.
+    func copy(toEventsFileOf backend: String) throws {
+        let target = SubscriptionDatabase.eventsPath(forBackend: backend)
+        try FileManager.default.createDirectory(
+            atPath: URL(fileURLWithPath: target).deletingLastPathComponent().path, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: seed, toPath: target)
         // Synced, so the copy's writeback is not the relay's: its checkpoints' fsyncs would write it.
         let descriptor = open(target, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw HistoryError(message: "cannot open \(target): errno \(errno)") }
+        guard descriptor >= 0 else { throw ValidationError("cannot open \(target): errno \(errno)") }
         defer { close(descriptor) }
-        guard fsync(descriptor) == 0 else { throw HistoryError(message: "cannot sync \(target): errno \(errno)") }
+        guard fsync(descriptor) == 0 else { throw ValidationError("cannot sync \(target): errno \(errno)") }
     }
 
     func remove() {
         try? FileManager.default.removeItem(atPath: folder)
-    }
-
-    struct HistoryError: Error, CustomStringConvertible {
-        var message: String
-        var description: String { message }
     }
 
     // The bodies below are the relay's own for the bench's Apple renewal (an `e2e` round's recorded rows).

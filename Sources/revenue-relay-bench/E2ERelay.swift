@@ -20,7 +20,7 @@ final class RelayChild: @unchecked Sendable {
         // The backend's database: in the data directory on the embedded log (dev), beside relay.yaml on Kafka
         // (`backend.database: backend.sqlite`, relative to the configuration's folder).
         do {
-            try history?.copy(intoBackendDirectory: kind == .kafka ? folder : folder + "/data")
+            try history?.copy(toEventsFileOf: kind == .kafka ? folder + "/backend.sqlite" : folder + "/data/backend.sqlite")
         } catch {
             // A partial copy of a large file, and no log worth keeping.
             try? FileManager.default.removeItem(atPath: folder)
