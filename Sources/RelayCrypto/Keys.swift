@@ -13,6 +13,9 @@ public final class PublicKey: @unchecked Sendable {
     private let readyContexts = Mutex<[ReadyContext]>([])
     /// More contexts than threads that verify at once are freed when returned.
     static let keptContexts = 16
+    /// This key's multiples, once `prepareFixedBaseTable()` built them: ES256 verifications then take about
+    /// half the time (`FixedBaseTable`).
+    private let fixedBase = AtomicLazyReference<FixedBaseTable>()
 
     /// Takes ownership of one reference to `pointer`.
     init(taking pointer: OpaquePointer) {
@@ -32,6 +35,14 @@ public final class PublicKey: @unchecked Sendable {
             }
         }
         guard let key else { throw .drain("build RSA key") }
+        self.init(taking: key)
+    }
+
+    /// A P-256 key from its SEC 1 encoded point (tests build keys for the verification's rarest cases).
+    convenience init(p256Point point: [UInt8]) throws(OpenSSLError) {
+        guard let key = point.withUnsafeBufferPointer({ relay_p256_public_key($0.baseAddress, $0.count) }) else {
+            throw .drain("build P-256 key")
+        }
         self.init(taking: key)
     }
 
@@ -75,9 +86,12 @@ public final class PublicKey: @unchecked Sendable {
     /// `verifyES256` over bytes borrowed from elsewhere (a JWS's signing input inside its text), not copied.
     public func verifyES256(_ signedData: UnsafeRawBufferPointer, rawSignature: [UInt8]) -> Bool {
         // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
-        guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC, let context = borrowContext() else { return false }
-        let der = Self.derSignature(raw: rawSignature)
+        guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
         let digest = Digest.sha256(signedData)
+        // The table's verification, unless OpenSSL failed in it (then the usual one decides).
+        if let table = fixedBase.load(), let verified = table.verify(digest: digest, rawSignature: rawSignature) { return verified }
+        guard let context = borrowContext() else { return false }
+        let der = Self.derSignature(raw: rawSignature)
         let verified = EVP_PKEY_verify(context, der, der.count, digest, digest.count) == 1
         if verified {
             giveBack(context)
@@ -88,6 +102,27 @@ public final class PublicKey: @unchecked Sendable {
         }
         return verified
     }
+
+    /// Builds this key's `FixedBaseTable` (about 21 ms and 150 KB, once), so its ES256 verifications take about
+    /// half the time; for a key that verifies many signatures (Apple's leaf key), off Swift's cooperative pool.
+    /// False when the key is not a P-256 key or no table could be built; verification is unchanged then.
+    ///
+    /// Only on x86_64 and arm64: there OpenSSL multiplies P-256 points with its assembly, which uses the table.
+    /// Its portable code would ignore it, and two of its multiplications cost more than its own verification.
+    @discardableResult
+    public func prepareFixedBaseTable() -> Bool {
+        #if arch(x86_64) || arch(arm64)
+        if fixedBase.load() != nil { return true }
+        guard kind == .ecP256, let table = FixedBaseTable(key: pointer) else { return false }
+        _ = fixedBase.storeIfNil(table)
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// Whether ES256 verifications use this key's `FixedBaseTable`.
+    public var hasFixedBaseTable: Bool { fixedBase.load() != nil }
 
     /// A ready context, kept or made now; nil when OpenSSL cannot make one.
     private func borrowContext() -> OpaquePointer? {
@@ -169,6 +204,11 @@ public final class PrivateKey: @unchecked Sendable {
     let pointer: OpaquePointer
 
     deinit { EVP_PKEY_free(pointer) }
+
+    /// Takes ownership of one reference to `pointer` (tests make keys with OpenSSL's generator).
+    init(taking pointer: OpaquePointer) {
+        self.pointer = pointer
+    }
 
     /// A PEM private key: PKCS#8 (`PRIVATE KEY`) or traditional (`EC PRIVATE KEY`, `RSA PRIVATE KEY`).
     public init(pem: String) throws(OpenSSLError) {

@@ -1,4 +1,4 @@
-import RelayCrypto
+package import RelayCrypto
 import Foundation
 public import RelayConfig
 public import RelayCore
@@ -40,6 +40,15 @@ public struct AppleVerifier: Sendable {
     public init(
         app: String, configuration: RelayConfiguration.Apple, configurationKey: String = "apple", chainCacheCapacity: Int = 64
     ) throws(ConfigurationError) {
+        try self.init(app: app, configuration: configuration, configurationKey: configurationKey, chainCacheCapacity: chainCacheCapacity, prepareKeys: nil)
+    }
+
+    /// - Parameter prepareKeys: what the chain cache does with each chain's key when it enters the chain
+    ///   (`AppleChainCache`); nil: builds its table in the background. Tests and the benchmark build it at once.
+    package init(
+        app: String, configuration: RelayConfiguration.Apple, configurationKey: String, chainCacheCapacity: Int,
+        prepareKeys: (@Sendable (PublicKey) -> Void)?
+    ) throws(ConfigurationError) {
         var roots: [Certificate] = []
         for path in configuration.rootCertificates {
             do {
@@ -61,7 +70,7 @@ public struct AppleVerifier: Sendable {
         self.bundleId = configuration.bundleId
         self.appAppleId = configuration.appAppleId
         self.environments = Set(configuration.environments)
-        self.cache = AppleChainCache(capacity: chainCacheCapacity)
+        self.cache = AppleChainCache(capacity: chainCacheCapacity, prepare: prepareKeys)
         self.verifyNestedSignatures = configuration.verifyNestedSignatures
     }
 
@@ -410,6 +419,9 @@ public struct AppleVerifier: Sendable {
 
     /// The chains the cache holds (for tests).
     var cachedChainCount: Int { cache.count }
+
+    /// The cached chains whose leaf key has its table (for tests).
+    var cachedChainsWithTables: Int { cache.countWithTables }
 
     /// The leaf's public key once the chain leaf → intermediate → a configured root is trusted at `time`,
     /// and the span of time in which every certificate of the chain is valid.
