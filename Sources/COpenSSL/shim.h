@@ -1,6 +1,9 @@
 #ifndef REVENUE_RELAY_COPENSSL_SHIM_H
 #define REVENUE_RELAY_COPENSSL_SHIM_H
 
+/* SwiftPM does not rebuild the modules that import this header when only the header changed: after
+   editing it, touch a Swift file of each module that calls what changed (RelayCrypto), or build clean. */
+
 #include <string.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
