@@ -26,53 +26,49 @@
 /// OPENSSL_free is a macro.
 static inline void relay_openssl_free(void *pointer) { OPENSSL_free(pointer); }
 
-/// An RSA public key from big-endian modulus and exponent. In C because OSSL_PARAM_BLD keeps the
-/// parameter-name pointers until it builds, which must be static strings.
+/// A public key of `type` ("RSA", "EC") from the parameters in `builder`, which it frees; NULL when they
+/// do not make one. OSSL_PARAM_BLD keeps the parameter-name pointers until it builds, which must be
+/// static strings, so keys are built in C.
+static inline EVP_PKEY *relay_public_key_from_parameters(const char *type, OSSL_PARAM_BLD *builder) {
+    EVP_PKEY *key = NULL;
+    OSSL_PARAM *params = OSSL_PARAM_BLD_to_param(builder);
+    EVP_PKEY_CTX *context = params == NULL ? NULL : EVP_PKEY_CTX_new_from_name(NULL, type, NULL);
+    if (context != NULL && EVP_PKEY_fromdata_init(context) == 1
+        && EVP_PKEY_fromdata(context, &key, EVP_PKEY_PUBLIC_KEY, params) != 1)
+        key = NULL;
+    EVP_PKEY_CTX_free(context);
+    OSSL_PARAM_free(params);
+    OSSL_PARAM_BLD_free(builder);
+    return key;
+}
+
+/// An RSA public key from big-endian modulus and exponent.
 static inline EVP_PKEY *relay_rsa_public_key(const unsigned char *modulus, int modulus_length,
                                              const unsigned char *exponent, int exponent_length) {
     EVP_PKEY *key = NULL;
     BIGNUM *n = BN_bin2bn(modulus, modulus_length, NULL);
     BIGNUM *e = BN_bin2bn(exponent, exponent_length, NULL);
     OSSL_PARAM_BLD *builder = OSSL_PARAM_BLD_new();
-    OSSL_PARAM *params = NULL;
-    EVP_PKEY_CTX *context = NULL;
-    if (n == NULL || e == NULL || builder == NULL) goto done;
-    if (OSSL_PARAM_BLD_push_BN(builder, OSSL_PKEY_PARAM_RSA_N, n) != 1) goto done;
-    if (OSSL_PARAM_BLD_push_BN(builder, OSSL_PKEY_PARAM_RSA_E, e) != 1) goto done;
-    params = OSSL_PARAM_BLD_to_param(builder);
-    if (params == NULL) goto done;
-    context = EVP_PKEY_CTX_new_from_name(NULL, "RSA", NULL);
-    if (context == NULL || EVP_PKEY_fromdata_init(context) != 1) goto done;
-    if (EVP_PKEY_fromdata(context, &key, EVP_PKEY_PUBLIC_KEY, params) != 1) key = NULL;
-done:
-    EVP_PKEY_CTX_free(context);
-    OSSL_PARAM_free(params);
-    OSSL_PARAM_BLD_free(builder);
+    if (n != NULL && e != NULL && builder != NULL && OSSL_PARAM_BLD_push_BN(builder, OSSL_PKEY_PARAM_RSA_N, n) == 1
+        && OSSL_PARAM_BLD_push_BN(builder, OSSL_PKEY_PARAM_RSA_E, e) == 1) {
+        key = relay_public_key_from_parameters("RSA", builder);
+    } else {
+        OSSL_PARAM_BLD_free(builder);
+    }
     BN_free(n);
     BN_free(e);
     return key;
 }
 
-/// A P-256 public key from its encoded point (SEC 1, compressed or not). In C for the same reason as
-/// `relay_rsa_public_key`.
+/// A P-256 public key from its encoded point (SEC 1, compressed or not).
 static inline EVP_PKEY *relay_p256_public_key(const unsigned char *point, size_t length) {
-    EVP_PKEY *key = NULL;
     OSSL_PARAM_BLD *builder = OSSL_PARAM_BLD_new();
-    OSSL_PARAM *params = NULL;
-    EVP_PKEY_CTX *context = NULL;
-    if (builder == NULL) goto done;
-    if (OSSL_PARAM_BLD_push_utf8_string(builder, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) != 1) goto done;
-    if (OSSL_PARAM_BLD_push_octet_string(builder, OSSL_PKEY_PARAM_PUB_KEY, point, length) != 1) goto done;
-    params = OSSL_PARAM_BLD_to_param(builder);
-    if (params == NULL) goto done;
-    context = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
-    if (context == NULL || EVP_PKEY_fromdata_init(context) != 1) goto done;
-    if (EVP_PKEY_fromdata(context, &key, EVP_PKEY_PUBLIC_KEY, params) != 1) key = NULL;
-done:
-    EVP_PKEY_CTX_free(context);
-    OSSL_PARAM_free(params);
-    OSSL_PARAM_BLD_free(builder);
-    return key;
+    if (builder == NULL || OSSL_PARAM_BLD_push_utf8_string(builder, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) != 1
+        || OSSL_PARAM_BLD_push_octet_string(builder, OSSL_PKEY_PARAM_PUB_KEY, point, length) != 1) {
+        OSSL_PARAM_BLD_free(builder);
+        return NULL;
+    }
+    return relay_public_key_from_parameters("EC", builder);
 }
 
 /// STACK_OF(X509) accessors are macros in OpenSSL 3.

@@ -1,5 +1,4 @@
 import COpenSSL
-import Synchronization
 
 /// A P-256 public key's multiples precomputed once, for ES256 verifications that take half the time of
 /// OpenSSL's own (about 33 against 62 µs on one core of the benchmark VM, `revenue-relay-bench apple-verify`). A verification is u1·G + u2·Q:
@@ -16,7 +15,7 @@ final class FixedBaseTable: @unchecked Sendable {
     private let standard: OpaquePointer
     private let fixed: OpaquePointer
     /// `BN_CTX`s not in use, owned. One verification uses one.
-    private let contexts = Mutex<[BigNumberContext]>([])
+    private let contexts = KeptHandles(limit: PublicKey.keptContexts, release: { BN_CTX_free($0) })
 
     /// Nil when `key` is not a P-256 key or OpenSSL cannot build the table.
     init?(key: OpaquePointer) {
@@ -34,7 +33,6 @@ final class FixedBaseTable: @unchecked Sendable {
     }
 
     deinit {
-        contexts.withLock { contexts in contexts.forEach { BN_CTX_free($0.pointer) } }
         EC_GROUP_free(fixed)
         EC_GROUP_free(standard)
     }
@@ -43,34 +41,17 @@ final class FixedBaseTable: @unchecked Sendable {
     /// failed (the caller verifies the usual way then).
     func verify(digest: [UInt8], rawSignature: [UInt8]) -> Bool? {
         precondition(digest.count == 32 && rawSignature.count == 64, "an ES256 verification takes a SHA-256 digest and r‖s")
-        guard let context = borrowContext() else { return nil }
+        guard let context = contexts.take() ?? BN_CTX_new() else {
+            OpenSSLError.clearQueue()
+            return nil
+        }
         let result = relay_p256_verify_fixed_base(standard, fixed, digest, rawSignature, context)
         guard result >= 0 else {
-            BN_CTX_free(context)
+            contexts.discard(context)
             OpenSSLError.clearQueue()
             return nil
         }
-        let ready = BigNumberContext(pointer: context)
-        let kept = contexts.withLock { contexts in
-            guard contexts.count < PublicKey.keptContexts else { return false }
-            contexts.append(ready)
-            return true
-        }
-        if !kept { BN_CTX_free(context) }
+        contexts.giveBack(context)
         return result == 1
-    }
-
-    private func borrowContext() -> OpaquePointer? {
-        if let kept = contexts.withLock({ $0.popLast() }) { return kept.pointer }
-        guard let context = BN_CTX_new() else {
-            OpenSSLError.clearQueue()
-            return nil
-        }
-        return context
-    }
-
-    /// A `BN_CTX` not in use: only the thread that takes it from the list touches it.
-    private struct BigNumberContext: @unchecked Sendable {
-        let pointer: OpaquePointer
     }
 }

@@ -10,7 +10,7 @@ public final class PublicKey: @unchecked Sendable {
     let pointer: OpaquePointer
     /// ES256 verification contexts made ready (`EVP_PKEY_verify_init`) and not in use, owned. Making one
     /// looks the key's management and ECDSA up by name in OpenSSL 3.0, about 2.5 µs of a 64 µs verification.
-    private let readyContexts = Mutex<[ReadyContext]>([])
+    private let readyContexts = KeptHandles(limit: PublicKey.keptContexts, release: { EVP_PKEY_CTX_free($0) })
     /// More contexts than threads that verify at once are freed when returned.
     static let keptContexts = 16
     /// This key's multiples, once `prepareFixedBaseTable()` built them: ES256 verifications then take about
@@ -22,10 +22,7 @@ public final class PublicKey: @unchecked Sendable {
         self.pointer = pointer
     }
 
-    deinit {
-        readyContexts.withLock { contexts in contexts.forEach { EVP_PKEY_CTX_free($0.pointer) } }
-        EVP_PKEY_free(pointer)
-    }
+    deinit { EVP_PKEY_free(pointer) }
 
     /// An RSA key from its big-endian modulus and public exponent (a JWK's `n` and `e`).
     public convenience init(rsaModulus modulus: [UInt8], exponent: [UInt8]) throws(OpenSSLError) {
@@ -94,10 +91,10 @@ public final class PublicKey: @unchecked Sendable {
         let der = Self.derSignature(raw: rawSignature)
         let verified = EVP_PKEY_verify(context, der, der.count, digest, digest.count) == 1
         if verified {
-            giveBack(context)
+            readyContexts.giveBack(context)
         } else {
             // Not kept after a failure (a forged or broken signature): nothing of it can reach another check.
-            EVP_PKEY_CTX_free(context)
+            readyContexts.discard(context)
             OpenSSLError.clearQueue()
         }
         return verified
@@ -126,7 +123,7 @@ public final class PublicKey: @unchecked Sendable {
 
     /// A ready context, kept or made now; nil when OpenSSL cannot make one.
     private func borrowContext() -> OpaquePointer? {
-        if let kept = readyContexts.withLock({ $0.popLast() }) { return kept.pointer }
+        if let kept = readyContexts.take() { return kept }
         guard let context = EVP_PKEY_CTX_new_from_pkey(nil, pointer, nil) else {
             OpenSSLError.clearQueue()
             return nil
@@ -139,23 +136,8 @@ public final class PublicKey: @unchecked Sendable {
         return context
     }
 
-    private func giveBack(_ context: OpaquePointer) {
-        let ready = ReadyContext(pointer: context)
-        let kept = readyContexts.withLock { contexts in
-            guard contexts.count < Self.keptContexts else { return false }
-            contexts.append(ready)
-            return true
-        }
-        if !kept { EVP_PKEY_CTX_free(context) }
-    }
-
-    /// An `EVP_PKEY_CTX` not in use: only the thread that takes it from the list touches it.
-    private struct ReadyContext: @unchecked Sendable {
-        let pointer: OpaquePointer
-    }
-
     /// Verification contexts this key keeps ready (for tests).
-    var keptContextCount: Int { readyContexts.withLock { $0.count } }
+    var keptContextCount: Int { readyContexts.count }
 
     /// Verifies an RS256 (RSASSA-PKCS1-v1_5 with SHA-256) signature.
     public func verifyRS256(_ signedData: [UInt8], signature: [UInt8]) -> Bool {
