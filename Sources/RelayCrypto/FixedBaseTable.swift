@@ -1,10 +1,10 @@
 import COpenSSL
 
 /// A P-256 public key's multiples precomputed once, for ES256 verifications that take half the time of
-/// OpenSSL's own (about 33 against 62 µs on one core of the benchmark VM, `revenue-relay-bench apple-verify`). A verification is u1·G + u2·Q:
-/// OpenSSL has a built-in table for the generator G and computes u2·Q from scratch, which is most of the
-/// work. This table makes Q the generator of a second copy of the group, so both products come from
-/// tables. The arithmetic is all OpenSSL's; `relay_p256_verify_fixed_base` puts SEC 1's verification
+/// OpenSSL's own (about 33 against 62 µs on one core of the benchmark VM, `revenue-relay-bench
+/// apple-verify`). A verification is u1·G + u2·Q: OpenSSL has a built-in table for the generator G and
+/// computes u2·Q from scratch, which is most of the work. This table makes Q the generator of a second
+/// copy of the group, so both products come from tables. The arithmetic is all OpenSSL's; `relay_p256_verify_fixed_base` puts SEC 1's verification
 /// equation together from it, with the same checks as OpenSSL's verification.
 ///
 /// Worth it only for a key that verifies many signatures: building it takes about 21 ms and it holds
