@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import GRDB
 import Glibc
+import RelayCore
 import RelayLocalBackend
 
 /// `e2e --recorded N`: an events file holding N notifications' worth of recorded history, written once
@@ -69,7 +70,11 @@ struct RecordedHistory {
                         ? renewal(id: id, notification: notification, user: user, subscription: subscription, at: now)
                         : statusChange(id: id, notification: notification, user: user, subscription: subscription, at: now)
                     entries.append(EventStore.Entry(app: "bench", body: Array(body.utf8)))
-                    attempts.append(Array(attempt(eventId: id, type: type, subscription: subscription, at: now).utf8))
+                    // The deliverer's own record of a first, successful attempt (its id included).
+                    let attempt = DeliveryAttempt(
+                        app: "bench", endpoint: "bench", eventId: id, eventType: type, subject: subscription, attempt: 1, outcome: .succeeded,
+                        httpStatus: 204, durationMs: 3, error: nil, startedAt: now + 18, finishedAt: now + 21)
+                    attempts.append(attempt.json.serialized())
                 }
             }
             let recorded = try await events.record(entries)
@@ -99,7 +104,7 @@ struct RecordedHistory {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
-    // The bodies below are the relay's own for the bench's Apple renewal (an `e2e` round's recorded rows).
+    // The events below are the relay's own for the bench's Apple renewal (an `e2e` round's recorded rows).
 
     private static func renewal(id: String, notification: String, user: String, subscription: String, at time: Int64) -> String {
         #"{"applicationId":1,"data":{"bundleId":"com.example.app","cancelReason":null,"commissionPercentage":0.3,"countryCode":"US","currencyCode":"USD","entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"environment":"SANDBOX","exchangeRate":1.0,"expirationAt":\#(time + 2_592_000_000),"expirationReason":null,"gracePeriodExpiresAt":null,"id":"\#(id)","isFamilyShare":false,"isSmallBusiness":false,"isTrialConversion":false,"name":"renewal","newProductId":null,"offerCode":null,"originalAppUserId":"\#(user)","originalTransactionId":"\#(subscription)","periodType":"NORMAL","price":9.99,"priceInPurchasedCurrency":9.99,"proceeds":6.99,"productId":"com.example.pro.monthly","purchasedAt":\#(time),"sdkEvents":[],"sequence":1,"source":{"notificationId":"\#(notification)","store":"apple","subtype":null,"type":"DID_RENEW"},"store":"APP_STORE","subscriptionStatus":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"takehomePercentage":0.7,"taxPercentage":null,"transactionId":"\#(subscription)1","ts":\#(time)},"object":"event","projectId":1,"timestamp":\#(time + 9),"type":"renewal"}"#
@@ -107,9 +112,5 @@ struct RecordedHistory {
 
     private static func statusChange(id: String, notification: String, user: String, subscription: String, at time: Int64) -> String {
         #"{"applicationId":1,"data":{"appUserId":"\#(user)","entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"environment":"SANDBOX","from":{"entitlements":[],"status":"INACTIVE"},"id":"\#(id)","name":"subscription_status_did_change","originalAppUserId":"\#(user)","originalTransactionId":"\#(subscription)","productId":"com.example.pro.monthly","sdkEvents":["subscriptionStatusDidChange"],"sequence":1,"source":{"notificationId":"\#(notification)","store":"apple","subtype":null,"type":"DID_RENEW"},"store":"APP_STORE","subscriptionStatus":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"to":{"entitlements":[{"id":"pro","type":"SERVICE_LEVEL"}],"status":"ACTIVE"},"ts":\#(time)},"object":"event","projectId":1,"timestamp":\#(time + 9),"type":"subscription_status_did_change"}"#
-    }
-
-    private static func attempt(eventId: String, type: String, subscription: String, at time: Int64) -> String {
-        #"{"app":"bench","attempt":1,"deadLetterReason":null,"durationMs":3,"endpoint":"bench","error":null,"eventId":"\#(eventId)","eventType":"\#(type)","finishedAt":\#(time + 21),"httpStatus":204,"id":"bench:\#(eventId):-:1:succeeded","nextAttemptAt":null,"outcome":"succeeded","replayedFrom":null,"startedAt":\#(time + 18),"subject":"\#(subscription)"}"#
     }
 }
