@@ -110,7 +110,8 @@ public final class PublicKey: @unchecked Sendable {
     public func prepareFixedBaseTable() -> Bool {
         #if arch(x86_64) || arch(arm64)
         if fixedBase.load() != nil { return true }
-        guard kind == .ecP256, let table = FixedBaseTable(key: pointer) else { return false }
+        // The table checks the curve itself: any other key gets none.
+        guard let table = FixedBaseTable(key: pointer) else { return false }
         _ = fixedBase.storeIfNil(table)
         return true
         #else
