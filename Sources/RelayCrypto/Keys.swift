@@ -84,7 +84,35 @@ public final class PublicKey: @unchecked Sendable {
     public func verifyES256(_ signedData: UnsafeRawBufferPointer, rawSignature: [UInt8]) -> Bool {
         // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
         guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
-        let digest = Digest.sha256(signedData)
+        return verifyES256(digest: Digest.sha256(signedData), rawSignature: rawSignature)
+    }
+
+    /// `verifyES256` of signatures checked together (an Apple notification's three, under one key): where
+    /// their keys have a `FixedBaseTable`, one inversion mod n serves them all, about 10 µs less for each
+    /// signature after the first. The results are each signature's own, in order, the same as one
+    /// `verifyES256` each would give.
+    public static func verifyES256(_ checks: [ES256Check]) -> [Bool] {
+        var results = [Bool](repeating: false, count: checks.count)
+        var together: [(index: Int, table: FixedBaseTable)] = []
+        for (index, check) in checks.enumerated() {
+            if check.rawSignature.count == 64, check.digest.count == 32, let table = check.key.fixedBase.load() {
+                together.append((index, table))
+            } else {
+                results[index] = check.key.verifyES256(digest: check.digest, rawSignature: check.rawSignature)
+            }
+        }
+        let verified = together.count < 2
+            ? nil : FixedBaseTable.verify(together.map { ($0.table, checks[$0.index].digest, checks[$0.index].rawSignature) })
+        for (position, (index, _)) in together.enumerated() {
+            let check = checks[index]
+            results[index] = verified?[position] ?? check.key.verifyES256(digest: check.digest, rawSignature: check.rawSignature)
+        }
+        return results
+    }
+
+    /// `verifyES256` of a SHA-256 `digest` already taken.
+    func verifyES256(digest: [UInt8], rawSignature: [UInt8]) -> Bool {
+        guard rawSignature.count == 64, digest.count == 32, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
         // The table's verification, unless OpenSSL failed in it (then the usual one decides).
         if let table = fixedBase.load(), let verified = table.verify(digest: digest, rawSignature: rawSignature) { return verified }
         guard let context = borrowContext() else { return false }
@@ -178,6 +206,20 @@ public final class PublicKey: @unchecked Sendable {
         }
         der[1] = UInt8(der.count - 2)
         return der
+    }
+}
+
+/// One ES256 signature for `PublicKey.verifyES256(_:)`: the key, the SHA-256 digest of the signed bytes
+/// (`Digest.sha256`), and the raw 64-byte `r‖s`.
+public struct ES256Check: Sendable {
+    public let key: PublicKey
+    public let digest: [UInt8]
+    public let rawSignature: [UInt8]
+
+    public init(key: PublicKey, digest: [UInt8], rawSignature: [UInt8]) {
+        self.key = key
+        self.digest = digest
+        self.rawSignature = rawSignature
     }
 }
 

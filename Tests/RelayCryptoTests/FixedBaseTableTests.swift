@@ -76,9 +76,18 @@ import Testing
 
     private static func number(_ value: UInt8) -> [UInt8] { [UInt8](repeating: 0, count: 31) + [value] }
 
-    /// Every signature below, over digests of every kind, with genuine keys, answered by the table exactly as
-    /// by OpenSSL; the genuine signatures (and their other valid form, s → n − s) verify.
-    @Test func theTableAnswersAsOpenSSLsVerificationForEverySignature() throws {
+    /// A signature to check, OpenSSL's answer for it, and what it was made to be (nil: either).
+    private struct Candidate {
+        var key: PublicKey
+        var table: FixedBaseTable
+        var digest: [UInt8]
+        var raw: [UInt8]
+        var expected: Bool
+    }
+
+    /// Twenty-one signatures (genuine, altered in nineteen ways, another key's) over each of seventeen
+    /// digests of every kind, under each of five genuine keys, with OpenSSL's answer for each.
+    private func candidates() throws -> [Candidate] {
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
         func bytes(_ count: Int) -> [UInt8] {
             (0..<count).map { _ in
@@ -88,7 +97,7 @@ import Testing
         }
         let keys = try [fixtureKey("leaf.key"), fixtureKey("rogue-leaf.key")] + (0..<3).map { _ in try generatedKey() }
         let n = Self.order
-        var checked = 0
+        var all: [Candidate] = []
         for (index, signer) in keys.enumerated() {
             let key = signer.publicKey
             let table = try #require(FixedBaseTable(key: key.pointer))
@@ -116,13 +125,64 @@ import Testing
                 }
                 for (raw, valid) in candidates {
                     let expected = try openSSLVerifies(key, digest, raw)
-                    #expect(table.verify(digest: digest, rawSignature: raw) == expected, "key \(index) digest \(digest) signature \(raw)")
                     if let valid { #expect(expected == valid, "OpenSSL: key \(index) digest \(digest) signature \(raw)") }
-                    checked += 1
+                    all.append(Candidate(key: key, table: table, digest: digest, raw: raw, expected: expected))
                 }
             }
         }
-        #expect(checked == 5 * 17 * 21)
+        #expect(all.count == 5 * 17 * 21)
+        return all
+    }
+
+    /// Every signature below, over digests of every kind, with genuine keys, answered by the table exactly as
+    /// by OpenSSL; the genuine signatures (and their other valid form, s → n − s) verify.
+    @Test func theTableAnswersAsOpenSSLsVerificationForEverySignature() throws {
+        for candidate in try candidates() {
+            #expect(
+                candidate.table.verify(digest: candidate.digest, rawSignature: candidate.raw) == candidate.expected,
+                "digest \(candidate.digest) signature \(candidate.raw)")
+        }
+    }
+
+    /// The same signatures checked together, in groups of one to forty (more than one call takes, so
+    /// those are split) that mix keys, valid and invalid signatures and those out of range (which take no
+    /// part in the shared inversion): each answered as OpenSSL answers it alone. `PublicKey`'s form also
+    /// takes keys without a table, which it checks one by one.
+    @Test func signaturesCheckedTogetherAnswerEachAsAlone() throws {
+        var candidates = try candidates()
+        var state: UInt64 = 0x2545_F491_4F6C_DD1D
+        func next(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        for index in candidates.indices.reversed() { candidates.swapAt(index, next(index + 1)) }
+        let untabled = Dictionary(
+            candidates.map { (ObjectIdentifier($0.key), $0.key) }, uniquingKeysWith: { first, _ in first }
+        ).mapValues { key in
+            // The same key again, without a table: the pointer's reference is its own.
+            EVP_PKEY_up_ref(key.pointer)
+            return PublicKey(taking: key.pointer)
+        }
+        var start = 0
+        var groups = 0
+        while start < candidates.count {
+            let size = [1, 2, 3, 3, 3, 5, 16, 17, 40][next(9)]
+            let group = Array(candidates[start..<min(start + size, candidates.count)])
+            start += group.count
+            groups += 1
+            let expected = group.map(\.expected)
+            #expect(FixedBaseTable.verify(group.map { ($0.table, $0.digest, $0.raw) }) == expected, "\(group.map(\.raw))")
+            for key in group.map(\.key) where !key.hasFixedBaseTable { #expect(key.prepareFixedBaseTable()) }
+            let checks = group.enumerated().map { position, candidate in
+                ES256Check(
+                    key: position % 2 == 0 ? candidate.key : untabled[ObjectIdentifier(candidate.key)]!, digest: candidate.digest,
+                    rawSignature: candidate.raw)
+            }
+            #expect(PublicKey.verifyES256(checks) == expected, "\(group.map(\.raw))")
+        }
+        #expect(groups > 100)
+        #expect(FixedBaseTable.verify([]) == [])
+        #expect(PublicKey.verifyES256([]) == [])
     }
 
     /// The two cases random signatures never reach, built on purpose: keys under which a signature's sum
@@ -161,7 +221,14 @@ import Testing
             let key = try PublicKey(p256Point: point)
             let table = try #require(FixedBaseTable(key: key.pointer))
             let raw = encoded(r) + encoded(s)
-            return (try openSSLVerifies(key, digest, raw), table.verify(digest: digest, rawSignature: raw))
+            let alone = table.verify(digest: digest, rawSignature: raw)
+            // Together with itself, and with another key's valid signature, the same answer.
+            let genuine = try fixtureKey("leaf.key")
+            let other = try #require(FixedBaseTable(key: genuine.publicKey.pointer))
+            let otherDigest = bytes()
+            let together = FixedBaseTable.verify([(other, otherDigest, try sign(otherDigest, with: genuine)), (table, digest, raw), (table, digest, raw)])
+            #expect(together == alone.map { [true, $0, $0] })
+            return (try openSSLVerifies(key, digest, raw), alone)
         }
         for _ in 0..<4 {
             let digest = bytes()

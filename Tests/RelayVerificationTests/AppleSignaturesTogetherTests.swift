@@ -1,0 +1,120 @@
+import RelayCore
+import RelayCrypto
+import RelayTestSupport
+@testable import RelayVerification
+import Testing
+
+/// A notification's three signatures checked together, ahead of their turns, once their chain is cached with
+/// its key's table (`AppleVerifier.checkAhead`): every notification is accepted or refused exactly as when
+/// each is checked alone in its turn, for the same first fault and with the same words.
+@Suite struct AppleSignaturesTogetherTests {
+    let signer = AppleSigner()
+    /// Apple's chain with another key's signatures: what a forger who copied the certificates signs.
+    var forger: AppleSigner {
+        var forger = AppleSigner()
+        forger.key = Fixtures.privateKey("apple/rogue-leaf.key")
+        return forger
+    }
+
+    /// A verifier whose chain is cached and whose key has its table: it checks signatures together.
+    func warmVerifier() throws -> AppleVerifier {
+        let verifier = try AppleVerifier(
+            app: "demo", configuration: #require(Fixtures.configuration().apps.first?.apple), configurationKey: "apple",
+            chainCacheCapacity: 64, prepareKeys: { #expect($0.prepareFixedBaseTable()) })
+        _ = try verifier.verify(body: signer.body(signer.notificationPayload()))
+        #expect(verifier.cachedChainsWithTables == 1)
+        return verifier
+    }
+
+    /// A verifier that caches nothing: each signature is checked alone, in its turn.
+    func coldVerifier() throws -> AppleVerifier {
+        try AppleVerifier(
+            app: "demo", configuration: #require(Fixtures.configuration().apps.first?.apple), configurationKey: "apple",
+            chainCacheCapacity: 0, prepareKeys: { _ in })
+    }
+
+    /// What a verifier says of `body`: accepted (the decoded payload) or refused (the reason and its words).
+    func outcome(_ verifier: AppleVerifier, _ body: [UInt8]) -> String {
+        do {
+            return "accepted \(try verifier.verify(body: body).payload.serialized())"
+        } catch {
+            return "refused \(error.reason) \(error.detail)"
+        }
+    }
+
+    /// `payload` with `data[member]` replaced.
+    func replacing(_ payload: JSON, _ member: String, with value: String) -> JSON {
+        guard case .object(var members) = payload, case .object(var data) = members["data"] else { return payload }
+        data[member] = .string(value)
+        members["data"] = .object(data)
+        return .object(members)
+    }
+
+    @Test func aNotificationsThreeSignaturesAreCheckedTogetherOnceTheChainIsCached() throws {
+        let payload = signer.notificationPayload()
+        let tokens = try ["signedTransactionInfo", "signedRenewalInfo"].map { member in
+            try CompactJWS(#require(payload["data"]?[member]?.stringValue), what: "data.\(member)")
+        }
+        let outer = try CompactJWS(signer.sign(payload), what: "signedPayload")
+        let all: [(jws: CompactJWS, claimedEnvironment: String?)?] = [(outer, "Sandbox"), (tokens[0], "Sandbox"), (tokens[1], "Sandbox")]
+
+        // Nothing cached: nothing is checked ahead.
+        #expect(try coldVerifier().checkAhead(all).allSatisfy { $0 == nil })
+        let warm = try warmVerifier()
+        let ahead = warm.checkAhead(all)
+        #expect(ahead.allSatisfy { $0?.valid == true && $0?.time == Fixtures.signedDate / 1000 })
+        // A forged one among them is refused, the others not; one alone, or unsigned data, is left to its turn.
+        let forged = try CompactJWS(forger.sign(payload), what: "signedPayload")
+        #expect(warm.checkAhead([(forged, "Sandbox"), all[1], all[2]]).map { $0?.valid } == [false, true, true])
+        #expect(warm.checkAhead([all[0], nil, nil]).allSatisfy { $0 == nil })
+        #expect(warm.checkAhead([all[0], (tokens[0], "Xcode"), nil]).allSatisfy { $0 == nil })
+    }
+
+    /// Genuine and forged notifications, with faults in every place and several at once, each verified with
+    /// and without checks ahead: the same verdict, for the same first fault, in the same words.
+    @Test(arguments: [true, false])
+    func everyNotificationIsJudgedAsWhenEachSignatureIsCheckedAlone(verifyNestedSignatures: Bool) throws {
+        let apple = try #require(Fixtures.configuration(verifyNestedSignatures: verifyNestedSignatures).apps.first?.apple)
+        let warm = try AppleVerifier(
+            app: "demo", configuration: apple, configurationKey: "apple", chainCacheCapacity: 64,
+            prepareKeys: { #expect($0.prepareFixedBaseTable()) })
+        let cold = try AppleVerifier(app: "demo", configuration: apple, configurationKey: "apple", chainCacheCapacity: 0, prepareKeys: { _ in })
+        _ = try warm.verify(body: signer.body(signer.notificationPayload()))
+        #expect(warm.cachedChainsWithTables == 1)
+
+        let genuine = signer.notificationPayload()
+        let forgedTransaction = forger.sign(AppleSigner.transaction())
+        let forgedRenewal = forger.sign(AppleSigner.renewalInfo())
+        let otherBundle = signer.sign(AppleSigner.transaction(bundleId: "com.other.app"))
+        let otherEnvironment = signer.sign(AppleSigner.transaction(environment: "Production"))
+        // Signed after the chain's certificates expire: its chain is not the cached one's at its date.
+        let late = signer.sign(AppleSigner.transaction(signedDate: 2_500_000_000_000))
+        // A transaction whose signature is one byte short (63), canonical base64url.
+        let signedParts = signer.sign(AppleSigner.transaction()).split(separator: ".").map(String.init)
+        let shortSignature = try "\(signedParts[0]).\(signedParts[1]).\(Base64.encodeURL(Array(#require(Base64.decode(signedParts[2])).dropLast())))"
+        let payloads: [(String, JSON)] = [
+            ("genuine", genuine),
+            ("a forged transaction", replacing(genuine, "signedTransactionInfo", with: forgedTransaction)),
+            ("a forged renewal", replacing(genuine, "signedRenewalInfo", with: forgedRenewal)),
+            ("both forged", replacing(replacing(genuine, "signedTransactionInfo", with: forgedTransaction), "signedRenewalInfo", with: forgedRenewal)),
+            ("another bundle and a forged transaction", replacing(signer.notificationPayload(bundleId: "com.other.app"), "signedTransactionInfo", with: forgedTransaction)),
+            ("a transaction of another bundle and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: otherBundle), "signedRenewalInfo", with: forgedRenewal)),
+            ("a transaction of another environment and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: otherEnvironment), "signedRenewalInfo", with: forgedRenewal)),
+            ("a late transaction and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: late), "signedRenewalInfo", with: forgedRenewal)),
+            ("a short signature and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: shortSignature), "signedRenewalInfo", with: forgedRenewal)),
+            ("a transaction that is no JWS and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: "not.a-jws"), "signedRenewalInfo", with: forgedRenewal)),
+        ]
+        var refusedReasons: Set<RejectReason> = []
+        for (name, payload) in payloads {
+            for body in [signer.body(payload), forger.body(payload)] {
+                let expected = outcome(cold, body)
+                #expect(outcome(warm, body) == expected, "\(name)")
+                do { _ = try cold.verify(body: body) } catch { refusedReasons.insert(error.reason) }
+            }
+        }
+        // The cases reach the faults they were made for.
+        #expect(outcome(cold, signer.body(genuine)).hasPrefix("accepted"))
+        #expect(refusedReasons.isSuperset(of: [.badSignature, .wrongBundleId, .wrongEnvironment, .malformed]))
+        #expect(refusedReasons.contains(.certificateExpired) == verifyNestedSignatures)
+    }
+}
