@@ -168,19 +168,19 @@ static inline int relay_p256_x_is(const EC_GROUP *group, const EC_POINT *point, 
     const BIGNUM *p = EC_GROUP_get0_field(group);
     int result = -1;
     BN_CTX_start(context);
-    BIGNUM *x = BN_CTX_get(context), *y = BN_CTX_get(context), *z = BN_CTX_get(context);
-    BIGNUM *zz = BN_CTX_get(context), *candidate = BN_CTX_get(context);
+    BIGNUM *x = BN_CTX_get(context), *z = BN_CTX_get(context), *zz = BN_CTX_get(context), *candidate = BN_CTX_get(context);
     if (p == NULL || candidate == NULL) goto done;
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wdeprecated-declarations"
-    int taken = EC_POINT_get_Jprojective_coordinates_GFp(group, point, x, y, z, context);
+    int taken = EC_POINT_get_Jprojective_coordinates_GFp(group, point, x, NULL, z, context);
 #pragma clang diagnostic pop
-    if (taken != 1) goto done;
-    if (BN_is_zero(z)) {
+    // Reduced, whatever form the group's method keeps them in (P-256's assembly returns them reduced).
+    if (taken != 1 || BN_nnmod(x, x, p, context) != 1 || BN_mod_sqr(zz, z, p, context) != 1) goto done;
+    if (BN_is_zero(zz)) {
         result = 0;
         goto done;
     }
-    if (BN_mod_sqr(zz, z, p, context) != 1 || BN_mod_mul(candidate, r, zz, p, context) != 1) goto done;
+    if (BN_mod_mul(candidate, r, zz, p, context) != 1) goto done;
     if (BN_cmp(candidate, x) == 0) {
         result = 1;
         goto done;
@@ -231,6 +231,8 @@ static inline int relay_p256_verify_fixed_base(const EC_GROUP *standard, const E
     }
     // Once BN_CTX_get fails every later call does: the last one tells.
     if (product == NULL || keyed == NULL || prefix[count - 1] == NULL) goto done;
+    for (int i = 0; i < count; i++)
+        if (fixed[i] == NULL) goto done;
     const BIGNUM *running = NULL;
     for (int i = 0; i < count; i++) {
         const unsigned char *signature = signatures + 64 * (size_t)i;

@@ -87,11 +87,11 @@ public final class PublicKey: @unchecked Sendable {
         return verifyES256(digest: Digest.sha256(signedData), rawSignature: rawSignature)
     }
 
-    /// `verifyES256` of signatures checked together (an Apple notification's three, under one key): where
-    /// their keys have a `FixedBaseTable`, one inversion mod n serves them all, about 10 µs less for each
-    /// signature after the first. The results are each signature's own, in order, the same as one
-    /// `verifyES256` each would give.
-    public static func verifyES256(_ checks: [ES256Check]) -> [Bool] {
+    /// `verifyES256` of signatures checked together (an Apple notification's three): where their keys have
+    /// a `FixedBaseTable`, one inversion mod n serves them all, about 10 µs less for each signature after
+    /// the first; the keys may differ. The results are each signature's own, in order, the same as one
+    /// `verifyES256` each would give. The digests are the caller's: for the relay's verifiers only.
+    package static func verifyES256(_ checks: [ES256Check]) -> [Bool] {
         var results = [Bool](repeating: false, count: checks.count)
         var together: [(index: Int, table: FixedBaseTable)] = []
         for (index, check) in checks.enumerated() {
@@ -211,12 +211,12 @@ public final class PublicKey: @unchecked Sendable {
 
 /// One ES256 signature for `PublicKey.verifyES256(_:)`: the key, the SHA-256 digest of the signed bytes
 /// (`Digest.sha256`), and the raw 64-byte `r‖s`.
-public struct ES256Check: Sendable {
-    public let key: PublicKey
-    public let digest: [UInt8]
-    public let rawSignature: [UInt8]
+package struct ES256Check: Sendable {
+    package let key: PublicKey
+    package let digest: [UInt8]
+    package let rawSignature: [UInt8]
 
-    public init(key: PublicKey, digest: [UInt8], rawSignature: [UInt8]) {
+    package init(key: PublicKey, digest: [UInt8], rawSignature: [UInt8]) {
         self.key = key
         self.digest = digest
         self.rawSignature = rawSignature

@@ -90,6 +90,10 @@ final class AppleChainCache: Sendable {
     /// How many of the kept chains' keys have their table (for tests).
     var countWithTables: Int { entries.withLock { $0.count(where: { $0.key.hasFixedBaseTable }) } }
 
+    /// Signatures whose answer the verifier took from their check ahead of their turns, with this cache's
+    /// keys (`AppleVerifier.checkAhead`; for tests).
+    let answeredAhead = Atomic<Int>(0)
+
     /// The length, the first 128 bytes and the last 64. An Apple header's base64url text reaches its leaf
     /// certificate's serial number within about its first 90 characters, so two of Apple's chains differ
     /// there. The digest only spreads the entries: a hit still compares every byte.

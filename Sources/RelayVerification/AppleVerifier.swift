@@ -87,11 +87,19 @@ public struct AppleVerifier: Sendable {
         let nested = Self.nestedMembers.map { member in
             jws.payload["data"]?[member.key]?.stringValue.flatMap { try? CompactJWS($0, what: "data.\(member.key)") }
         }
-        let ahead = checkAhead(
-            [(jws, identity.environment)]
-                + nested.map { token in
-                    verifyNestedSignatures ? token.map { ($0, $0.payload["environment"]?.stringValue ?? identity.environment) } : nil
-                })
+        // Only for a notification whose claims would pass (this app's, in one of its environments, its nested
+        // JWSs of the same environment and the transaction of its bundle): a refused one costs no more than
+        // before it has failed a check of its own signature.
+        var ahead = [CheckedAhead?](repeating: nil, count: 1 + nested.count)
+        if verifyNestedSignatures, claimsPass(identity) {
+            let tokens = zip(Self.nestedMembers, nested).map { member, token -> (jws: CompactJWS, claimedEnvironment: String?)? in
+                guard let token, token.payload["environment"]?.stringValue ?? identity.environment == identity.environment,
+                    !member.checkBundle || (token.payload["bundleId"]?.stringValue ?? bundleId) == bundleId
+                else { return nil }
+                return (token, identity.environment)
+            }
+            ahead = checkAhead([(jws, identity.environment)] + tokens)
+        }
         try verify(jws, claimedEnvironment: identity.environment, what: "signedPayload", checked: ahead[0])
 
         // Business checks, in Apple's order: the app, then the environment.
@@ -142,15 +150,22 @@ public struct AppleVerifier: Sendable {
         var valid: Bool
     }
 
+    /// Whether a notification's own claims pass the checks `verify(body:)` makes after its signature: this
+    /// app's bundle, one of its environments, and for Production its `appAppleId`.
+    private func claimsPass(_ identity: (bundleId: String?, appAppleId: Int64?, environment: String?)) -> Bool {
+        guard identity.bundleId == bundleId, let environment = identity.environment, environments.contains(environment) else { return false }
+        return environment != "Production" || (appAppleId != nil && identity.appAppleId == appAppleId)
+    }
+
     /// The signatures of those `tokens` whose chains the cache holds, with their keys' tables, at their
     /// `signedDate`s, checked together (`PublicKey.verifyES256(_:)`: one inversion for all, about 10 µs
-    /// less for each after the first). Nothing is decided here: each token's `verify` still takes every
-    /// step in its turn and in the same order, and uses its result in place of checking the signature there.
-    /// So a notification is refused for the same first fault as before, whatever the others hold.
+    /// less for each after the first), when the first (the notification's own) is among them with at least
+    /// one other. Nothing is decided here: each token's `verify` still takes every step in its turn and in
+    /// the same order, and uses its result in place of checking the signature there. So a notification is
+    /// refused for the same first fault as before, whatever the others hold.
     ///
-    /// The cost: a notification refused before its nested JWSs' turn (a forged outer signature, another
-    /// app's bundle) has had them checked too, up to three verifications instead of one, and only when
-    /// all of them carry chains Apple's key signed before.
+    /// The cost: a notification whose own signature is forged (with a header Apple's key signed before) has
+    /// had its nested signatures checked too, three verifications' work together instead of one.
     func checkAhead(_ tokens: [(jws: CompactJWS, claimedEnvironment: String?)?]) -> [CheckedAhead?] {
         var ahead = [CheckedAhead?](repeating: nil, count: tokens.count)
         var found: [(index: Int, jws: CompactJWS, key: PublicKey, time: Int64)] = []
@@ -161,8 +176,9 @@ public struct AppleVerifier: Sendable {
             else { continue }
             found.append((index, jws, key, time))
         }
-        // One alone gains nothing: its turn checks it the same way.
-        guard found.count > 1 else { return ahead }
+        // One alone gains nothing (its turn checks it the same way); without the notification's own, the
+        // others would be checked for a notification refused before their turn.
+        guard found.count > 1, found.first?.index == 0 else { return ahead }
         let checks = found.map { ES256Check(key: $0.key, digest: $0.jws.withSigningInput { Digest.sha256($0) }, rawSignature: $0.jws.signature) }
         for (token, valid) in zip(found, PublicKey.verifyES256(checks)) {
             ahead[token.index] = CheckedAhead(key: token.key, time: token.time, valid: valid)
@@ -434,7 +450,8 @@ public struct AppleVerifier: Sendable {
     /// Checks one JWS: algorithm, chain at `signedDate`, signature. Unsigned environments skip the
     /// cryptography, but only when the app lists them.
     /// - Parameter checked: its signature checked ahead (`checkAhead`), used when it was checked at this
-    ///   JWS's time, with the key the cache held for its header.
+    ///   JWS's time. Its key is the one the cache held for this header a moment before: the lookup is not
+    ///   made again (a chain evicted since would be built again from the same certificates, with the same key).
     private func verify(_ jws: CompactJWS, claimedEnvironment: String?, what: String, checked: CheckedAhead? = nil) throws(Rejection) {
         let time = try Self.signedTime(of: jws, what: what)
         if let claimedEnvironment, Self.unsignedEnvironments.contains(claimedEnvironment) {
@@ -450,6 +467,7 @@ public struct AppleVerifier: Sendable {
         let checked = checked.flatMap { $0.time == time ? $0 : nil }
         if let checked {
             key = checked.key
+            cache.answeredAhead.add(1, ordering: .relaxed)
         } else if let cached = jws.withHeaderSegment({ cache.lookup($0, at: time) }) {
             key = cached
         } else {
@@ -481,4 +499,7 @@ public struct AppleVerifier: Sendable {
 
     /// The cached chains whose leaf key has its table (for tests).
     var cachedChainsWithTables: Int { cache.countWithTables }
+
+    /// Signatures whose answer came from their check ahead of their turns (for tests).
+    var signaturesAnsweredAhead: Int { cache.answeredAhead.load(ordering: .relaxed) }
 }

@@ -185,9 +185,10 @@ import Testing
         #expect(PublicKey.verifyES256([]) == [])
     }
 
-    /// The two cases random signatures never reach, built on purpose: keys under which a signature's sum
-    /// R = u1·G + u2·Q is the point at infinity, and keys under which R's x is above the order n, so that r is
-    /// x − n (valid) and not x (out of range). OpenSSL and the table agree on each.
+    /// The cases random signatures never reach, built on purpose: keys under which a signature's sum
+    /// R = u1·G + u2·Q is the point at infinity; keys under which R's x is above the order n, so that r is
+    /// x − n (valid) and not x (out of range); and keys under which R's x is a small t and r is t + (p − n),
+    /// which only a comparison that forgot r + n must be below p would take. OpenSSL and the table agree on each.
     @Test func theRareCasesAnswerAsOpenSSLsVerificationToo() throws {
         let group = try #require(EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1))
         defer { EC_GROUP_free(group) }
@@ -271,6 +272,28 @@ import Testing
             #expect(reduced.0 == true && reduced.1 == true)
             let unreduced = try answers(q, digest, x, s)
             #expect(unreduced.0 == false && unreduced.1 == false)
+
+            // The other side of that case: R's x is the small t itself and r = t + (p − n), below n, so that
+            // r + n = t + p is not below p and so no x. (r + n)·Z² ≡ t·Z² = X (mod p) must not be taken as a match.
+            let p = try #require(BN_new()), beyondN = try #require(BN_new()), tiny = try #require(BN_new())
+            let small = try #require(EC_POINT_new(group))
+            defer { BN_free(p); BN_free(beyondN); BN_free(tiny); EC_POINT_free(small) }
+            #expect(EC_GROUP_get_curve(group, p, nil, nil, context) == 1)
+            found = false
+            for candidate in 1..<200 where !found {
+                BN_set_word(tiny, UInt(candidate))
+                found = EC_POINT_set_compressed_coordinates(group, small, tiny, 0, context) == 1
+                ERR_clear_error()
+            }
+            try #require(found)
+            #expect(BN_sub(beyondN, p, n) == 1 && BN_add(beyondN, beyondN, tiny) == 1 && BN_cmp(beyondN, n) < 0)
+            let rInverseOfR = try #require(BN_mod_inverse(nil, beyondN, n, context))
+            defer { BN_free(rInverseOfR) }
+            #expect(BN_mod_mul(a, s, rInverseOfR, n, context) == 1 && BN_mod_mul(b, e, rInverseOfR, n, context) == 1)
+            #expect(EC_POINT_mul(group, q, nil, small, a, context) == 1 && EC_POINT_mul(group, bG, b, nil, nil, context) == 1)
+            #expect(EC_POINT_invert(group, bG, context) == 1 && EC_POINT_add(group, q, q, bG, context) == 1)
+            let beyond = try answers(q, digest, beyondN, s)
+            #expect(beyond.0 == false && beyond.1 == false)
         }
     }
 

@@ -68,7 +68,42 @@ import Testing
         #expect(warm.checkAhead([(forged, "Sandbox"), all[1], all[2]]).map { $0?.valid } == [false, true, true])
         #expect(warm.checkAhead([all[0], nil, nil]).allSatisfy { $0 == nil })
         #expect(warm.checkAhead([all[0], (tokens[0], "Xcode"), nil]).allSatisfy { $0 == nil })
+        // Without the notification's own signature among them (its chain not cached), none: the notification
+        // may be refused before the nested JWSs' turn.
+        let uncached = try CompactJWS(Self.rogue.sign(payload), what: "signedPayload")
+        #expect(warm.checkAhead([(uncached, "Sandbox"), all[1], all[2]]).allSatisfy { $0 == nil })
+        #expect(warm.checkAhead([nil, all[1], all[2]]).allSatisfy { $0 == nil })
     }
+
+    /// A notification's verification takes its signatures' answers from the check ahead: all three for one
+    /// whose claims pass, none for one refused by them, none with `verifyNestedSignatures: false`.
+    @Test func verifyingANotificationChecksItsSignaturesAheadOnlyWhenItsClaimsPass() throws {
+        let warm = try warmVerifier()
+        #expect(warm.signaturesAnsweredAhead == 0)
+        _ = try warm.verify(body: signer.body(signer.notificationPayload()))
+        #expect(warm.signaturesAnsweredAhead == 3)
+        for payload in [
+            signer.notificationPayload(bundleId: "com.other.app"), signer.notificationPayload(environment: "Production", appAppleId: 9999),
+            signer.notificationPayload(transaction: AppleSigner.transaction(bundleId: "com.other.app")),
+        ] {
+            #expect(throws: Rejection.self) { try warm.verify(body: signer.body(payload)) }
+        }
+        // The transaction of another bundle is left to its turn, where it is refused: only the notification's
+        // own answer was taken from the check ahead (which the renewal went with).
+        #expect(warm.signaturesAnsweredAhead == 4)
+        #expect(throws: Rejection.self) { try warm.verify(body: Self.rogue.body(signer.notificationPayload())) }
+        #expect(warm.signaturesAnsweredAhead == 4)
+
+        let vouching = try AppleVerifier(
+            app: "demo", configuration: #require(Fixtures.configuration(verifyNestedSignatures: false).apps.first?.apple),
+            configurationKey: "apple", chainCacheCapacity: 64, prepareKeys: { #expect($0.prepareFixedBaseTable()) })
+        _ = try vouching.verify(body: signer.body(signer.notificationPayload()))
+        _ = try vouching.verify(body: signer.body(signer.notificationPayload()))
+        #expect(vouching.cachedChainsWithTables == 1 && vouching.signaturesAnsweredAhead == 0)
+    }
+
+    /// Another chain (the rogue root's, not configured): never cached.
+    static let rogue = AppleSigner(key: "apple/rogue-leaf.key", chain: ["apple/rogue-leaf.pem", "apple/rogue-intermediate.pem", "apple/rogue-root.pem"])
 
     /// Genuine and forged notifications, with faults in every place and several at once, each verified with
     /// and without checks ahead: the same verdict, for the same first fault, in the same words.
@@ -89,6 +124,8 @@ import Testing
         let otherEnvironment = signer.sign(AppleSigner.transaction(environment: "Production"))
         // Signed after the chain's certificates expire: its chain is not the cached one's at its date.
         let late = signer.sign(AppleSigner.transaction(signedDate: 2_500_000_000_000))
+        // Signed a day before the notification, within the chain's validity.
+        let earlier = signer.sign(AppleSigner.transaction(signedDate: Fixtures.signedDate - 86_400_000))
         // A transaction whose signature is one byte short (63), canonical base64url.
         let signedParts = signer.sign(AppleSigner.transaction()).split(separator: ".").map(String.init)
         let shortSignature = try "\(signedParts[0]).\(signedParts[1]).\(Base64.encodeURL(Array(#require(Base64.decode(signedParts[2])).dropLast())))"
@@ -103,18 +140,31 @@ import Testing
             ("a late transaction and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: late), "signedRenewalInfo", with: forgedRenewal)),
             ("a short signature and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: shortSignature), "signedRenewalInfo", with: forgedRenewal)),
             ("a transaction that is no JWS and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: "not.a-jws"), "signedRenewalInfo", with: forgedRenewal)),
+            ("a transaction signed a day earlier", replacing(genuine, "signedTransactionInfo", with: earlier)),
+            ("a transaction signed a day earlier and a forged renewal", replacing(replacing(genuine, "signedTransactionInfo", with: earlier), "signedRenewalInfo", with: forgedRenewal)),
+            ("a transaction of another chain", replacing(genuine, "signedTransactionInfo", with: Self.rogue.sign(AppleSigner.transaction()))),
+            ("Production without the app's appAppleId and a forged renewal", replacing(signer.notificationPayload(environment: "Production", appAppleId: 9999), "signedRenewalInfo", with: forger.sign(AppleSigner.renewalInfo(environment: "Production")))),
+            ("Production", signer.notificationPayload(environment: "Production", transaction: AppleSigner.transaction(environment: "Production"), renewalInfo: AppleSigner.renewalInfo(environment: "Production"))),
+            ("Xcode, which the app does not take", signer.notificationPayload(environment: "Xcode")),
+            ("a summary", [
+                "notificationType": "RENEWAL_EXTENSION", "subtype": "SUMMARY", "notificationUUID": "s-1", "signedDate": .integer(Fixtures.signedDate),
+                "summary": ["bundleId": "com.example.app", "environment": "Sandbox", "appAppleId": 1234, "requestIdentifier": "r"],
+            ]),
         ]
         var refusedReasons: Set<RejectReason> = []
         for (name, payload) in payloads {
-            for body in [signer.body(payload), forger.body(payload)] {
+            for body in [signer.body(payload), forger.body(payload), Self.rogue.body(payload)] {
                 let expected = outcome(cold, body)
                 #expect(outcome(warm, body) == expected, "\(name)")
                 do { _ = try cold.verify(body: body) } catch { refusedReasons.insert(error.reason) }
             }
         }
         // The cases reach the faults they were made for.
-        #expect(outcome(cold, signer.body(genuine)).hasPrefix("accepted"))
-        #expect(refusedReasons.isSuperset(of: [.badSignature, .wrongBundleId, .wrongEnvironment, .malformed]))
+        for name in ["genuine", "a transaction signed a day earlier", "Production", "a summary"] {
+            let payload = try #require(payloads.first { $0.0 == name }?.1)
+            #expect(outcome(cold, signer.body(payload)).hasPrefix("accepted"), "\(name)")
+        }
+        #expect(refusedReasons.isSuperset(of: [.badSignature, .wrongBundleId, .wrongEnvironment, .malformed, .wrongAppAppleId, .untrustedChain]))
         #expect(refusedReasons.contains(.certificateExpired) == verifyNestedSignatures)
     }
 }
