@@ -32,7 +32,8 @@ public struct AppleVerifier: Sendable {
     private let environments: Set<String>
     /// The configured roots (`chainKey`, in AppleVerifier+Chain.swift).
     let trust: TrustStore
-    private let cache: AppleChainCache
+    /// Verified chains (`checkAhead`, in AppleVerifier+Together.swift, reads it too).
+    let cache: AppleChainCache
     private let verifyNestedSignatures: Bool
 
     /// - Parameters:
@@ -143,47 +144,11 @@ public struct AppleVerifier: Sendable {
     /// A notification's nested JWSs, in the order they are verified, and whether each must be of the app's bundle.
     private static let nestedMembers: [(key: String, checkBundle: Bool)] = [("signedTransactionInfo", true), ("signedRenewalInfo", false)]
 
-    /// A signature checked ahead of its turn (`checkAhead`), with the key and time it was checked at.
-    struct CheckedAhead {
-        var key: PublicKey
-        var time: Int64
-        var valid: Bool
-    }
-
     /// Whether a notification's own claims pass the checks `verify(body:)` makes after its signature: this
     /// app's bundle, one of its environments, and for Production its `appAppleId`.
     private func claimsPass(_ identity: (bundleId: String?, appAppleId: Int64?, environment: String?)) -> Bool {
         guard identity.bundleId == bundleId, let environment = identity.environment, environments.contains(environment) else { return false }
         return environment != "Production" || (appAppleId != nil && identity.appAppleId == appAppleId)
-    }
-
-    /// The signatures of those `tokens` whose chains the cache holds, with their keys' tables, at their
-    /// `signedDate`s, checked together (`PublicKey.verifyES256(_:)`: one inversion for all, about 10 µs
-    /// less for each after the first), when the first (the notification's own) is among them with at least
-    /// one other. Nothing is decided here: each token's `verify` still takes every step in its turn and in
-    /// the same order, and uses its result in place of checking the signature there. So a notification is
-    /// refused for the same first fault as before, whatever the others hold.
-    ///
-    /// The cost: a notification whose own signature is forged (with a header Apple's key signed before) has
-    /// had its nested signatures checked too, three verifications' work together instead of one.
-    func checkAhead(_ tokens: [(jws: CompactJWS, claimedEnvironment: String?)?]) -> [CheckedAhead?] {
-        var ahead = [CheckedAhead?](repeating: nil, count: tokens.count)
-        var found: [(index: Int, jws: CompactJWS, key: PublicKey, time: Int64)] = []
-        for (index, token) in tokens.enumerated() {
-            guard let (jws, claimed) = token, jws.signature.count == 64, !(claimed.map(Self.unsignedEnvironments.contains) ?? false),
-                let time = try? Self.signedTime(of: jws, what: ""),
-                let key = jws.withHeaderSegment({ cache.lookup($0, at: time) }), key.hasFixedBaseTable
-            else { continue }
-            found.append((index, jws, key, time))
-        }
-        // One alone gains nothing (its turn checks it the same way); without the notification's own, the
-        // others would be checked for a notification refused before their turn.
-        guard found.count > 1, found.first?.index == 0 else { return ahead }
-        let checks = found.map { ES256Check(key: $0.key, digest: $0.jws.withSigningInput { Digest.sha256($0) }, rawSignature: $0.jws.signature) }
-        for (token, valid) in zip(found, PublicKey.verifyES256(checks)) {
-            ahead[token.index] = CheckedAhead(key: token.key, time: token.time, valid: valid)
-        }
-        return ahead
     }
 
     /// Verifies a record synthesized from the App Store Server API (`relay-source: apple-api`):
@@ -436,7 +401,7 @@ public struct AppleVerifier: Sendable {
     }
 
     /// The payload's `signedDate`, in Unix seconds.
-    private static func signedTime(of jws: CompactJWS, what: String) throws(Rejection) -> Int64 {
+    static func signedTime(of jws: CompactJWS, what: String) throws(Rejection) -> Int64 {
         // Milliseconds; Xcode data has fractions. Anything outside Int64 is not a date (and must not trap).
         guard let milliseconds = jws.payload["signedDate"]?.doubleValue else {
             throw Rejection(.malformed, "\(what) has no signedDate")
