@@ -91,7 +91,8 @@ final class AppleChainCache: Sendable {
     var countWithTables: Int { entries.withLock { $0.count(where: { $0.key.hasFixedBaseTable }) } }
 
     /// Signatures whose answer the verifier took from their check ahead of their turns, with this cache's
-    /// keys (`AppleVerifier.checkAhead`; for tests).
+    /// keys (`AppleVerifier.checkAhead`; for tests, which show that a genuine notification's three answers
+    /// come from it). Kept here because `AppleVerifier` is a struct; one relaxed add per signature.
     let answeredAhead = Atomic<Int>(0)
 
     /// The length, the first 128 bytes and the last 64. An Apple header's base64url text reaches its leaf

@@ -3,22 +3,25 @@ import RelayCrypto
 /// A notification's signatures checked together, ahead of their turns (docs/verification.md, *A
 /// notification's signatures, checked together*).
 extension AppleVerifier {
-    /// A signature checked ahead of its turn (`checkAhead`), with the key and time it was checked at.
+    /// A signature checked ahead of its turn (`checkAhead`), with the key and time it was checked at (its
+    /// turn takes the answer only at the same time: a guard against pairing it with another JWS).
     struct CheckedAhead {
-        var key: PublicKey
-        var time: Int64
-        var valid: Bool
+        let key: PublicKey
+        let time: Int64
+        let valid: Bool
     }
 
-    /// The signatures of those `tokens` whose chains the cache holds, with their keys' tables, at their
-    /// `signedDate`s, checked together (`PublicKey.verifyES256(_:)`: one inversion for all, about 10 µs
-    /// less for each after the first), when the first (the notification's own) is among them with at least
-    /// one other. Nothing is decided here: each token's `verify` still takes every step in its turn and in
-    /// the same order, and uses its result in place of checking the signature there. So a notification is
-    /// refused for the same first fault as before, whatever the others hold.
+    /// The signatures of the leading run of `tokens` (the notification's own first) whose chains the cache
+    /// holds, with their keys' tables, at their `signedDate`s, checked together (`PublicKey.verifyES256(_:)`:
+    /// one inversion for all, about 10 µs less for each after the first), when the run has two or more. The
+    /// run stops at the first token that is missing, unsigned or not in the cache, so that no signature is
+    /// checked beyond one whose turn may refuse the notification before theirs.
     ///
-    /// The cost: a notification whose own signature is forged (with a header Apple's key signed before) has
-    /// had its nested signatures checked too, three verifications' work together instead of one.
+    /// Nothing is decided here: each token's `verify` still takes every step in its turn and in the same
+    /// order, and uses its result in place of checking the signature there. So a notification is refused
+    /// for the same first fault as before, whatever the others hold. The cost: a notification whose own
+    /// signature is forged (with a header Apple's key signed before) has had its nested signatures checked
+    /// too, three verifications' work together instead of one.
     func checkAhead(_ tokens: [(jws: CompactJWS, claimedEnvironment: String?)?]) -> [CheckedAhead?] {
         var ahead = [CheckedAhead?](repeating: nil, count: tokens.count)
         var found: [(index: Int, jws: CompactJWS, key: PublicKey, time: Int64)] = []
@@ -26,12 +29,11 @@ extension AppleVerifier {
             guard let (jws, claimed) = token, jws.signature.count == 64, !(claimed.map(Self.unsignedEnvironments.contains) ?? false),
                 let time = try? Self.signedTime(of: jws, what: ""),
                 let key = jws.withHeaderSegment({ cache.lookup($0, at: time) }), key.hasFixedBaseTable
-            else { continue }
+            else { break }
             found.append((index, jws, key, time))
         }
-        // One alone gains nothing (its turn checks it the same way); without the notification's own, the
-        // others would be checked for a notification refused before their turn.
-        guard found.count > 1, found.first?.index == 0 else { return ahead }
+        // One alone gains nothing: its turn checks it the same way.
+        guard found.count > 1 else { return ahead }
         let checks = found.map { ES256Check(key: $0.key, digest: $0.jws.withSigningInput { Digest.sha256($0) }, rawSignature: $0.jws.signature) }
         for (token, valid) in zip(found, PublicKey.verifyES256(checks)) {
             ahead[token.index] = CheckedAhead(key: token.key, time: token.time, valid: valid)

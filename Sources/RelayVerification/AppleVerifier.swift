@@ -83,44 +83,27 @@ public struct AppleVerifier: Sendable {
         }
         let jws = try CompactJWS(signedPayload, what: "signedPayload")
         let identity = try Self.identity(of: jws.payload)
-        // The nested JWSs read ahead, so that their signatures are checked with the notification's, together
-        // (`checkAhead`). One that does not parse is read again, and refused, in its turn below.
-        let nested = Self.nestedMembers.map { member in
-            jws.payload["data"]?[member.key]?.stringValue.flatMap { try? CompactJWS($0, what: "data.\(member.key)") }
-        }
-        // Only for a notification whose claims would pass (this app's, in one of its environments, its nested
-        // JWSs of the same environment and the transaction of its bundle): a refused one costs no more than
-        // before it has failed a check of its own signature.
+        let claims = claims(of: identity)
+        // For a notification whose own claims pass, the nested JWSs are read now and their signatures checked
+        // with the notification's, together (`checkAhead`): those of its environment, and a transaction of its
+        // bundle. Any other notification is refused, or its nested JWSs read, in their turns below, as before.
+        var nested = [CompactJWS?](repeating: nil, count: Self.nestedMembers.count)
         var ahead = [CheckedAhead?](repeating: nil, count: 1 + nested.count)
-        if verifyNestedSignatures, claimsPass(identity) {
+        if verifyNestedSignatures, case .success(let environment) = claims {
+            nested = Self.nestedMembers.map { member in
+                jws.payload["data"]?[member.key]?.stringValue.flatMap { try? CompactJWS($0, what: "data.\(member.key)") }
+            }
             let tokens = zip(Self.nestedMembers, nested).map { member, token -> (jws: CompactJWS, claimedEnvironment: String?)? in
-                guard let token, token.payload["environment"]?.stringValue ?? identity.environment == identity.environment,
+                guard let token, (token.payload["environment"]?.stringValue ?? environment) == environment,
                     !member.checkBundle || (token.payload["bundleId"]?.stringValue ?? bundleId) == bundleId
                 else { return nil }
-                return (token, identity.environment)
+                return (token, environment)
             }
-            ahead = checkAhead([(jws, identity.environment)] + tokens)
+            ahead = checkAhead([(jws, environment)] + tokens)
         }
         try verify(jws, claimedEnvironment: identity.environment, what: "signedPayload", checked: ahead[0])
-
-        // Business checks, in Apple's order: the app, then the environment.
-        guard identity.bundleId == bundleId else {
-            throw Rejection(.wrongBundleId, "bundleId \(identity.bundleId.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(bundleId)\"")
-        }
-        guard let environment = identity.environment, environments.contains(environment) else {
-            throw Rejection(
-                .wrongEnvironment,
-                "environment \(identity.environment.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())")
-        }
-        if environment == "Production" {
-            guard let configured = appAppleId else {
-                throw Rejection(.wrongAppAppleId, "Production notifications need apple.appAppleId configured for app \(app)")
-            }
-            guard identity.appAppleId == configured else {
-                throw Rejection(
-                    .wrongAppAppleId, "appAppleId \(identity.appAppleId.map(String.init) ?? "missing") is not this app's \(configured)")
-            }
-        }
+        // Business checks, in Apple's order: the app, then the environment (`claims(of:)`).
+        let environment = try claims.get()
 
         // The nested JWSs, replaced in place by their payloads: signed by Apple as part of the payload just verified.
         var payload = jws.payload
@@ -144,11 +127,30 @@ public struct AppleVerifier: Sendable {
     /// A notification's nested JWSs, in the order they are verified, and whether each must be of the app's bundle.
     private static let nestedMembers: [(key: String, checkBundle: Bool)] = [("signedTransactionInfo", true), ("signedRenewalInfo", false)]
 
-    /// Whether a notification's own claims pass the checks `verify(body:)` makes after its signature: this
-    /// app's bundle, one of its environments, and for Production its `appAppleId`.
-    private func claimsPass(_ identity: (bundleId: String?, appAppleId: Int64?, environment: String?)) -> Bool {
-        guard identity.bundleId == bundleId, let environment = identity.environment, environments.contains(environment) else { return false }
-        return environment != "Production" || (appAppleId != nil && identity.appAppleId == appAppleId)
+    /// The environment of a notification whose own claims pass the checks `verify(body:)` makes after its
+    /// signature, in Apple's order (this app's bundle, one of its environments, for Production its
+    /// `appAppleId`); else the first one's refusal.
+    private func claims(of identity: (bundleId: String?, appAppleId: Int64?, environment: String?)) -> Result<String, Rejection> {
+        guard identity.bundleId == bundleId else {
+            return .failure(
+                Rejection(.wrongBundleId, "bundleId \(identity.bundleId.map { "\"\($0)\"" } ?? "missing") is not this app's \"\(bundleId)\""))
+        }
+        guard let environment = identity.environment, environments.contains(environment) else {
+            return .failure(
+                Rejection(
+                    .wrongEnvironment,
+                    "environment \(identity.environment.map { "\"\($0)\"" } ?? "missing") is not among the app's environments \(environments.sorted())"))
+        }
+        if environment == "Production" {
+            guard let configured = appAppleId else {
+                return .failure(Rejection(.wrongAppAppleId, "Production notifications need apple.appAppleId configured for app \(app)"))
+            }
+            guard identity.appAppleId == configured else {
+                return .failure(
+                    Rejection(.wrongAppAppleId, "appAppleId \(identity.appAppleId.map(String.init) ?? "missing") is not this app's \(configured)"))
+            }
+        }
+        return .success(environment)
     }
 
     /// Verifies a record synthesized from the App Store Server API (`relay-source: apple-api`):

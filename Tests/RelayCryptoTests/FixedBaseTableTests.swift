@@ -76,7 +76,7 @@ import Testing
 
     private static func number(_ value: UInt8) -> [UInt8] { [UInt8](repeating: 0, count: 31) + [value] }
 
-    /// A signature to check, OpenSSL's answer for it, and what it was made to be (nil: either).
+    /// A signature to check under a key and its table, and OpenSSL's answer for it.
     private struct Candidate {
         var key: PublicKey
         var table: FixedBaseTable
@@ -215,6 +215,9 @@ import Testing
             if BN_is_zero(value) == 1 { BN_set_word(value, 7) }
             return value
         }
+        // Another key's genuine signature, checked in a batch with each constructed one.
+        let genuine = try fixtureKey("leaf.key")
+        let other = try #require(FixedBaseTable(key: genuine.publicKey.pointer))
         /// The key of point `q`, and both verifications' answers for `r‖s` over `digest`.
         func answers(_ q: OpaquePointer, _ digest: [UInt8], _ r: OpaquePointer, _ s: OpaquePointer) throws -> (Bool, Bool?) {
             var point = [UInt8](repeating: 0, count: 65)
@@ -224,8 +227,6 @@ import Testing
             let raw = encoded(r) + encoded(s)
             let alone = table.verify(digest: digest, rawSignature: raw)
             // Together with itself, and with another key's valid signature, the same answer.
-            let genuine = try fixtureKey("leaf.key")
-            let other = try #require(FixedBaseTable(key: genuine.publicKey.pointer))
             let otherDigest = bytes()
             let together = FixedBaseTable.verify([(other, otherDigest, try sign(otherDigest, with: genuine)), (table, digest, raw), (table, digest, raw)])
             #expect(together == alone.map { [true, $0, $0] })
