@@ -19,9 +19,9 @@ extension AppleVerifier {
     ///
     /// Nothing is decided here: each token's `verify` still takes every step in its turn and in the same
     /// order, and uses its result in place of checking the signature there. So a notification is refused
-    /// for the same first fault as before, whatever the others hold. The cost: a notification whose own
-    /// signature is forged (with a header Apple's key signed before) has had its nested signatures checked
-    /// too, three verifications' work together instead of one.
+    /// for the same first fault as before, whatever the others hold. The cost falls on a notification with
+    /// a signature forged under a header Apple's key signed before: the signatures after it in the run
+    /// were checked too (for a forged outer one, three verifications' work together instead of one).
     func checkAhead(_ tokens: [(jws: CompactJWS, claimedEnvironment: String?)?]) -> [CheckedAhead?] {
         var ahead = [CheckedAhead?](repeating: nil, count: tokens.count)
         var found: [(index: Int, jws: CompactJWS, key: PublicKey, time: Int64)] = []
