@@ -1,4 +1,5 @@
 import COpenSSL
+import Synchronization
 
 /// A P-256 public key's multiples precomputed once, for ES256 verifications that take half the time of
 /// OpenSSL's own (about 30 against 62 µs on one core of the benchmark VM, `revenue-relay-bench
@@ -9,7 +10,8 @@ import COpenSSL
 /// checks as OpenSSL's verification, for one signature or several at once.
 ///
 /// Worth it only for a key that verifies many signatures: building it takes about 21 ms and it holds
-/// about 150 KB. The relay builds one for each of Apple's leaf keys its chain cache holds.
+/// about 150 KB. The relay builds one for each of Apple's leaf keys its chain caches hold, shared by every
+/// key object of the same point (`shared(for:)`: each app's cache has its own object for Apple's key).
 /// Owns its two groups and the big-number contexts it keeps; used by many threads at once (the groups
 /// are only read, and each verification borrows a context).
 final class FixedBaseTable: @unchecked Sendable {
@@ -36,6 +38,40 @@ final class FixedBaseTable: @unchecked Sendable {
     deinit {
         EC_GROUP_free(fixed)
         EC_GROUP_free(standard)
+    }
+
+    /// The tables alive, by their key's curve and encoded point, held weakly: a table lives as long as a key
+    /// uses it.
+    private static let alive = Mutex<[[UInt8]: Weak]>([:])
+
+    private struct Weak: Sendable {
+        weak var table: FixedBaseTable?
+    }
+
+    /// The table of `key`'s point: the one another key of the same curve and point already uses, else a new
+    /// one (built outside the lock; of two built at once for one point, one is kept). Nil as `init(key:)`.
+    /// The curve is part of the lookup: only a P-256 key ever gets a table, and no other curve's key whose
+    /// encoding happens to match a P-256 point's may find one.
+    static func shared(for key: OpaquePointer) -> FixedBaseTable? {
+        var curve = [CChar](repeating: 0, count: 64)
+        var curveLength = 0
+        var point = [UInt8](repeating: 0, count: 133)
+        var length = 0
+        guard EVP_PKEY_get_group_name(key, &curve, curve.count, &curveLength) == 1,
+            EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, &point, point.count, &length) == 1
+        else {
+            OpenSSLError.clearQueue()
+            return FixedBaseTable(key: key)
+        }
+        point = curve.prefix(curveLength).map { UInt8(bitPattern: $0) } + [0] + point.prefix(length)
+        if let table = alive.withLock({ $0[point]?.table }) { return table }
+        guard let built = FixedBaseTable(key: key) else { return nil }
+        return alive.withLock { alive in
+            if let table = alive[point]?.table { return table }
+            alive = alive.filter { $0.value.table != nil }
+            alive[point] = Weak(table: built)
+            return built
+        }
     }
 
     /// Whether the raw 64-byte `r‖s` signs the 32-byte `digest` under this table's key; nil when OpenSSL

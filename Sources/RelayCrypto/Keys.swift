@@ -128,8 +128,9 @@ public final class PublicKey: @unchecked Sendable {
         return verified
     }
 
-    /// Builds this key's `FixedBaseTable` (about 21 ms and 150 KB, once), so its ES256 verifications take about
-    /// half the time; for a key that verifies many signatures (Apple's leaf key), off Swift's cooperative pool.
+    /// Builds this key's `FixedBaseTable` (about 21 ms and 150 KB, once), or takes the one another key of its
+    /// point uses (`FixedBaseTable.shared(for:)`), so its ES256 verifications take about half the time; for a
+    /// key that verifies many signatures (Apple's leaf key), off Swift's cooperative pool.
     /// False when the key is not a P-256 key or no table could be built; verification is unchanged then.
     ///
     /// Only on x86_64 and arm64: there OpenSSL multiplies P-256 points with its assembly, which uses the table.
@@ -139,7 +140,7 @@ public final class PublicKey: @unchecked Sendable {
         #if arch(x86_64) || arch(arm64)
         if fixedBase.load() != nil { return true }
         // The table checks the curve itself: any other key gets none.
-        guard let table = FixedBaseTable(key: pointer) else { return false }
+        guard let table = FixedBaseTable.shared(for: pointer) else { return false }
         _ = fixedBase.storeIfNil(table)
         return true
         #else
@@ -149,6 +150,9 @@ public final class PublicKey: @unchecked Sendable {
 
     /// Whether ES256 verifications use this key's `FixedBaseTable`.
     public var hasFixedBaseTable: Bool { fixedBase.load() != nil }
+
+    /// This key's table, once built (for tests).
+    var fixedBaseTable: FixedBaseTable? { fixedBase.load() }
 
     /// A ready context, kept or made now; nil when OpenSSL cannot make one.
     private func borrowContext() -> OpaquePointer? {

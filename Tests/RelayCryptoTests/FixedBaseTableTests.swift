@@ -330,6 +330,41 @@ import Testing
         #expect(!rsa.verifyES256(data, rawSignature: signature))
     }
 
+    /// Key objects of the same point (each app's chain cache makes its own for Apple's leaf key) share one
+    /// table; another point gets its own; the table goes when the last key using it goes.
+    @Test func keysOfOnePointShareOneTableWhileAnyUsesIt() throws {
+        // A point of this test's own: tests running at the same time share the fixtures' keys' tables.
+        let signer = try generatedKey()
+        var first: PublicKey? = signer.publicKey
+        var second: PublicKey? = signer.publicKey
+        #expect(first !== second)
+        #expect(try #require(first).prepareFixedBaseTable() && #require(second).prepareFixedBaseTable())
+        weak let shared = first?.fixedBaseTable
+        #expect(shared != nil && shared === second?.fixedBaseTable)
+        let other = try generatedKey().publicKey
+        #expect(other.prepareFixedBaseTable() && other.fixedBaseTable !== shared)
+        // Verifications through the shared table answer for either key.
+        let data = Array("shared".utf8)
+        let signature = try signer.signES256(data)
+        do {
+            let kept = try #require(second)
+            withExtendedLifetime(kept) {
+                #expect(kept.verifyES256(data, rawSignature: signature) && !other.verifyES256(data, rawSignature: signature))
+                first = nil
+                #expect(shared != nil)
+            }
+        }
+        second = nil
+        // Another thread's registry insert holds each live table for an instant while it prunes the dead
+        // ones: the table may outlive the last key by that instant.
+        let deadline = ContinuousClock.now + .seconds(2)
+        while shared != nil, ContinuousClock.now < deadline { usleep(1_000) }
+        #expect(shared == nil)
+        // A key of that point made now builds a new one.
+        let third = signer.publicKey
+        #expect(third.prepareFixedBaseTable() && third.fixedBaseTable != nil)
+    }
+
     /// One table verifies on many threads at once, each with its own big-number context.
     @Test func oneTableVerifiesOnManyThreadsAtOnce() async throws {
         let signer = try fixtureKey("leaf.key")
