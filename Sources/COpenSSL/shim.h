@@ -117,25 +117,31 @@ static inline int relay_hmac_sha256_sign(const EVP_MAC_CTX *keyed, const unsigne
 /// precomputes once (`EC_GROUP_precompute_mult`), so both products come from tables. Every step is
 /// OpenSSL's arithmetic; these functions only put SEC 1's verification equation together.
 ///
-/// The group whose generator is `key`'s point, with its table; NULL when `key` is not a P-256 key, this
-/// OpenSSL was built without its deprecated 3.0 calls, or OpenSSL fails. About 21 ms and 150 KB (with the
-/// x86_64 and aarch64 assembly's table layout, the only builds the relay uses it on).
+/// `key`'s public point as the key holds it (SEC 1, compressed or not) in `out` (65 bytes): its length
+/// when `key` is a P-256 key, else 0. The one place the curve is checked before a table is found or built.
+static inline size_t relay_p256_encoded_point(const EVP_PKEY *key, unsigned char *out) {
+    char curve[64];
+    size_t curve_length = 0;
+    size_t length = 0;
+    if (EVP_PKEY_get_group_name(key, curve, sizeof curve, &curve_length) != 1
+        || (strcmp(curve, "prime256v1") != 0 && strcmp(curve, "P-256") != 0)
+        || EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, out, 65, &length) != 1)
+        return 0;
+    return length;
+}
+
+/// The group whose generator is the P-256 point `encoded` (`relay_p256_encoded_point`), with its table;
+/// NULL when the point is not on P-256, this OpenSSL was built without its deprecated 3.0 calls, or
+/// OpenSSL fails. About 21 ms and 150 KB (with the x86_64 and aarch64 assembly's table layout, the only
+/// builds the relay uses it on).
 ///
 /// The group keeps P-256's name with another generator, which is what lets a point of the standard group
 /// take its products; it never leaves the relay's verification (no key, encoding or TLS ever sees it).
-static inline EC_GROUP *relay_p256_fixed_base_group(const EVP_PKEY *key) {
+static inline EC_GROUP *relay_p256_fixed_base_group(const unsigned char *encoded, size_t length) {
 #ifdef OPENSSL_NO_DEPRECATED_3_0
-    (void)key;
+    (void)encoded, (void)length;
     return NULL;
 #else
-    char curve[64];
-    size_t curve_length = 0;
-    if (EVP_PKEY_get_group_name(key, curve, sizeof curve, &curve_length) != 1
-        || (strcmp(curve, "prime256v1") != 0 && strcmp(curve, "P-256") != 0))
-        return NULL;
-    unsigned char encoded[65];
-    size_t length = 0;
-    if (EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, encoded, sizeof encoded, &length) != 1) return NULL;
     EC_GROUP *group = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1);
     EC_POINT *point = group == NULL ? NULL : EC_POINT_new(group);
     int ok = point != NULL && EC_POINT_oct2point(group, point, encoded, length, NULL) == 1

@@ -21,8 +21,14 @@ final class FixedBaseTable: @unchecked Sendable {
     private let contexts = KeptHandles(limit: PublicKey.keptContexts, release: { BN_CTX_free($0) })
 
     /// Nil when `key` is not a P-256 key or OpenSSL cannot build the table.
-    init?(key: OpaquePointer) {
-        guard let fixed = relay_p256_fixed_base_group(key) else {
+    convenience init?(key: OpaquePointer) {
+        guard let point = Self.p256Point(of: key) else { return nil }
+        self.init(point: point)
+    }
+
+    /// Nil when OpenSSL cannot build the table of this P-256 point (`p256Point(of:)`).
+    private init?(point: [UInt8]) {
+        guard let fixed = relay_p256_fixed_base_group(point, point.count) else {
             OpenSSLError.clearQueue()
             return nil
         }
@@ -40,32 +46,31 @@ final class FixedBaseTable: @unchecked Sendable {
         EC_GROUP_free(standard)
     }
 
-    /// The tables alive, by their key's curve and encoded point, held weakly: a table lives as long as a key
-    /// uses it.
+    /// `key`'s encoded point when it is a P-256 key.
+    private static func p256Point(of key: OpaquePointer) -> [UInt8]? {
+        var point = [UInt8](repeating: 0, count: 65)
+        let length = relay_p256_encoded_point(key, &point)
+        guard length > 0 else {
+            OpenSSLError.clearQueue()
+            return nil
+        }
+        return Array(point.prefix(length))
+    }
+
+    /// The tables alive, by their P-256 point, held weakly: a table lives as long as a key uses it.
     private static let alive = Mutex<[[UInt8]: Weak]>([:])
 
     private struct Weak: Sendable {
         weak var table: FixedBaseTable?
     }
 
-    /// The table of `key`'s point: the one another key of the same curve and point already uses, else a new
-    /// one (built outside the lock; of two built at once for one point, one is kept). Nil as `init(key:)`.
-    /// The curve is part of the lookup: only a P-256 key ever gets a table, and no other curve's key whose
-    /// encoding happens to match a P-256 point's may find one.
+    /// The table of `key`'s point: the one another key of that point already uses, else a new one (built
+    /// outside the lock; of two built at once for one point, one is kept). Nil as `init(key:)`. Only a
+    /// P-256 key's point is looked up, so no other curve's key can find a P-256 table.
     static func shared(for key: OpaquePointer) -> FixedBaseTable? {
-        var curve = [CChar](repeating: 0, count: 64)
-        var curveLength = 0
-        var point = [UInt8](repeating: 0, count: 133)
-        var length = 0
-        guard EVP_PKEY_get_group_name(key, &curve, curve.count, &curveLength) == 1,
-            EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, &point, point.count, &length) == 1
-        else {
-            OpenSSLError.clearQueue()
-            return FixedBaseTable(key: key)
-        }
-        point = curve.prefix(curveLength).map { UInt8(bitPattern: $0) } + [0] + point.prefix(length)
+        guard let point = p256Point(of: key) else { return nil }
         if let table = alive.withLock({ $0[point]?.table }) { return table }
-        guard let built = FixedBaseTable(key: key) else { return nil }
+        guard let built = FixedBaseTable(point: point) else { return nil }
         return alive.withLock { alive in
             if let table = alive[point]?.table { return table }
             alive = alive.filter { $0.value.table != nil }

@@ -82,9 +82,7 @@ public final class PublicKey: @unchecked Sendable {
 
     /// `verifyES256` over bytes borrowed from elsewhere (a JWS's signing input inside its text), not copied.
     public func verifyES256(_ signedData: UnsafeRawBufferPointer, rawSignature: [UInt8]) -> Bool {
-        // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
-        guard rawSignature.count == 64, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
-        return verifyES256(digest: Digest.sha256(signedData), rawSignature: rawSignature)
+        verifyES256(digest: Digest.sha256(signedData), rawSignature: rawSignature)
     }
 
     /// `verifyES256` of signatures checked together (an Apple notification's three): where their keys have
@@ -112,6 +110,7 @@ public final class PublicKey: @unchecked Sendable {
 
     /// `verifyES256` of a SHA-256 `digest` already taken.
     func verifyES256(digest: [UInt8], rawSignature: [UInt8]) -> Bool {
+        // An EC key only (callers check the curve): no other kind of key is ever asked to check this DER.
         guard rawSignature.count == 64, digest.count == 32, EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
         // The table's verification, unless OpenSSL failed in it (then the usual one decides).
         if let table = fixedBase.load(), let verified = table.verify(digest: digest, rawSignature: rawSignature) { return verified }
