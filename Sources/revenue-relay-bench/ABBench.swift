@@ -1,0 +1,187 @@
+import ArgumentParser
+import Foundation
+
+/// Two builds (or one build in two environments) compared the way docs/benchmarks.md compares them:
+/// single-round `e2e` runs, alternated in pairs, A then B and then B then A, so that the VM's drift
+/// falls on both alike. It reports each side's medians with their ranges, and the medians of the pairs'
+/// differences, with how many pairs went each way.
+///
+/// On the shared VM these figures come from, runs of one build differ by up to a quarter, so a change
+/// worth a few percent needs many pairs; the pairs' differences say whether it held in most of them.
+///
+/// Synchronous: it only starts runs and waits for them, so nothing of it blocks Swift's cooperative pool.
+struct ABBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ab",
+        abstract: "Alternating single-round e2e runs of two builds (or two environments); medians and the pairs' differences.",
+        discussion: """
+            Arguments after `--` go to each `e2e` run (default: --log embedded --count 20000 --latency-seconds 8 --rate 500); \
+            `--rounds 1` is always added, and `--log embedded` when no log is named. Either build may predate this command: \
+            the figures are read from e2e's round line. Example: `revenue-relay-bench ab --b /tmp/bench-old --pairs 6`, or one build in two \
+            environments: `revenue-relay-bench ab --env-b GLIBC_TUNABLES=glibc.malloc.mxfast=0`.
+            """)
+
+    @Option(help: "Build A's revenue-relay-bench (default: this one).")
+    var a: String?
+
+    @Option(help: "Build B's revenue-relay-bench (default: this one).")
+    var b: String?
+
+    @Option(name: .customLong("env-a"), help: "NAME=VALUE added to build A's environment (repeatable).")
+    var environmentA: [String] = []
+
+    @Option(name: .customLong("env-b"), help: "NAME=VALUE added to build B's environment (repeatable).")
+    var environmentB: [String] = []
+
+    @Option(help: "Pairs of runs.")
+    var pairs = 5
+
+    @Argument(parsing: .postTerminator, help: "Options for each e2e run.")
+    var e2eArguments: [String] = []
+
+    func validate() throws {
+        guard pairs >= 1 else { throw ValidationError("--pairs must be at least 1") }
+        for setting in environmentA + environmentB where !setting.contains("=") || setting.hasPrefix("=") {
+            throw ValidationError("--env-a and --env-b take NAME=VALUE, not \(setting)")
+        }
+        if a == nil, b == nil, environmentA == environmentB {
+            throw ValidationError("A and B are the same: give --a or --b another build, or --env-a / --env-b")
+        }
+        if e2eArguments.contains("--rounds") { throw ValidationError("each run is one round: leave out --rounds") }
+        if let index = e2eArguments.firstIndex(of: "--log"), e2eArguments.dropFirst(index + 1).first == "both" {
+            throw ValidationError("compare one log at a time: --log embedded or --log kafka")
+        }
+    }
+
+    func run() throws {
+        let this = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let sides = [
+            Side(name: "A", executable: a ?? this, environment: environmentA),
+            Side(name: "B", executable: b ?? this, environment: environmentB),
+        ]
+        for side in sides where !FileManager.default.isExecutableFile(atPath: side.executable) {
+            throw ValidationError("\(side.name): \(side.executable) is not an executable")
+        }
+        var given = e2eArguments.isEmpty ? Self.defaultArguments : e2eArguments
+        // e2e's own default is both logs; a pair compares one.
+        if !given.contains("--log") { given += ["--log", "embedded"] }
+        let arguments = ["e2e"] + given + ["--rounds", "1"]
+        note("ab: \(pairs) pairs of `\(arguments.joined(separator: " "))`")
+        for side in sides { note("\(side.name): \(side.executable)\(side.environment.isEmpty ? "" : " with \(side.environment.joined(separator: " "))")") }
+        var results: [[Round]] = [[], []]
+        for pair in 0..<pairs {
+            // A then B, then B then A: drift within a pair falls on each side in turn.
+            for index in pair % 2 == 0 ? [0, 1] : [1, 0] {
+                let round = try run(sides[index], arguments)
+                note("pair \(pair + 1) \(sides[index].name): \(round.summary)")
+                results[index].append(round)
+            }
+        }
+        print(Self.report(a: results[0], b: results[1]))
+    }
+
+    static let defaultArguments = ["--log", "embedded", "--count", "20000", "--latency-seconds", "8", "--rate", "500"]
+
+    struct Side {
+        var name: String
+        var executable: String
+        var environment: [String]
+    }
+
+    /// One round's figures, read from the round's line of `e2e`'s output, which every build since the
+    /// first end-to-end benchmark prints alike (so older builds can be side A or B).
+    struct Round {
+        var perSecond: Double
+        /// End to end in V, when the run measured V.
+        var inV: Double?
+        var cpuMicroseconds: Double
+        var steadyCPUMicroseconds: Double
+        var p99: Double
+        var peakRSSMiB: Double
+
+        init?(line: Substring) {
+            guard line.contains(" round "),
+                let perSecond = Self.number(in: line, #/(\d+) notifications/s end to end/#),
+                let cpu = Self.number(in: line, #/(\d+) µs relay CPU per notification/#),
+                let rss = Self.number(in: line, #/peak RSS (\d+) MiB/#),
+                let p99 = Self.number(in: line, #/p99 ([\d.]+) ms/#),
+                let steady = Self.number(in: line, #/relay CPU (\d+) µs per notification/#)
+            else { return nil }
+            self.perSecond = perSecond
+            inV = Self.number(in: line, #/end to end \(([\d.]+) V\)/#)
+            cpuMicroseconds = cpu
+            steadyCPUMicroseconds = steady
+            self.p99 = p99
+            peakRSSMiB = rss
+        }
+
+        private static func number(in line: Substring, _ pattern: Regex<(Substring, Substring)>) -> Double? {
+            line.firstMatch(of: pattern).flatMap { Double($0.output.1) }
+        }
+
+        /// End to end in V, or notifications/s when the run could not measure V.
+        var endToEnd: Double { inV ?? perSecond }
+
+        var summary: String {
+            "\(inV.map { String(format: "%.3f V", $0) } ?? "\(Int(perSecond))/s") end to end, \(Int(cpuMicroseconds)) µs relay CPU, p99 \(Int(p99)) ms"
+        }
+    }
+
+    /// Runs one e2e round of `side`, its progress on this process's stderr, and reads its round's line.
+    private func run(_ side: Side, _ arguments: [String]) throws -> Round {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: side.executable)
+        process.arguments = arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+        var environment = ProcessInfo.processInfo.environment
+        for setting in side.environment {
+            let parts = setting.split(separator: "=", maxSplits: 1)
+            environment[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+        }
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        guard process.terminationStatus == 0, let round = text.split(separator: "\n").lazy.compactMap(Round.init(line:)).first else {
+            throw ValidationError("\(side.name)'s e2e run failed (exit \(process.terminationStatus)); its output:\n\(text)")
+        }
+        return round
+    }
+
+    /// The medians (ranges) of each side, and the pairs' differences, as a Markdown table.
+    static func report(a: [Round], b: [Round]) -> String {
+        let inV = a.allSatisfy { $0.inV != nil } && b.allSatisfy { $0.inV != nil }
+        let rows: [(String, (Round) -> Double, (Double) -> String, lowerIsBetter: Bool)] = [
+            ("end to end", \.endToEnd, { inV ? String(format: "%.3f V", $0) : "\(Int($0))/s" }, false),
+            ("relay CPU per notification", \.cpuMicroseconds, { "\(Int($0)) µs" }, true),
+            ("relay CPU in the latency run", \.steadyCPUMicroseconds, { "\(Int($0)) µs" }, true),
+            ("p99 in the latency run", \.p99, { String(format: $0 < 10 ? "%.1f ms" : "%.0f ms", $0) }, true),
+            ("peak RSS", \.peakRSSMiB, { "\(Int($0)) MiB" }, true),
+        ]
+        var lines = ["", "| | A | B | B − A, pair by pair: median (range) | B better in |", "| --- | ---: | ---: | ---: | ---: |"]
+        for (name, value, format, lowerIsBetter) in rows {
+            let left = a.map(value)
+            let right = b.map(value)
+            let differences = zip(left, right).map { $1 - $0 }
+            let better = differences.filter { lowerIsBetter ? $0 < 0 : $0 > 0 }.count
+            func cell(_ values: [Double], _ show: (Double) -> String) -> String {
+                "\(show(median(values))) (\(show(values.min()!))–\(show(values.max()!)))"
+            }
+            // A difference that shows as zero gets no sign.
+            let signed: (Double) -> String = { format(abs($0)) == format(0) ? format(0) : ($0 > 0 ? "+" : "−") + format(abs($0)) }
+            lines.append(
+                "| \(name) | \(cell(left, format)) | \(cell(right, format)) | \(cell(differences, signed)) | \(better) of \(differences.count) |")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// The middle value; for an even count, the mean of the two middle ones.
+    static func median(_ values: [Double]) -> Double {
+        let sorted = values.sorted()
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
+}
