@@ -8,17 +8,17 @@ import Foundation
 ///
 /// On the shared VM these figures come from, runs of one build differ by up to a quarter, so a change
 /// worth a few percent needs many pairs; the pairs' differences say whether it held in most of them.
-///
-/// Synchronous: it only starts runs and waits for them, so nothing of it blocks Swift's cooperative pool.
 struct ABBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ab",
         abstract: "Alternating single-round e2e runs of two builds (or two environments); medians and the pairs' differences.",
         discussion: """
-            Arguments after `--` go to each `e2e` run (default: --log embedded --count 20000 --latency-seconds 8 --rate 500); \
-            `--rounds 1` is always added, and `--log embedded` when no log is named. Either build may predate this command: \
-            the figures are read from e2e's round line. Example: `revenue-relay-bench ab --b /tmp/bench-old --pairs 6`, or one build in two \
-            environments: `revenue-relay-bench ab --env-b GLIBC_TUNABLES=glibc.malloc.mxfast=0`.
+            Arguments after `--` replace the default options of each `e2e` run (--log embedded --count 20000 \
+            --latency-seconds 8 --rate 500); `--rounds 1` is always added, and `--log embedded` when no log is named. \
+            --env-a and --env-b apply to the whole run: the relay, the load generator, the receiver and the measure of V. \
+            The figures are read from e2e's round line, so either build may be older than this command (back to \
+            e2d6145, whose line first had the latency run's CPU). Examples: `revenue-relay-bench ab --b /tmp/bench-old`, \
+            or one build in two environments: `revenue-relay-bench ab --env-b GLIBC_TUNABLES=glibc.malloc.mxfast=0`.
             """)
 
     @Option(help: "Build A's revenue-relay-bench (default: this one).")
@@ -33,8 +33,8 @@ struct ABBench: ParsableCommand {
     @Option(name: .customLong("env-b"), help: "NAME=VALUE added to build B's environment (repeatable).")
     var environmentB: [String] = []
 
-    @Option(help: "Pairs of runs.")
-    var pairs = 5
+    @Option(help: "Pairs of runs (even: each side goes first equally often).")
+    var pairs = 6
 
     @Argument(parsing: .postTerminator, help: "Options for each e2e run.")
     var e2eArguments: [String] = []
@@ -47,8 +47,10 @@ struct ABBench: ParsableCommand {
         if a == nil, b == nil, environmentA == environmentB {
             throw ValidationError("A and B are the same: give --a or --b another build, or --env-a / --env-b")
         }
-        if e2eArguments.contains("--rounds") { throw ValidationError("each run is one round: leave out --rounds") }
-        if let index = e2eArguments.firstIndex(of: "--log"), e2eArguments.dropFirst(index + 1).first == "both" {
+        if e2eArguments.contains(where: { $0 == "--rounds" || $0.hasPrefix("--rounds=") }) {
+            throw ValidationError("each run is one round: leave out --rounds")
+        }
+        if Self.logs(in: e2eArguments).contains("both") {
             throw ValidationError("compare one log at a time: --log embedded or --log kafka")
         }
     }
@@ -64,7 +66,7 @@ struct ABBench: ParsableCommand {
         }
         var given = e2eArguments.isEmpty ? Self.defaultArguments : e2eArguments
         // e2e's own default is both logs; a pair compares one.
-        if !given.contains("--log") { given += ["--log", "embedded"] }
+        if Self.logs(in: given).isEmpty { given += ["--log", "embedded"] }
         let arguments = ["e2e"] + given + ["--rounds", "1"]
         note("ab: \(pairs) pairs of `\(arguments.joined(separator: " "))`")
         for side in sides { note("\(side.name): \(side.executable)\(side.environment.isEmpty ? "" : " with \(side.environment.joined(separator: " "))")") }
@@ -72,15 +74,30 @@ struct ABBench: ParsableCommand {
         for pair in 0..<pairs {
             // A then B, then B then A: drift within a pair falls on each side in turn.
             for index in pair % 2 == 0 ? [0, 1] : [1, 0] {
-                let round = try run(sides[index], arguments)
-                note("pair \(pair + 1) \(sides[index].name): \(round.summary)")
-                results[index].append(round)
+                do {
+                    let round = try run(sides[index], arguments)
+                    note("pair \(pair + 1) \(sides[index].name): \(round.summary)")
+                    results[index].append(round)
+                } catch {
+                    // The pairs done so far are still worth reading.
+                    let done = min(results[0].count, results[1].count)
+                    if done > 0 { print(Self.report(a: Array(results[0].prefix(done)), b: Array(results[1].prefix(done)))) }
+                    throw error
+                }
             }
         }
         print(Self.report(a: results[0], b: results[1]))
     }
 
     static let defaultArguments = ["--log", "embedded", "--count", "20000", "--latency-seconds", "8", "--rate", "500"]
+
+    /// Every log `arguments` name, as `--log NAME` or `--log=NAME`.
+    static func logs(in arguments: [String]) -> [String] {
+        arguments.indices.compactMap { index in
+            if arguments[index] == "--log" { return arguments.indices.contains(index + 1) ? arguments[index + 1] : "" }
+            return arguments[index].hasPrefix("--log=") ? String(arguments[index].dropFirst("--log=".count)) : nil
+        }
+    }
 
     struct Side {
         var name: String
@@ -95,7 +112,8 @@ struct ABBench: ParsableCommand {
         /// End to end in V, when the run measured V.
         var inV: Double?
         var cpuMicroseconds: Double
-        var steadyCPUMicroseconds: Double
+        /// The latency run's CPU per notification (nil from builds before e2d6145).
+        var steadyCPUMicroseconds: Double?
         var p99: Double
         var peakRSSMiB: Double
 
@@ -104,13 +122,12 @@ struct ABBench: ParsableCommand {
                 let perSecond = Self.number(in: line, #/(\d+) notifications/s end to end/#),
                 let cpu = Self.number(in: line, #/(\d+) µs relay CPU per notification/#),
                 let rss = Self.number(in: line, #/peak RSS (\d+) MiB/#),
-                let p99 = Self.number(in: line, #/p99 ([\d.]+) ms/#),
-                let steady = Self.number(in: line, #/relay CPU (\d+) µs per notification/#)
+                let p99 = Self.number(in: line, #/p99 ([\d.]+) ms/#)
             else { return nil }
             self.perSecond = perSecond
             inV = Self.number(in: line, #/end to end \(([\d.]+) V\)/#)
             cpuMicroseconds = cpu
-            steadyCPUMicroseconds = steady
+            steadyCPUMicroseconds = Self.number(in: line, #/relay CPU (\d+) µs per notification/#)
             self.p99 = p99
             peakRSSMiB = rss
         }
@@ -118,9 +135,6 @@ struct ABBench: ParsableCommand {
         private static func number(in line: Substring, _ pattern: Regex<(Substring, Substring)>) -> Double? {
             line.firstMatch(of: pattern).flatMap { Double($0.output.1) }
         }
-
-        /// End to end in V, or notifications/s when the run could not measure V.
-        var endToEnd: Double { inV ?? perSecond }
 
         var summary: String {
             "\(inV.map { String(format: "%.3f V", $0) } ?? "\(Int(perSecond))/s") end to end, \(Int(cpuMicroseconds)) µs relay CPU, p99 \(Int(p99)) ms"
@@ -141,25 +155,46 @@ struct ABBench: ParsableCommand {
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        // A child inherits this thread's signal mask, and Swift's threads block signals: unblocked for the
+        // spawn, so that Ctrl-C and the run's own timers reach the e2e run and its children.
+        var empty = sigset_t()
+        var previous = sigset_t()
+        sigemptyset(&empty)
+        pthread_sigmask(SIG_SETMASK, &empty, &previous)
+        let started = Result { try process.run() }
+        pthread_sigmask(SIG_SETMASK, &previous, nil)
+        try started.get()
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let text = String(decoding: data, as: UTF8.self)
-        guard process.terminationStatus == 0, let round = text.split(separator: "\n").lazy.compactMap(Round.init(line:)).first else {
-            throw ValidationError("\(side.name)'s e2e run failed (exit \(process.terminationStatus)); its output:\n\(text)")
+        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+            let how = process.terminationReason == .exit ? "exited with \(process.terminationStatus)" : "was killed by signal \(process.terminationStatus)"
+            throw RunFailed(description: "\(side.name)'s e2e run \(how) (its errors are above)")
+        }
+        guard let round = text.split(separator: "\n").lazy.compactMap(Round.init(line:)).first else {
+            throw RunFailed(description: "\(side.name)'s e2e run printed no round line this command can read; its output:\n\(text)")
         }
         return round
     }
 
+    struct RunFailed: Error, CustomStringConvertible {
+        var description: String
+    }
+
     /// The medians (ranges) of each side, and the pairs' differences, as a Markdown table.
     static func report(a: [Round], b: [Round]) -> String {
+        // In V only when every run measured it; else notifications/s.
         let inV = a.allSatisfy { $0.inV != nil } && b.allSatisfy { $0.inV != nil }
-        let rows: [(String, (Round) -> Double, (Double) -> String, lowerIsBetter: Bool)] = [
-            ("end to end", \.endToEnd, { inV ? String(format: "%.3f V", $0) : "\(Int($0))/s" }, false),
-            ("relay CPU per notification", \.cpuMicroseconds, { "\(Int($0)) µs" }, true),
-            ("relay CPU in the latency run", \.steadyCPUMicroseconds, { "\(Int($0)) µs" }, true),
+        var rows: [(String, (Round) -> Double, (Double) -> String, lowerIsBetter: Bool)] = [
+            inV ? ("end to end", { $0.inV ?? 0 }, { String(format: "%.3f V", $0) }, false) : ("end to end", \.perSecond, { "\(Int($0.rounded()))/s" }, false),
+            ("relay CPU per notification", \.cpuMicroseconds, { "\(Int($0.rounded())) µs" }, true),
+        ]
+        if (a + b).allSatisfy({ $0.steadyCPUMicroseconds != nil }) {
+            rows.append(("relay CPU in the latency run", { $0.steadyCPUMicroseconds ?? 0 }, { "\(Int($0.rounded())) µs" }, true))
+        }
+        rows += [
             ("p99 in the latency run", \.p99, { String(format: $0 < 10 ? "%.1f ms" : "%.0f ms", $0) }, true),
-            ("peak RSS", \.peakRSSMiB, { "\(Int($0)) MiB" }, true),
+            ("peak RSS", \.peakRSSMiB, { "\(Int($0.rounded())) MiB" }, true),
         ]
         var lines = ["", "| | A | B | B − A, pair by pair: median (range) | B better in |", "| --- | ---: | ---: | ---: | ---: |"]
         for (name, value, format, lowerIsBetter) in rows {
