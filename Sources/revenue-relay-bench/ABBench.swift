@@ -105,8 +105,8 @@ struct ABBench: ParsableCommand {
         var environment: [String]
     }
 
-    /// One round's figures, read from the round's line of `e2e`'s output, which every build since the
-    /// first end-to-end benchmark prints alike (so older builds can be side A or B).
+    /// One round's figures, read from the round's line of `e2e`'s output, so that builds older than this
+    /// command can be side A or B (before e2d6145 the line has no latency-run CPU).
     struct Round {
         var perSecond: Double
         /// End to end in V, when the run measured V.
