@@ -20,12 +20,6 @@ final class FixedBaseTable: @unchecked Sendable {
     /// `BN_CTX`s not in use, owned. One verification uses one.
     private let contexts = KeptHandles(limit: PublicKey.keptContexts, release: { BN_CTX_free($0) })
 
-    /// Nil when `key` is not a P-256 key or OpenSSL cannot build the table.
-    convenience init?(key: OpaquePointer) {
-        guard let point = Self.p256Point(of: key) else { return nil }
-        self.init(point: point)
-    }
-
     /// Nil when OpenSSL cannot build the table of this P-256 point (`p256Point(of:)`).
     private init?(point: [UInt8]) {
         guard let fixed = relay_p256_fixed_base_group(point, point.count) else {
@@ -65,8 +59,9 @@ final class FixedBaseTable: @unchecked Sendable {
     }
 
     /// The table of `key`'s point: the one another key of that point already uses, else a new one (built
-    /// outside the lock; of two built at once for one point, one is kept). Nil as `init(key:)`. Only a
-    /// P-256 key's point is looked up, so no other curve's key can find a P-256 table.
+    /// outside the lock; of two built at once for one point, one is kept). Nil when `key` is not a P-256 key
+    /// or OpenSSL cannot build the table. Only a P-256 key's point is looked up, so no other curve's key can
+    /// find a P-256 table.
     static func shared(for key: OpaquePointer) -> FixedBaseTable? {
         guard let point = p256Point(of: key) else { return nil }
         if let table = alive.withLock({ $0[point]?.table }) { return table }

@@ -146,7 +146,6 @@ struct ABBench: ParsableCommand {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: side.executable)
         process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
         var environment = ProcessInfo.processInfo.environment
         for setting in side.environment {
             let parts = setting.split(separator: "=", maxSplits: 1)
@@ -155,15 +154,8 @@ struct ABBench: ParsableCommand {
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        // A child inherits this thread's signal mask, and Swift's threads block signals: unblocked for the
-        // spawn, so that Ctrl-C and the run's own timers reach the e2e run and its children.
-        var empty = sigset_t()
-        var previous = sigset_t()
-        sigemptyset(&empty)
-        pthread_sigmask(SIG_SETMASK, &empty, &previous)
-        let started = Result { try process.run() }
-        pthread_sigmask(SIG_SETMASK, &previous, nil)
-        try started.get()
+        // So that Ctrl-C and the run's own timers reach the e2e run and its children.
+        try process.runWithSignalsUnblocked()
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let text = String(decoding: data, as: UTF8.self)

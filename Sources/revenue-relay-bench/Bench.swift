@@ -137,15 +137,8 @@ func opensslVerifyRate(seconds: Double) -> Double? {
     let output = Pipe()
     process.standardOutput = output
     process.standardError = FileHandle.nullDevice
-    // openssl speed times itself with SIGALRM; a child inherits this thread's signal mask, and
-    // Swift's threads block signals. Unblock them on this thread for the spawn, then put the mask back.
-    var empty = sigset_t()
-    var previous = sigset_t()
-    sigemptyset(&empty)
-    pthread_sigmask(SIG_SETMASK, &empty, &previous)
-    let started = (try? process.run()) != nil
-    pthread_sigmask(SIG_SETMASK, &previous, nil)
-    guard started else { return nil }
+    // openssl speed times itself with SIGALRM.
+    guard (try? process.runWithSignalsUnblocked()) != nil else { return nil }
     let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     process.waitUntilExit()
     // " 256 bits ecdsa (nistp256)   0.0000s   0.0001s  51902.0  16935.7"
@@ -153,6 +146,20 @@ func opensslVerifyRate(seconds: Double) -> Double? {
         let last = line.split(separator: " ").last
     else { return nil }
     return Double(last)
+}
+
+extension Process {
+    /// `run()`, with this thread's signals unblocked for the spawn and the mask put back after: a child
+    /// inherits the spawning thread's mask, and Swift's threads block signals, so without this the child
+    /// (and its children) would not see SIGALRM, SIGINT or SIGTERM.
+    func runWithSignalsUnblocked() throws {
+        var empty = sigset_t()
+        var previous = sigset_t()
+        sigemptyset(&empty)
+        pthread_sigmask(SIG_SETMASK, &empty, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        try run()
+    }
 }
 
 /// Operations per second of `body` on this thread over `seconds` (after a short warm-up).

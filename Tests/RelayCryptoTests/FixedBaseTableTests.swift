@@ -100,7 +100,7 @@ import Testing
         var all: [Candidate] = []
         for (index, signer) in keys.enumerated() {
             let key = signer.publicKey
-            let table = try #require(FixedBaseTable(key: key.pointer))
+            let table = try #require(FixedBaseTable.shared(for: key.pointer))
             let stranger = keys[(index + 1) % keys.count]
             // Digests: random, zero (u1 = 0), all ones and n itself (both above n: reduced), n − 1, one.
             let digests = (0..<12).map { _ in bytes(32) } + [
@@ -217,13 +217,13 @@ import Testing
         }
         // Another key's genuine signature, checked in a batch with each constructed one.
         let genuine = try fixtureKey("leaf.key")
-        let other = try #require(FixedBaseTable(key: genuine.publicKey.pointer))
+        let other = try #require(FixedBaseTable.shared(for: genuine.publicKey.pointer))
         /// The key of point `q`, and both verifications' answers for `r‖s` over `digest`.
         func answers(_ q: OpaquePointer, _ digest: [UInt8], _ r: OpaquePointer, _ s: OpaquePointer) throws -> (Bool, Bool?) {
             var point = [UInt8](repeating: 0, count: 65)
             #expect(EC_POINT_point2oct(group, q, POINT_CONVERSION_UNCOMPRESSED, &point, 65, context) == 65)
             let key = try PublicKey(p256Point: point)
-            let table = try #require(FixedBaseTable(key: key.pointer))
+            let table = try #require(FixedBaseTable.shared(for: key.pointer))
             let raw = encoded(r) + encoded(s)
             let alone = table.verify(digest: digest, rawSignature: raw)
             // Together with itself, and with another key's valid signature, the same answer.
