@@ -2,6 +2,7 @@ import CoreMetrics
 import Dispatch
 import Foundation
 import GRDB
+import RelaySQLite
 import Logging
 import RelayCore
 import Synchronization
@@ -231,6 +232,14 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 var ends: [String: (next: Int64, appended: Int64)] = [:]  // "<topic id>:<partition>" -> next offset, bytes appended
                 var growth: [String: (topic: Int64, partition: Int32, bytes: Int)] = [:]
                 let now = wallClockMilliseconds()
+                // Cached statements: preparing the SQL anew for each record was a sixth of the pipeline's CPU. Run
+                // with SQLite's C calls (DirectWrite): GRDB's arguments cost about 2 µs a record.
+                let insert = DirectWrite(
+                    try db.cachedStatement(
+                        sql: """
+                            INSERT INTO record (topic_id, partition, offset, timestamp, key, value, headers, size, end_bytes)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            """))
                 for item in batch {
                     let record = item.record
                     guard let topic = known[record.topic] else {
@@ -255,17 +264,18 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                         end = (row?[0] ?? 0, row?[1] ?? 0)
                     }
                     end.appended += Int64(item.size)
-                    // Cached statements: preparing the SQL anew for each record was a sixth of the pipeline's CPU.
-                    try db.cachedStatement(
-                        sql: """
-                            INSERT INTO record (topic_id, partition, offset, timestamp, key, value, headers, size, end_bytes)
-                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                            """
-                    ).execute(
-                        arguments: [
-                            topic.id, partition, end.next, now, record.key.map { Data($0) }, Data(record.value), Data(HeaderCoding.encode(record.headers)),
-                            item.size, end.appended,
-                        ])
+                    let appended = end
+                    try insert.execute { parameters in
+                        parameters.int64(topic.id)
+                        parameters.int64(Int64(partition))
+                        parameters.int64(appended.next)
+                        parameters.int64(now)
+                        parameters.blob(record.key)
+                        parameters.blob(record.value)
+                        parameters.blob(HeaderCoding.encode(record.headers))
+                        parameters.int64(Int64(item.size))
+                        parameters.int64(appended.appended)
+                    }
                     results.append(.success(RecordPosition(topic: record.topic, partition: partition, offset: end.next)))
                     end.next += 1
                     ends[slot] = end

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import GRDB
+import RelaySQLite
 public import RelayCore
 
 /// The delivery log: every webhook attempt the deliverer made (`DeliveryAttempt`), recorded from the
@@ -109,16 +110,28 @@ public final class DeliveryLog: Sendable {
                 invalid.append(index)
                 continue
             }
-            try db.cachedStatement(
-                sql: """
-                    INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """
-            ).execute(
-                arguments: [
-                    attempt.id, attempt.app, attempt.endpoint, attempt.eventId, attempt.eventType, attempt.subject, attempt.attempt,
-                    attempt.outcome.rawValue, attempt.httpStatus, attempt.finishedAt, String(decoding: body, as: UTF8.self), attempt.durationMs,
-                ])
+            // With SQLite's C calls (DirectWrite): one row per webhook sent.
+            try DirectWrite(
+                db.cachedStatement(
+                    sql: """
+                        INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """)
+            ).execute { parameters in
+                parameters.text(attempt.id)
+                parameters.text(attempt.app)
+                parameters.text(attempt.endpoint)
+                parameters.text(attempt.eventId)
+                parameters.text(attempt.eventType)
+                parameters.text(attempt.subject)
+                parameters.int64(Int64(attempt.attempt))
+                parameters.text(attempt.outcome.rawValue)
+                parameters.int64(attempt.httpStatus.map(Int64.init))
+                parameters.int64(attempt.finishedAt)
+                // The body as it came: it was parsed above, so it is UTF-8.
+                parameters.text(utf8: body)
+                parameters.int64(attempt.durationMs)
+            }
             inserted += db.changesCount
         }
         // Past the retention, and beyond the row bound (the oldest recorded first): a bounded number a batch,

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import GRDB
+import RelaySQLite
 public import RelayCore
 
 /// Every standardized event the relay produced, in the local backend's events file (beside its database,
@@ -87,7 +88,7 @@ public final class EventStore: Sendable {
     func record(
         _ entries: [Entry], alongside: (@Sendable (Database) throws -> Void)?
     ) async throws -> (inserted: Int, invalid: [(Int, InvalidEvent)]) {
-        var rows: [StatementArguments] = []
+        var rows: [EventRow] = []
         var invalid: [(Int, InvalidEvent)] = []
         for (index, entry) in entries.enumerated() {
             do {
@@ -103,16 +104,18 @@ public final class EventStore: Sendable {
                 continuation.resume(
                     with: Result {
                         try pool.write { db in
-                            let statement = try db.cachedStatement(
-                                sql: """
-                                    INSERT OR IGNORE INTO event (id, app, project_id, application_id, type, store, environment,
-                                        original_transaction_id, app_user_id, product_id, ts, received_at, currency, price_usd,
-                                        proceeds_usd, price_local, historical, notification_id, payload)
-                                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                                    """)
+                            // With SQLite's C calls (DirectWrite): every event the relay produces is a row.
+                            let insert = DirectWrite(
+                                try db.cachedStatement(
+                                    sql: """
+                                        INSERT OR IGNORE INTO event (id, app, project_id, application_id, type, store, environment,
+                                            original_transaction_id, app_user_id, product_id, ts, received_at, currency, price_usd,
+                                            proceeds_usd, price_local, historical, notification_id, payload)
+                                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                        """))
                             var count = 0
                             for row in prepared {
-                                try statement.execute(arguments: row)
+                                try insert.execute(row.bind)
                                 count += db.changesCount
                             }
                             try alongside?(db)
@@ -131,11 +134,57 @@ public final class EventStore: Sendable {
         "priceInPurchasedCurrency",
     ]
 
+    /// One event's columns, in the INSERT's order.
+    private struct EventRow: Sendable {
+        var id: String
+        var app: String
+        var projectId: Int64
+        var applicationId: Int64
+        var type: String
+        var store: String
+        var environment: String
+        var originalTransactionId: String
+        var appUserId: String?
+        var productId: String?
+        var ts: Int64
+        var receivedAt: Int64
+        var currency: String?
+        var priceUSD: Double?
+        var proceedsUSD: Double?
+        var priceLocal: Double?
+        var historical: Bool
+        var notificationId: String?
+        /// The event's JSON as it came (parsed, so UTF-8), kept as text.
+        var payload: [UInt8]
+
+        func bind(_ parameters: inout DirectWrite.Parameters) {
+            parameters.text(id)
+            parameters.text(app)
+            parameters.int64(projectId)
+            parameters.int64(applicationId)
+            parameters.text(type)
+            parameters.text(store)
+            parameters.text(environment)
+            parameters.text(originalTransactionId)
+            parameters.text(appUserId)
+            parameters.text(productId)
+            parameters.int64(ts)
+            parameters.int64(receivedAt)
+            parameters.text(currency)
+            parameters.double(priceUSD)
+            parameters.double(proceedsUSD)
+            parameters.double(priceLocal)
+            parameters.int64(historical ? 1 : 0)
+            parameters.text(notificationId)
+            parameters.text(utf8: payload)
+        }
+    }
+
     /// The row of one event. Read from the event's JSON value, not decoded into `EventPayload`: every
     /// event the relay produces is recorded, and JSONDecoder took 35 µs for the typed event against
     /// 16 µs for JSON.parse of the same 1.1 KB (`revenue-relay-bench codec`), on the path the end-to-end
     /// benchmark showed to matter. The checks are the ones the columns need.
-    private static func row(_ entry: Entry) throws -> StatementArguments {
+    private static func row(_ entry: Entry) throws -> EventRow {
         guard let payload = try? JSON.parse(entry.body, keepingMembersNamed: columnMembers), case .object = payload else {
             throw InvalidEvent(reason: "not a JSON object")
         }
@@ -156,13 +205,14 @@ public final class EventStore: Sendable {
         }
         // A status change names its user `appUserId`; the other events `originalAppUserId`.
         let user = type == .subscriptionStatusDidChange ? data["appUserId"]?.stringValue : data["originalAppUserId"]?.stringValue
-        return [
-            try text("id"), entry.app, try integer(payload["projectId"], "projectId"), try integer(payload["applicationId"], "applicationId"),
-            type.rawValue, store.rawValue, try text("environment"), try text("originalTransactionId"), user, data["productId"]?.stringValue,
-            try integer(data["ts"], "data.ts"), try integer(payload["timestamp"], "timestamp"), data["currencyCode"]?.stringValue,
-            data["price"]?.doubleValue, data["proceeds"]?.doubleValue, data["priceInPurchasedCurrency"]?.doubleValue, entry.historical,
-            data["source"]?["notificationId"]?.stringValue, String(decoding: entry.body, as: UTF8.self),
-        ]
+        return EventRow(
+            id: try text("id"), app: entry.app, projectId: try integer(payload["projectId"], "projectId"),
+            applicationId: try integer(payload["applicationId"], "applicationId"), type: type.rawValue, store: store.rawValue,
+            environment: try text("environment"), originalTransactionId: try text("originalTransactionId"), appUserId: user,
+            productId: data["productId"]?.stringValue, ts: try integer(data["ts"], "data.ts"), receivedAt: try integer(payload["timestamp"], "timestamp"),
+            currency: data["currencyCode"]?.stringValue, priceUSD: data["price"]?.doubleValue, proceedsUSD: data["proceeds"]?.doubleValue,
+            priceLocal: data["priceInPurchasedCurrency"]?.doubleValue, historical: entry.historical,
+            notificationId: data["source"]?["notificationId"]?.stringValue, payload: entry.body)
     }
 
     // MARK: Reading

@@ -347,16 +347,26 @@ public final class SubscriptionDatabase: Sendable {
         var next = state
         next.version = ifMatch + 1
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        // Cached statements: this runs for every notification, and preparing SQL costs more than running it.
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO subscription (store, original_transaction_id, version, source_timestamp, state, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (store, original_transaction_id) DO UPDATE SET
-                    version = excluded.version, source_timestamp = excluded.source_timestamp,
-                    state = excluded.state, updated_at = excluded.updated_at
-                """
-        ).execute(arguments: [store, id, next.version, next.sourceTimestamp, String(decoding: next.serialized(), as: UTF8.self), now])
+        // Cached statements: this runs for every notification, and preparing SQL costs more than running it. Run
+        // with SQLite's C calls (DirectWrite), the state's JSON bound as the serializer wrote it (UTF-8).
+        let serialized = next.serialized(), written = next
+        try DirectWrite(
+            db.cachedStatement(
+                sql: """
+                    INSERT INTO subscription (store, original_transaction_id, version, source_timestamp, state, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (store, original_transaction_id) DO UPDATE SET
+                        version = excluded.version, source_timestamp = excluded.source_timestamp,
+                        state = excluded.state, updated_at = excluded.updated_at
+                    """)
+        ).execute { parameters in
+            parameters.text(store)
+            parameters.text(id)
+            parameters.int64(written.version)
+            parameters.int64(written.sourceTimestamp)
+            parameters.text(utf8: serialized)
+            parameters.int64(now)
+        }
         // The users it entitles, rewritten only when they change (a renewal keeps them): every row of
         // subscription_user and its index is a page of the WAL, and their keys are random.
         let users = next.entitlementUserIds
@@ -368,9 +378,14 @@ public final class SubscriptionDatabase: Sendable {
         // Compared as bytes, as SQLite compares them (Swift's == equates canonically equivalent strings).
         if Set(previous.map { Array($0.utf8) }) != Set(users.map { Array($0.utf8) }) {
             try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?").execute(arguments: [store, id])
+            let insert = DirectWrite(
+                try db.cachedStatement(sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)"))
             for user in users {
-                try db.cachedStatement(sql: "INSERT OR IGNORE INTO subscription_user (app_user_id, store, original_transaction_id) VALUES (?, ?, ?)")
-                    .execute(arguments: [user, store, id])
+                try insert.execute { parameters in
+                    parameters.text(user)
+                    parameters.text(store)
+                    parameters.text(id)
+                }
             }
         }
         return .written(next)
