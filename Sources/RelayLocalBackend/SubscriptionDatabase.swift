@@ -335,12 +335,18 @@ public final class SubscriptionDatabase: Sendable {
         let store = state.store.rawValue, id = state.originalTransactionId
         // The stored version and source time are columns: the state itself (kilobytes of JSON) is decoded only
         // to answer a refused write, never on the single writer's path of a write that goes through.
-        let stored = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT version, source_timestamp FROM subscription WHERE store = ? AND original_transaction_id = ?"),
-            arguments: [store, id])
-        let storedVersion: Int64 = stored?["version"] ?? 0
+        // Read and written with SQLite's C calls (DirectRead, DirectWrite): this runs for every notification.
+        var stored: (version: Int64, sourceTimestamp: Int64)?
+        try DirectRead(db.cachedStatement(sql: "SELECT version, source_timestamp FROM subscription WHERE store = ? AND original_transaction_id = ?"))
+            .forEach { parameters in
+                parameters.text(store)
+                parameters.text(id)
+            } row: { columns in
+                stored = (columns.int64(0), columns.int64(1))
+            }
+        let storedVersion = stored?.version ?? 0
         guard storedVersion == ifMatch else { return .versionMismatch(current: try fetch(db, store: store, id: id)) }
-        if let stored, state.sourceTimestamp < stored["source_timestamp"] as Int64 {
+        if let stored, state.sourceTimestamp < stored.sourceTimestamp {
             guard let current = try fetch(db, store: store, id: id) else { throw DatabaseError(message: "subscription \(store)/\(id) vanished mid-transaction") }
             return .stale(current: current)
         }
@@ -370,11 +376,16 @@ public final class SubscriptionDatabase: Sendable {
         // The users it entitles, rewritten only when they change (a renewal keeps them): every row of
         // subscription_user and its index is a page of the WAL, and their keys are random.
         let users = next.entitlementUserIds
-        let previous = stored == nil
-            ? []
-            : try String.fetchAll(
-                db.cachedStatement(sql: "SELECT app_user_id FROM subscription_user WHERE store = ? AND original_transaction_id = ?"),
-                arguments: [store, id])
+        var previous: [String] = []
+        if stored != nil {
+            try DirectRead(db.cachedStatement(sql: "SELECT app_user_id FROM subscription_user WHERE store = ? AND original_transaction_id = ?"))
+                .forEach { parameters in
+                    parameters.text(store)
+                    parameters.text(id)
+                } row: { columns in
+                    if let user = columns.text(0) { previous.append(user) }
+                }
+        }
         // Compared as bytes, as SQLite compares them (Swift's == equates canonically equivalent strings).
         if Set(previous.map { Array($0.utf8) }) != Set(users.map { Array($0.utf8) }) {
             try db.cachedStatement(sql: "DELETE FROM subscription_user WHERE store = ? AND original_transaction_id = ?").execute(arguments: [store, id])
@@ -401,16 +412,24 @@ public final class SubscriptionDatabase: Sendable {
     static func subscriptions(_ db: Database, ofUser appUserId: String, excluding: (store: Store, originalTransactionId: String)?) throws
         -> [SubscriptionState]
     {
-        let rows = try Row.fetchAll(
+        // With SQLite's C calls (DirectRead): the worker reads a user's other subscriptions for each notification.
+        var states: [SubscriptionState] = []
+        try DirectRead(
             db.cachedStatement(
                 sql: """
                     SELECT s.state FROM subscription_user u
                     JOIN subscription s ON s.store = u.store AND s.original_transaction_id = u.original_transaction_id
                     WHERE u.app_user_id = ? AND NOT (s.store = ? AND s.original_transaction_id = ?)
                     ORDER BY s.store, s.original_transaction_id
-                    """),
-            arguments: [appUserId, excluding?.store.rawValue ?? "", excluding?.originalTransactionId ?? ""])
-        return try rows.map { row in try decode(row[0]) }
+                    """)
+        ).forEach { parameters in
+            parameters.text(appUserId)
+            parameters.text(excluding?.store.rawValue ?? "")
+            parameters.text(excluding?.originalTransactionId ?? "")
+        } row: { columns in
+            states.append(try SubscriptionState(serialized: columns.textBytes(0) ?? []))
+        }
+        return states
     }
 
     /// Every subscription of any of these users, each once (one that several of them own too), in one read.
@@ -462,10 +481,16 @@ public final class SubscriptionDatabase: Sendable {
     }
 
     static func fetch(_ db: Database, store: String, id: String) throws -> SubscriptionState? {
-        guard let row = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?"), arguments: [store, id])
-        else { return nil }
-        return try decode(row["state"])
+        // With SQLite's C calls (DirectRead): the worker's read of the state each notification changes.
+        var state: SubscriptionState?
+        try DirectRead(db.cachedStatement(sql: "SELECT state FROM subscription WHERE store = ? AND original_transaction_id = ?")).forEach {
+            parameters in
+            parameters.text(store)
+            parameters.text(id)
+        } row: { columns in
+            state = try SubscriptionState(serialized: columns.textBytes(0) ?? [])
+        }
+        return state
     }
 
     /// A stored state; its remembered contexts stay bytes until read (`SubscriptionState(serialized:)`).

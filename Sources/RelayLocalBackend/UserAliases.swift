@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import RelaySQLite
 public import RelayConfig
 
 /// The ids an app user is known by: Superwall's SDK knows a user by `appUserId` once identified, and
@@ -90,21 +91,22 @@ extension SubscriptionDatabase {
     static func allUserIds(_ db: Database, of ids: [String], applicationIds: Set<Int>?) throws -> [String] {
         var all: [String] = []
         func add(_ id: String) { if !all.contains(id) { all.append(id) } }
+        // With SQLite's C calls (DirectRead): the worker asks this for each notification's user.
+        let owners = DirectRead(try db.cachedStatement(sql: "SELECT application_id, app_user_id FROM user_alias WHERE alias = ?"))
+        let aliases = DirectRead(try db.cachedStatement(sql: "SELECT application_id, alias FROM user_alias WHERE app_user_id = ?"))
+        func inScope(_ columns: DirectRead.Columns) -> Bool { applicationIds?.contains(Int(columns.int64(0))) ?? true }
         for id in ids {
             add(id)
             var users = [id]
-            for row in try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT application_id, app_user_id FROM user_alias WHERE alias = ?"), arguments: [id])
-            where applicationIds?.contains(row[0]) ?? true {
-                let user: String = row[1]
+            try owners.forEach { $0.text(id) } row: { columns in
+                guard inScope(columns), let user = columns.text(1) else { return }
                 add(user)
                 users.append(user)
             }
             for user in users {
-                for row in try Row.fetchAll(
-                    db.cachedStatement(sql: "SELECT application_id, alias FROM user_alias WHERE app_user_id = ?"), arguments: [user])
-                where applicationIds?.contains(row[0]) ?? true {
-                    add(row[1])
+                try aliases.forEach { $0.text(user) } row: { columns in
+                    guard inScope(columns), let alias = columns.text(1) else { return }
+                    add(alias)
                 }
             }
         }
@@ -112,8 +114,14 @@ extension SubscriptionDatabase {
     }
 
     private static func owner(_ db: Database, of alias: String, applicationId: Int) throws -> String? {
-        try String.fetchOne(
-            db.cachedStatement(sql: "SELECT app_user_id FROM user_alias WHERE application_id = ? AND alias = ?"), arguments: [applicationId, alias])
+        var owner: String?
+        try DirectRead(db.cachedStatement(sql: "SELECT app_user_id FROM user_alias WHERE application_id = ? AND alias = ?")).forEach { parameters in
+            parameters.int64(Int64(applicationId))
+            parameters.text(alias)
+        } row: { columns in
+            if owner == nil { owner = columns.text(0) }
+        }
+        return owner
     }
 
     static func canonicalUser(_ db: Database, of id: String, applicationId: Int) throws -> String {

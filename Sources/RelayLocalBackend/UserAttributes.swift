@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import RelaySQLite
 public import RelayCore
 
 /// A user's attributes (`PUT .../users/{id}/attributes`), per application, kept under the user an id
@@ -74,19 +75,27 @@ extension SubscriptionDatabase {
 
     static func appUser(_ db: Database, _ id: String, applicationId: Int) throws -> AppUser {
         let user = try canonicalUser(db, of: id, applicationId: applicationId)
-        let aliases = try String.fetchAll(
-            db.cachedStatement(sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias"),
-            arguments: [applicationId, user])
+        // With SQLite's C calls (DirectRead): the worker reads the app user for each notification.
+        var aliases: [String] = []
+        try DirectRead(db.cachedStatement(sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias"))
+            .forEach { parameters in
+                parameters.int64(Int64(applicationId))
+                parameters.text(user)
+            } row: { columns in
+                if let alias = columns.text(0) { aliases.append(alias) }
+            }
         return AppUser(appUserId: user, aliases: aliases, attributes: try attributes(db, of: user, applicationId: applicationId))
     }
 
     static func attributes(_ db: Database, of user: String, applicationId: Int) throws -> [String: JSON] {
         var attributes: [String: JSON] = [:]
-        for row in try Row.fetchAll(
-            db.cachedStatement(sql: "SELECT name, value FROM user_attribute WHERE application_id = ? AND app_user_id = ?"),
-            arguments: [applicationId, user])
-        {
-            attributes[row[0]] = try? JSON.parse(row[1] as String)
+        try DirectRead(db.cachedStatement(sql: "SELECT name, value FROM user_attribute WHERE application_id = ? AND app_user_id = ?")).forEach {
+            parameters in
+            parameters.int64(Int64(applicationId))
+            parameters.text(user)
+        } row: { columns in
+            guard let name = columns.text(0), let value = columns.textBytes(1) else { return }
+            attributes[name] = try? JSON.parse(value)
         }
         return attributes
     }

@@ -3,9 +3,9 @@ import GRDB
 import RelaySQLite
 import Testing
 
-/// The hot path's writes bound with SQLite's C calls store what GRDB's arguments stored, and fail as GRDB
-/// fails.
-@Suite struct DirectWriteTests {
+/// The hot path's writes and reads with SQLite's C calls store and read what GRDB's arguments and rows do,
+/// and fail as GRDB fails.
+@Suite struct DirectStatementsTests {
     static let insert = "INSERT INTO t (i, d, s, b, u) VALUES (?, ?, ?, ?, ?)"
 
     func makeQueue() throws -> DatabaseQueue {
@@ -119,5 +119,54 @@ import Testing
             #expect(error?.resultCode == .SQLITE_MISUSE)
         }
         #expect(try queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 0)
+    }
+
+    @Test func readsGiveWhatGRDBsRowsGive() throws {
+        let queue = try makeQueue()
+        try queue.write { db in
+            for (i, text) in [(1, "é 😀"), (2, ""), (3, "plain")] as [(Int64, String)] {
+                try db.execute(sql: Self.insert, arguments: [i, Double(i) / 4, text, nil, i == 3 ? nil : text])
+            }
+        }
+        // Twice: the cached statement is reset and its bindings cleared after each read.
+        for _ in 0..<2 {
+            try queue.read { db in
+                let read = DirectRead(try db.cachedStatement(sql: "SELECT i, s, u, b FROM t WHERE i >= ? AND s <> ? ORDER BY i"))
+                var rows: [(Int64, String?, [UInt8]?, Bool)] = []
+                try read.forEach { parameters in
+                    parameters.int64(2)
+                    parameters.text("nothing")
+                } row: { columns in
+                    rows.append((columns.int64(0), columns.text(1), columns.textBytes(2), columns.isNull(3)))
+                }
+                let grdb = try Row.fetchAll(db, sql: "SELECT i, s, u, b FROM t WHERE i >= ? AND s <> ? ORDER BY i", arguments: [2, "nothing"])
+                #expect(rows.map(\.0) == grdb.map { $0[0] as Int64 })
+                #expect(rows.map(\.1) == grdb.map { $0[1] as String? })
+                #expect(rows.map { $0.2.map { String(decoding: $0, as: UTF8.self) } } == grdb.map { $0[2] as String? })
+                // An empty text is empty, not NULL; NULL is nil.
+                #expect(rows[0].1 == "" && rows[0].2 == [] && rows[1].2 == nil && rows.allSatisfy(\.3))
+                // No rows: the body never runs.
+                try read.forEach { parameters in
+                    parameters.int64(10)
+                    parameters.text("")
+                } row: { _ in Issue.record("no row matches") }
+            }
+        }
+    }
+
+    @Test func aReadsFailureIsTheRowsOwnOrSQLites() throws {
+        struct Stop: Error {}
+        let queue = try makeQueue()
+        try queue.write { db in try db.execute(sql: Self.insert, arguments: [1, 1.0, "a", nil, "b"]) }
+        try queue.read { db in
+            let read = DirectRead(try db.cachedStatement(sql: "SELECT i FROM t WHERE i = ?"))
+            #expect(throws: Stop.self) { try read.forEach { $0.int64(1) } row: { _ in throw Stop() } }
+            let unbound = #expect(throws: DatabaseError.self) { try read.forEach { _ in } row: { _ in } }
+            #expect(unbound?.resultCode == .SQLITE_MISUSE)
+            // The statement is usable after both.
+            var seen: [Int64] = []
+            try read.forEach { $0.int64(1) } row: { seen.append($0.int64(0)) }
+            #expect(seen == [1])
+        }
     }
 }

@@ -35,13 +35,7 @@ public struct DirectWrite {
             sqlite3_reset(raw)
             sqlite3_clear_bindings(raw)
         }
-        guard parameters.next - 1 == sqlite3_bind_parameter_count(raw), parameters.failure == SQLITE_OK else {
-            let message =
-                parameters.failure == SQLITE_OK
-                ? "\(parameters.next - 1) parameters bound of \(sqlite3_bind_parameter_count(raw))" : String(cString: sqlite3_errmsg(connection))
-            throw DatabaseError(
-                resultCode: ResultCode(rawValue: parameters.failure == SQLITE_OK ? SQLITE_MISUSE : parameters.failure), message: message, sql: statement.sql)
-        }
+        try parameters.check(statement)
         let code = sqlite3_step(raw)
         guard code == SQLITE_DONE else {
             throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)), sql: statement.sql)
@@ -55,6 +49,18 @@ public struct DirectWrite {
         fileprivate var next: Int32 = 1
         /// The first binding's failure (a value too large, say), reported when the statement would run.
         fileprivate var failure: Int32 = SQLITE_OK
+
+        fileprivate init(raw: SQLiteStatement) {
+            self.raw = raw
+        }
+
+        /// Throws unless every parameter was bound, each without failing.
+        fileprivate func check(_ statement: Statement) throws {
+            let count = sqlite3_bind_parameter_count(raw)
+            guard next - 1 != count || failure != SQLITE_OK else { return }
+            let message = failure == SQLITE_OK ? "\(next - 1) parameters bound of \(count)" : String(cString: sqlite3_errmsg(sqlite3_db_handle(raw)))
+            throw DatabaseError(resultCode: ResultCode(rawValue: failure == SQLITE_OK ? SQLITE_MISUSE : failure), message: message, sql: statement.sql)
+        }
 
         private mutating func record(_ code: Int32) {
             if failure == SQLITE_OK, code != SQLITE_OK { failure = code }
@@ -113,3 +119,61 @@ public struct DirectWrite {
 
 /// SQLite copies the value before the call returns.
 private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// A prepared query run with SQLite's C calls, for the reads made for every notification (a state, its
+/// users, their aliases and attributes): its parameters bound as `DirectWrite` binds them, each row's
+/// columns read in place. GRDB's `Row.fetchAll` builds a row of `DatabaseValue`s per row, and its
+/// arguments cost as they do for writes.
+public struct DirectRead {
+    private let statement: Statement
+
+    /// `statement` from `db.cachedStatement(sql:)`.
+    public init(_ statement: Statement) {
+        self.statement = statement
+    }
+
+    /// Binds the parameters with `bind` (each once, in order) and calls `row` for each row, whose columns are
+    /// valid only during the call. Throws the `DatabaseError` SQLite reports, or what `row` throws.
+    public func forEach(_ bind: (inout DirectWrite.Parameters) -> Void, row: (Columns) throws -> Void) throws {
+        let raw = statement.sqliteStatement
+        let connection = sqlite3_db_handle(raw)
+        sqlite3_reset(raw)
+        var parameters = DirectWrite.Parameters(raw: raw)
+        bind(&parameters)
+        defer {
+            sqlite3_reset(raw)
+            sqlite3_clear_bindings(raw)
+        }
+        try parameters.check(statement)
+        let columns = Columns(raw: raw)
+        while true {
+            let code = sqlite3_step(raw)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else {
+                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)), sql: statement.sql)
+            }
+            try row(columns)
+        }
+    }
+
+    /// The current row's columns, by index from 0.
+    public struct Columns {
+        fileprivate let raw: SQLiteStatement
+
+        public func isNull(_ index: Int32) -> Bool { sqlite3_column_type(raw, index) == SQLITE_NULL }
+
+        public func int64(_ index: Int32) -> Int64 { sqlite3_column_int64(raw, index) }
+
+        /// The column as text (nil when NULL); bytes that are not UTF-8 are repaired, as Swift's strings are.
+        public func text(_ index: Int32) -> String? {
+            guard let start = sqlite3_column_text(raw, index) else { return nil }
+            return String(decoding: UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index))), as: UTF8.self)
+        }
+
+        /// The column's bytes as text (nil when NULL).
+        public func textBytes(_ index: Int32) -> [UInt8]? {
+            guard let start = sqlite3_column_text(raw, index) else { return nil }
+            return Array(UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index))))
+        }
+    }
+}
