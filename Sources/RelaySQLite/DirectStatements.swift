@@ -4,13 +4,18 @@ import GRDBSQLite
 /// A prepared write (an INSERT or UPDATE) run with SQLite's C calls: its parameters bound in order from the
 /// values as they are, then stepped to its end.
 ///
-/// For the statements that write each record, event and attempt: GRDB's `execute(arguments:)` builds a
-/// `StatementArguments` of existentials, checks it against the statement and converts each value, about
+/// For the statements that write each record, event, attempt and state: GRDB's `execute(arguments:)` builds
+/// a `StatementArguments` of existentials, checks it against the statement and converts each value, about
 /// 2 µs a row beside SQLite's own work, which a profile of the whole pipeline put at several percent of
 /// its CPU. What this leaves out of GRDB's execution is what those statements do not need: no transaction
 /// observers are registered on the relay's databases, an INSERT or UPDATE does not change the schema, and
 /// it runs only inside a transaction already open (checked: after a failed statement has rolled one back,
-/// SQLite would otherwise run the next in a transaction of its own).
+/// SQLite would otherwise run the next in a transaction of its own). GRDB's cancellation of an async
+/// access is not checked between these statements.
+///
+/// Values are stored as GRDB stores them: text up to its first NUL (GRDB binds a C string), integers as
+/// 64-bit, `nil` as NULL, and no bytes as an empty blob or text, not NULL. A statement run this way must not
+/// also be run through GRDB (its SQL is the cache's key): GRDB would not know its bindings were cleared.
 public struct DirectWrite {
     private let statement: Statement
 
@@ -20,14 +25,18 @@ public struct DirectWrite {
     }
 
     /// Binds the parameters with `bind`, which must bind each of them once, in order, and runs the
-    /// statement. Throws the `DatabaseError` SQLite reports, as GRDB would.
+    /// statement. Throws a `DatabaseError` with SQLite's result code and message, as GRDB does (without the
+    /// arguments, which may be a notification's bytes).
     public func execute(_ bind: (inout Parameters) -> Void) throws {
         let raw = statement.sqliteStatement
         let connection = sqlite3_db_handle(raw)
         guard sqlite3_get_autocommit(connection) == 0 else {
             throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "a direct write runs only inside an open transaction", sql: statement.sql)
         }
-        // A step GRDB left unfinished, or the bindings of its last run, must not carry over.
+        guard sqlite3_column_count(raw) == 0 else {
+            throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "a direct write returns no rows", sql: statement.sql)
+        }
+        try requireIdle(raw, sql: statement.sql)
         sqlite3_reset(raw)
         var parameters = Parameters(raw: raw)
         bind(&parameters)
@@ -81,9 +90,14 @@ public struct DirectWrite {
             record(sqlite3_bind_double(raw, next, value))
         }
 
+        /// Up to the first NUL, as GRDB binds a String (so that a row written here is found by GRDB's reads
+        /// and deletes, and the other way round).
         public mutating func text(_ value: String?) {
             guard var value else { return null() }
-            let code = value.withUTF8 { utf8 in bindText(UnsafeRawBufferPointer(utf8)) }
+            let code = value.withUTF8 { utf8 in
+                let bytes = UnsafeRawBufferPointer(utf8)
+                return bindText(UnsafeRawBufferPointer(rebasing: bytes[..<(bytes.firstIndex(of: 0) ?? bytes.endIndex)]))
+            }
             record(code)
         }
 
@@ -120,6 +134,14 @@ public struct DirectWrite {
 /// SQLite copies the value before the call returns.
 private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
+/// A statement stepped by someone else (a cursor over the same SQL, or a direct statement run from inside
+/// another's row) would be reset under them: refused instead.
+private func requireIdle(_ raw: SQLiteStatement, sql: String) throws {
+    guard sqlite3_stmt_busy(raw) == 0 else {
+        throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "the statement is already being stepped", sql: sql)
+    }
+}
+
 /// A prepared query run with SQLite's C calls, for the reads made for every notification (a state, its
 /// users, their aliases and attributes): its parameters bound as `DirectWrite` binds them, each row's
 /// columns read in place. GRDB's `Row.fetchAll` builds a row of `DatabaseValue`s per row, and its
@@ -127,7 +149,7 @@ private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 public struct DirectRead {
     private let statement: Statement
 
-    /// `statement` from `db.cachedStatement(sql:)`.
+    /// `statement` from `db.cachedStatement(sql:)`, not also run through GRDB (as for `DirectWrite`).
     public init(_ statement: Statement) {
         self.statement = statement
     }
@@ -137,6 +159,7 @@ public struct DirectRead {
     public func forEach(_ bind: (inout DirectWrite.Parameters) -> Void, row: (Columns) throws -> Void) throws {
         let raw = statement.sqliteStatement
         let connection = sqlite3_db_handle(raw)
+        try requireIdle(raw, sql: statement.sql)
         sqlite3_reset(raw)
         var parameters = DirectWrite.Parameters(raw: raw)
         bind(&parameters)
@@ -164,13 +187,15 @@ public struct DirectRead {
 
         public func int64(_ index: Int32) -> Int64 { sqlite3_column_int64(raw, index) }
 
-        /// The column as text (nil when NULL); bytes that are not UTF-8 are repaired, as Swift's strings are.
+        /// The column as text (nil when NULL), up to its first NUL as GRDB reads it; bytes that are not UTF-8
+        /// are repaired, as Swift's strings are.
         public func text(_ index: Int32) -> String? {
             guard let start = sqlite3_column_text(raw, index) else { return nil }
-            return String(decoding: UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index))), as: UTF8.self)
+            let bytes = UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index)))
+            return String(decoding: bytes[..<(bytes.firstIndex(of: 0) ?? bytes.endIndex)], as: UTF8.self)
         }
 
-        /// The column's bytes as text (nil when NULL).
+        /// The column's bytes as text, every one of them (nil when NULL): for JSON, which holds no NUL.
         public func textBytes(_ index: Int32) -> [UInt8]? {
             guard let start = sqlite3_column_text(raw, index) else { return nil }
             return Array(UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index))))

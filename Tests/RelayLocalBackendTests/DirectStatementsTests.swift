@@ -1,6 +1,9 @@
 import Foundation
 import GRDB
+import RelayCore
+@testable import RelayLocalBackend
 import RelaySQLite
+import RelayTestSupport
 import Testing
 
 /// The hot path's writes and reads with SQLite's C calls store and read what GRDB's arguments and rows do,
@@ -29,7 +32,7 @@ import Testing
     }
 
     @Test func theValuesStoredAreTheOnesGRDBsArgumentsStore() throws {
-        let text = "naïve – 😀 \\ \" \n"
+        let text = "naïve – 😀 \\ \" \n \u{0}after a NUL"
         let values: [(Int64?, Double?, String?, [UInt8]?, [UInt8])] = [
             (1, 9.99, text, [0, 1, 2, 255], Array(#"{"a":"é"}"#.utf8)),
             (2, nil, nil, nil, []),
@@ -167,6 +170,90 @@ import Testing
             var seen: [Int64] = []
             try read.forEach { $0.int64(1) } row: { seen.append($0.int64(0)) }
             #expect(seen == [1])
+        }
+    }
+
+    @Test func aWriteAfterSQLiteRolledTheTransactionBackIsRefused() throws {
+        let queue = try makeQueue()
+        try queue.write { db in try db.execute(sql: Self.insert, arguments: [1, nil, "a", nil, "b"]) }
+        try queue.writeWithoutTransaction { db in
+            try db.execute(sql: "BEGIN")
+            // A conflict under OR ROLLBACK ends the transaction: SQLite is back in autocommit.
+            #expect(throws: DatabaseError.self) { try db.execute(sql: "INSERT OR ROLLBACK INTO t (i) VALUES (1)") }
+            #expect(!db.isInsideTransaction)
+            let error = #expect(throws: DatabaseError.self) {
+                try DirectWrite(try db.cachedStatement(sql: Self.insert)).execute { parameters in
+                    parameters.int64(2)
+                    parameters.double(nil)
+                    parameters.text("c")
+                    parameters.blob(nil)
+                    parameters.text(utf8: [])
+                }
+            }
+            #expect(error?.resultCode == .SQLITE_MISUSE)
+        }
+        #expect(try queue.read { db in try Int64.fetchAll(db, sql: "SELECT i FROM t") } == [1])
+    }
+
+    @Test func aStatementThatReturnsRowsOrIsBeingSteppedIsRefused() throws {
+        let queue = try makeQueue()
+        try queue.write { db in
+            try db.execute(sql: Self.insert, arguments: [1, nil, "a", nil, "b"])
+            try db.execute(sql: Self.insert, arguments: [2, nil, "a", nil, "b"])
+            let returning = #expect(throws: DatabaseError.self) {
+                try DirectWrite(try db.cachedStatement(sql: "UPDATE t SET s = ? RETURNING i")).execute { $0.text("x") }
+            }
+            #expect(returning?.resultCode == .SQLITE_MISUSE)
+            // The same query run again from inside its own row would restart it under the outer loop.
+            let read = DirectRead(try db.cachedStatement(sql: "SELECT i FROM t WHERE s = ?"))
+            var outer: [Int64] = []
+            let nested = #expect(throws: DatabaseError.self) {
+                try read.forEach { $0.text("a") } row: { columns in
+                    outer.append(columns.int64(0))
+                    try read.forEach { $0.text("a") } row: { _ in }
+                }
+            }
+            #expect(nested?.resultCode == .SQLITE_MISUSE && outer == [1])
+        }
+        #expect(try queue.read { db in try String.fetchAll(db, sql: "SELECT s FROM t") } == ["a", "a"])
+    }
+
+    /// Each hot statement's columns in order: an event and an attempt recorded, read back column by column.
+    @Test func theEventAndAttemptRowsHoldEachValueInItsColumn() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("direct") + ".sqlite").path
+        let database = try SubscriptionDatabase(path: path)
+        let events = EventStore(database: database)
+        let body = testEvent(
+            "apple:n9:renewal", user: "user-9", subject: "sub-9", product: "com.example.pro", ts: 1_767_225_600_000, price: 9.99, proceeds: 8.49,
+            currency: "EUR", local: 9.19)
+        #expect(try await events.record([EventStore.Entry(app: "demo", body: body, historical: true)]).inserted == 1)
+        let attempt = DeliveryAttempt(
+            app: "demo", endpoint: "hook", eventId: "apple:n9:renewal", eventType: "renewal", subject: "sub-9", attempt: 2, outcome: .retrying,
+            httpStatus: 503, durationMs: 31, error: "HTTP 503", startedAt: 1_000, finishedAt: 1_031)
+        #expect(try await DeliveryLog(database: database, clock: { 2_000 }).record([attempt.json.serialized()]).inserted == 1)
+        let eventValues: [(String, DatabaseValue)] = ([
+            ("id", "apple:n9:renewal"), ("app", "demo"), ("project_id", Int64(1)), ("application_id", Int64(7)), ("type", "renewal"),
+            ("store", "apple"), ("environment", "PRODUCTION"), ("original_transaction_id", "sub-9"), ("app_user_id", "user-9"),
+            ("product_id", "com.example.pro"), ("ts", Int64(1_767_225_600_000)), ("received_at", Int64(1_767_225_600_005)), ("currency", "EUR"),
+            ("price_usd", 9.99), ("proceeds_usd", 8.49), ("price_local", 9.19), ("historical", Int64(1)),
+            ("notification_id", "apple:n9:renewal"), ("payload", String(decoding: body, as: UTF8.self)),
+        ] as [(String, any DatabaseValueConvertible)]).map { ($0.0, $0.1.databaseValue) }
+        let attemptValues: [(String, DatabaseValue)] = ([
+            ("id", attempt.id), ("app", "demo"), ("endpoint", "hook"), ("event_id", "apple:n9:renewal"), ("event_type", "renewal"),
+            ("subject", "sub-9"), ("attempt", Int64(2)), ("outcome", "retrying"), ("http_status", Int64(503)), ("finished_at", Int64(1_031)),
+            ("body", String(decoding: attempt.json.serialized(), as: UTF8.self)), ("duration_ms", Int64(31)),
+        ] as [(String, any DatabaseValueConvertible)]).map { ($0.0, $0.1.databaseValue) }
+        try await database.eventsPool.read { db in
+            let event = try #require(try Row.fetchOne(db, sql: "SELECT * FROM event"))
+            for (name, value) in eventValues {
+                let stored: DatabaseValue = event[name]
+                #expect(stored == value, "event.\(name)")
+            }
+            let row = try #require(try Row.fetchOne(db, sql: "SELECT * FROM delivery_attempt"))
+            for (name, value) in attemptValues {
+                let stored: DatabaseValue = row[name]
+                #expect(stored == value, "delivery_attempt.\(name)")
+            }
         }
     }
 }
