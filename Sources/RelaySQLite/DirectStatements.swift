@@ -1,5 +1,12 @@
 public import GRDB
 import GRDBSQLite
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// A prepared write (an INSERT or UPDATE) run with SQLite's C calls: its parameters bound in order from the
 /// values as they are, then stepped to its end.
@@ -36,7 +43,7 @@ public struct DirectWrite {
         guard sqlite3_column_count(raw) == 0 else {
             throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "a direct write returns no rows", sql: statement.sql)
         }
-        try requireIdle(raw, sql: statement.sql)
+        try requireIdle(statement)
         sqlite3_reset(raw)
         var parameters = Parameters(raw: raw)
         bind(&parameters)
@@ -94,10 +101,7 @@ public struct DirectWrite {
         /// and deletes, and the other way round).
         public mutating func text(_ value: String?) {
             guard var value else { return null() }
-            let code = value.withUTF8 { utf8 in
-                let bytes = UnsafeRawBufferPointer(utf8)
-                return bindText(UnsafeRawBufferPointer(rebasing: bytes[..<(bytes.firstIndex(of: 0) ?? bytes.endIndex)]))
-            }
+            let code = value.withUTF8 { utf8 in bindText(UnsafeRawBufferPointer(start: utf8.baseAddress, count: lengthBeforeNUL(utf8))) }
             record(code)
         }
 
@@ -134,11 +138,19 @@ public struct DirectWrite {
 /// SQLite copies the value before the call returns.
 private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
+/// The bytes before the first NUL (all of them when there is none), found with `memchr`.
+private func lengthBeforeNUL(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+    guard let start = bytes.baseAddress, let nul = memchr(start, 0, bytes.count) else { return bytes.count }
+    return UnsafeRawPointer(nul) - UnsafeRawPointer(start)
+}
+
 /// A statement stepped by someone else (a cursor over the same SQL, or a direct statement run from inside
 /// another's row) would be reset under them: refused instead.
-private func requireIdle(_ raw: SQLiteStatement, sql: String) throws {
-    guard sqlite3_stmt_busy(raw) == 0 else {
-        throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "the statement is already being stepped", sql: sql)
+/// (GRDB's `Statement.sql` is made anew from SQLite's text each time it is read, about 3 µs for these
+/// statements: it is read only for an error.)
+private func requireIdle(_ statement: Statement) throws {
+    guard sqlite3_stmt_busy(statement.sqliteStatement) == 0 else {
+        throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "the statement is already being stepped", sql: statement.sql)
     }
 }
 
@@ -159,7 +171,7 @@ public struct DirectRead {
     public func forEach(_ bind: (inout DirectWrite.Parameters) -> Void, row: (Columns) throws -> Void) throws {
         let raw = statement.sqliteStatement
         let connection = sqlite3_db_handle(raw)
-        try requireIdle(raw, sql: statement.sql)
+        try requireIdle(statement)
         sqlite3_reset(raw)
         var parameters = DirectWrite.Parameters(raw: raw)
         bind(&parameters)
@@ -192,7 +204,7 @@ public struct DirectRead {
         public func text(_ index: Int32) -> String? {
             guard let start = sqlite3_column_text(raw, index) else { return nil }
             let bytes = UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index)))
-            return String(decoding: bytes[..<(bytes.firstIndex(of: 0) ?? bytes.endIndex)], as: UTF8.self)
+            return String(decoding: UnsafeBufferPointer(start: start, count: lengthBeforeNUL(bytes)), as: UTF8.self)
         }
 
         /// The column's bytes as text, every one of them (nil when NULL): for JSON, which holds no NUL.
