@@ -264,17 +264,16 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                         end = (row?[0] ?? 0, row?[1] ?? 0)
                     }
                     end.appended += Int64(item.size)
-                    let appended = end
                     try insert.execute { parameters in
                         parameters.int64(topic.id)
                         parameters.int64(Int64(partition))
-                        parameters.int64(appended.next)
+                        parameters.int64(end.next)
                         parameters.int64(now)
                         parameters.blob(record.key)
                         parameters.blob(record.value)
                         parameters.blob(HeaderCoding.encode(record.headers))
                         parameters.int64(Int64(item.size))
-                        parameters.int64(appended.appended)
+                        parameters.int64(end.appended)
                     }
                     results.append(.success(RecordPosition(topic: record.topic, partition: partition, offset: end.next)))
                     end.next += 1

@@ -1,6 +1,5 @@
 import Foundation
 import GRDB
-import GRDBSQLite
 import RelaySQLite
 import RelayCore
 
@@ -203,11 +202,16 @@ final class LogDatabase: Sendable {
                 WHERE topic_id = ? AND partition = ? AND offset >= ? AND offset < ? ORDER BY offset LIMIT ?
                 """)
         var records: [ConsumedRecord] = []
-        // GRDB steps; the columns are read with SQLite's own calls, by index in the SELECT's order. Through
-        // `Row` each value was a generic decode (a metadata lookup) and each blob two copies (Data, then an
-        // array): a third of the consumers' CPU under a steady load.
-        let columns = RawColumns(statement)
-        try Row.fetchCursor(statement, arguments: [topic.id, partition, offset, end, limit]).forEach { _ in
+        // Bound, stepped and read with SQLite's own calls (DirectRead), the columns by index in the SELECT's
+        // order. Through `Row` each value was a generic decode (a metadata lookup) and each blob two copies
+        // (Data, then an array): a third of the consumers' CPU under a steady load.
+        try DirectRead(statement).forEach { parameters in
+            parameters.int64(topic.id)
+            parameters.int64(Int64(partition))
+            parameters.int64(offset)
+            parameters.int64(end)
+            parameters.int64(Int64(limit))
+        } row: { columns in
             records.append(
                 ConsumedRecord(
                     topic: topic.name, partition: partition, offset: columns.int64(0), key: columns.bytes(2), value: columns.bytes(3) ?? [],
@@ -218,10 +222,8 @@ final class LogDatabase: Sendable {
 
     /// Every partition's next offset, keyed by `partitionKey`.
     static func ends(_ db: Database) throws -> [Int64: Int64] {
-        let statement = try db.cachedStatement(sql: "SELECT topic_id, partition, next_offset FROM partition_state")
-        let columns = RawColumns(statement)
         var ends: [Int64: Int64] = [:]
-        try Row.fetchCursor(statement).forEach { _ in
+        try DirectRead(db.cachedStatement(sql: "SELECT topic_id, partition, next_offset FROM partition_state")).forEach { _ in } row: { columns in
             ends[partitionKey(topic: columns.int64(0), partition: Int32(truncatingIfNeeded: columns.int64(1)))] = columns.int64(2)
         }
         return ends
@@ -230,26 +232,6 @@ final class LogDatabase: Sendable {
     /// One key for a topic's partition.
     static func partitionKey(topic: Int64, partition: Int32) -> Int64 {
         topic << 32 | Int64(UInt32(bitPattern: partition))
-    }
-}
-
-/// The current row's columns of a statement GRDB is stepping (inside a cursor's `forEach`), read with
-/// SQLite's C calls.
-struct RawColumns {
-    private let statement: SQLiteStatement
-
-    init(_ statement: Statement) {
-        self.statement = statement.sqliteStatement
-    }
-
-    func int64(_ index: Int32) -> Int64 { sqlite3_column_int64(statement, index) }
-
-    /// A blob's bytes; nil when the column is NULL.
-    func bytes(_ index: Int32) -> [UInt8]? {
-        if sqlite3_column_type(statement, index) == SQLITE_NULL { return nil }
-        // The pointer first, then the length (SQLite's documented order).
-        guard let pointer = sqlite3_column_blob(statement, index) else { return [] }
-        return Array(UnsafeRawBufferPointer(start: pointer, count: Int(sqlite3_column_bytes(statement, index))))
     }
 }
 

@@ -91,6 +91,13 @@ public final class DeliveryLog: Sendable {
         let now = clock()
         var inserted = 0
         var invalid: [Int] = []
+        // With SQLite's C calls (DirectWrite): one row per webhook sent.
+        let insert = DirectWrite(
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """))
         for (index, body) in bodies.enumerated() {
             guard let json = try? JSON.parse(body) else {
                 invalid.append(index)
@@ -110,14 +117,7 @@ public final class DeliveryLog: Sendable {
                 invalid.append(index)
                 continue
             }
-            // With SQLite's C calls (DirectWrite): one row per webhook sent.
-            try DirectWrite(
-                db.cachedStatement(
-                    sql: """
-                        INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """)
-            ).execute { parameters in
+            try insert.execute { parameters in
                 parameters.text(attempt.id)
                 parameters.text(attempt.app)
                 parameters.text(attempt.endpoint)

@@ -355,7 +355,7 @@ public final class SubscriptionDatabase: Sendable {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         // Cached statements: this runs for every notification, and preparing SQL costs more than running it. Run
         // with SQLite's C calls (DirectWrite), the state's JSON bound as the serializer wrote it (UTF-8).
-        let serialized = next.serialized(), written = next
+        let serialized = next.serialized()
         try DirectWrite(
             db.cachedStatement(
                 sql: """
@@ -368,8 +368,8 @@ public final class SubscriptionDatabase: Sendable {
         ).execute { parameters in
             parameters.text(store)
             parameters.text(id)
-            parameters.int64(written.version)
-            parameters.int64(written.sourceTimestamp)
+            parameters.int64(next.version)
+            parameters.int64(next.sourceTimestamp)
             parameters.text(utf8: serialized)
             parameters.int64(now)
         }
@@ -427,7 +427,7 @@ public final class SubscriptionDatabase: Sendable {
             parameters.text(excluding?.store.rawValue ?? "")
             parameters.text(excluding?.originalTransactionId ?? "")
         } row: { columns in
-            states.append(try SubscriptionState(serialized: columns.textBytes(0) ?? []))
+            states.append(try decode(columns.textBytes(0) ?? []))
         }
         return states
     }
@@ -488,13 +488,12 @@ public final class SubscriptionDatabase: Sendable {
             parameters.text(store)
             parameters.text(id)
         } row: { columns in
-            state = try SubscriptionState(serialized: columns.textBytes(0) ?? [])
+            state = try decode(columns.textBytes(0) ?? [])
         }
         return state
     }
 
     /// A stored state; its remembered contexts stay bytes until read (`SubscriptionState(serialized:)`).
-    static func decode(_ text: String) throws -> SubscriptionState {
-        try SubscriptionState(serialized: Array(text.utf8))
-    }
+    static func decode(_ text: String) throws -> SubscriptionState { try decode(Array(text.utf8)) }
+    static func decode(_ bytes: [UInt8]) throws -> SubscriptionState { try SubscriptionState(serialized: bytes) }
 }

@@ -154,8 +154,8 @@ private func requireIdle(_ statement: Statement) throws {
     }
 }
 
-/// A prepared query run with SQLite's C calls, for the reads made for every notification (a state, its
-/// users, their aliases and attributes): its parameters bound as `DirectWrite` binds them, each row's
+/// A prepared query run with SQLite's C calls, for the reads made for every notification (the log's
+/// records, a state, its users, their aliases and attributes): its parameters bound as `DirectWrite` binds them, each row's
 /// columns read in place. GRDB's `Row.fetchAll` builds a row of `DatabaseValue`s per row, and its
 /// arguments cost as they do for writes.
 public struct DirectRead {
@@ -205,6 +205,14 @@ public struct DirectRead {
             guard let start = sqlite3_column_text(raw, index) else { return nil }
             let bytes = UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(raw, index)))
             return String(decoding: UnsafeBufferPointer(start: start, count: lengthBeforeNUL(bytes)), as: UTF8.self)
+        }
+
+        /// A blob's bytes (nil when the column is NULL).
+        public func bytes(_ index: Int32) -> [UInt8]? {
+            if sqlite3_column_type(raw, index) == SQLITE_NULL { return nil }
+            // The pointer first, then the length (SQLite's documented order); an empty blob has no pointer.
+            guard let pointer = sqlite3_column_blob(raw, index) else { return [] }
+            return Array(UnsafeRawBufferPointer(start: pointer, count: Int(sqlite3_column_bytes(raw, index))))
         }
 
         /// The column's bytes as text, every one of them (nil when NULL): for JSON, which holds no NUL.

@@ -157,6 +157,21 @@ import Testing
         }
     }
 
+    @Test func blobsReadBackAsStoredNullEmptyAndBytes() throws {
+        let queue = try makeQueue()
+        try queue.write { db in
+            for (i, blob) in [(1, nil), (2, Data()), (3, Data([0, 1, 255]))] as [(Int64, Data?)] {
+                try db.execute(sql: Self.insert, arguments: [i, nil, "s", blob, "u"])
+            }
+        }
+        let read = try queue.read { db in
+            var blobs: [[UInt8]?] = []
+            try DirectRead(try db.cachedStatement(sql: "SELECT b FROM t ORDER BY i")).forEach { _ in } row: { blobs.append($0.bytes(0)) }
+            return blobs
+        }
+        #expect(read == [nil, [], [0, 1, 255]])
+    }
+
     @Test func aReadsFailureIsTheRowsOwnOrSQLites() throws {
         struct Stop: Error {}
         let queue = try makeQueue()
