@@ -411,6 +411,12 @@ let package = Package(
             dependencies: ["RelayCrypto", "RelayCore", "RelayTestSupport"],
             swiftSettings: swiftSettings
         ),
+        // The benchmark tool's own logic: what `ab` reads of each e2e run and how it reports the pairs.
+        .testTarget(
+            name: "RelayBenchTests",
+            dependencies: ["revenue-relay-bench"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "RelayIntegrationTests",
             dependencies: [
