@@ -44,7 +44,7 @@ struct ABBench: ParsableCommand {
         for setting in environmentA + environmentB where !setting.contains("=") || setting.hasPrefix("=") {
             throw ValidationError("--env-a and --env-b take NAME=VALUE, not \(setting)")
         }
-        if a == nil, b == nil, environmentA == environmentB {
+        if a == b, environmentA == environmentB {
             throw ValidationError("A and B are the same: give --a or --b another build, or --env-a / --env-b")
         }
         if e2eArguments.contains(where: { $0 == "--rounds" || $0.hasPrefix("--rounds=") }) {
@@ -64,16 +64,12 @@ struct ABBench: ParsableCommand {
         for side in sides where !FileManager.default.isExecutableFile(atPath: side.executable) {
             throw ValidationError("\(side.name): \(side.executable) is not an executable")
         }
-        var given = e2eArguments.isEmpty ? Self.defaultArguments : e2eArguments
-        // e2e's own default is both logs; a pair compares one.
-        if Self.logs(in: given).isEmpty { given += ["--log", "embedded"] }
-        let arguments = ["e2e"] + given + ["--rounds", "1"]
+        let arguments = Self.e2eRun(e2eArguments)
         note("ab: \(pairs) pairs of `\(arguments.joined(separator: " "))`")
         for side in sides { note("\(side.name): \(side.executable)\(side.environment.isEmpty ? "" : " with \(side.environment.joined(separator: " "))")") }
         var results: [[Round]] = [[], []]
         for pair in 0..<pairs {
-            // A then B, then B then A: drift within a pair falls on each side in turn.
-            for index in pair % 2 == 0 ? [0, 1] : [1, 0] {
+            for index in Self.order(ofPair: pair) {
                 do {
                     let round = try run(sides[index], arguments)
                     note("pair \(pair + 1) \(sides[index].name): \(round.summary)")
@@ -90,6 +86,30 @@ struct ABBench: ParsableCommand {
     }
 
     static let defaultArguments = ["--log", "embedded", "--count", "20000", "--latency-seconds", "8", "--rate", "500"]
+
+    /// The command line of each run: the given e2e options (or the defaults), the embedded log when they
+    /// name none (e2e's own default is both logs; a pair compares one), and always one round.
+    static func e2eRun(_ given: [String]) -> [String] {
+        var options = given.isEmpty ? defaultArguments : given
+        if logs(in: options).isEmpty { options += ["--log", "embedded"] }
+        return ["e2e"] + options + ["--rounds", "1"]
+    }
+
+    /// Which side runs first in pair `pair` (0: A, 1: B): A then B, then B then A, so that drift within a
+    /// pair falls on each side in turn.
+    static func order(ofPair pair: Int) -> [Int] {
+        pair % 2 == 0 ? [0, 1] : [1, 0]
+    }
+
+    /// `base` with each `NAME=VALUE` of `settings` set (split at the first `=`: the value may hold more).
+    static func environment(_ base: [String: String], adding settings: [String]) -> [String: String] {
+        var environment = base
+        for setting in settings {
+            let parts = setting.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            environment[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+        }
+        return environment
+    }
 
     /// Every log `arguments` name, as `--log NAME` or `--log=NAME`.
     static func logs(in arguments: [String]) -> [String] {
@@ -137,7 +157,7 @@ struct ABBench: ParsableCommand {
         }
 
         var summary: String {
-            "\(inV.map { String(format: "%.3f V", $0) } ?? "\(Int(perSecond))/s") end to end, \(Int(cpuMicroseconds)) µs relay CPU, p99 \(Int(p99)) ms"
+            "\(inV.map { String(format: "%.3f V", $0) } ?? "\(Int(perSecond))/s") end to end, \(Int(cpuMicroseconds)) µs relay CPU, p99 \(ABBench.milliseconds(p99))"
         }
     }
 
@@ -146,12 +166,7 @@ struct ABBench: ParsableCommand {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: side.executable)
         process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        for setting in side.environment {
-            let parts = setting.split(separator: "=", maxSplits: 1)
-            environment[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
-        }
-        process.environment = environment
+        process.environment = Self.environment(ProcessInfo.processInfo.environment, adding: side.environment)
         let output = Pipe()
         process.standardOutput = output
         // So that Ctrl-C and the run's own timers reach the e2e run and its children.
@@ -185,7 +200,7 @@ struct ABBench: ParsableCommand {
             rows.append(("relay CPU in the latency run", { $0.steadyCPUMicroseconds ?? 0 }, { "\(Int($0.rounded())) µs" }, true))
         }
         rows += [
-            ("p99 in the latency run", \.p99, { String(format: $0 < 10 ? "%.1f ms" : "%.0f ms", $0) }, true),
+            ("p99 in the latency run", \.p99, milliseconds, true),
             ("peak RSS", \.peakRSSMiB, { "\(Int($0.rounded())) MiB" }, true),
         ]
         var lines = ["", "| | A | B | B − A, pair by pair: median (range) | B better in |", "| --- | ---: | ---: | ---: | ---: |"]
@@ -203,6 +218,11 @@ struct ABBench: ParsableCommand {
                 "| \(name) | \(cell(left, format)) | \(cell(right, format)) | \(cell(differences, signed)) | \(better) of \(differences.count) |")
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// A latency as e2e prints it: one decimal under 10 ms, whole milliseconds above.
+    static func milliseconds(_ value: Double) -> String {
+        String(format: abs(value) < 10 ? "%.1f ms" : "%.0f ms", value)
     }
 
     /// The middle value; for an even count, the mean of the two middle ones.

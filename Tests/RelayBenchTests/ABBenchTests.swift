@@ -24,18 +24,23 @@ import Testing
     }
 
     @Test func itReadsTheLinesOfOlderBuildsWithoutWhatTheyDidNotPrint() throws {
-        // Before e2e measured V, and before the latency run's CPU (e2d6145).
+        // 736bb79's line: before e2e measured V, and before the latency run's CPU (e2d6145).
         let old: Substring = """
-            embedded round 2: 1109 notifications/s end to end, all recorded at 1020/s, 1430 µs relay CPU per notification, peak RSS 110 MiB, \
-            machine CPU 95% busy; at 740/s: p50 7.0 ms, p99 40.5 ms, max 61 ms
+            embedded round 2: 1109 notifications/s end to end, 1430 µs relay CPU per notification, peak RSS 110 MiB, machine CPU 95% busy; \
+            at 740/s: p50 7.0 ms, p99 41 ms, max 61 ms
             """
         let round = try #require(ABBench.Round(line: old))
         #expect(round.perSecond == 1109)
         #expect(round.inV == nil)
         #expect(round.cpuMicroseconds == 1430)
         #expect(round.steadyCPUMicroseconds == nil)
-        #expect(round.p99 == 40.5)
-        #expect(round.summary == "1109/s end to end, 1430 µs relay CPU, p99 40 ms")
+        #expect(round.p99 == 41)
+        #expect(round.peakRSSMiB == 110)
+        #expect(round.summary == "1109/s end to end, 1430 µs relay CPU, p99 41 ms")
+        // Under 10 ms e2e prints a decimal, and so does the summary.
+        let fast = try #require(ABBench.Round(line: Substring(String(old).replacingOccurrences(of: "p99 41 ms", with: "p99 9.5 ms"))))
+        #expect(fast.p99 == 9.5)
+        #expect(fast.summary == "1109/s end to end, 1430 µs relay CPU, p99 9.5 ms")
     }
 
     @Test func itSkipsEveryOtherLineOfE2E() {
@@ -76,15 +81,30 @@ import Testing
     }
 
     @Test func theReportGivesMediansRangesAndWhichWayEachPairWent() throws {
-        let a = [try Self.round(v: 0.110, cpu: 900), try Self.round(v: 0.120, cpu: 800), try Self.round(v: 0.100, cpu: 1000)]
-        let b = [try Self.round(v: 0.115, cpu: 850), try Self.round(v: 0.118, cpu: 800), try Self.round(v: 0.110, cpu: 950)]
+        let a = [
+            try Self.round(v: 0.110, cpu: 900, steady: 2100, p99: 22, rss: 95), try Self.round(v: 0.120, cpu: 800, steady: 2000, p99: 8.5, rss: 94),
+            try Self.round(v: 0.100, cpu: 1000, steady: 2300, p99: 30, rss: 96),
+        ]
+        let b = [
+            try Self.round(v: 0.115, cpu: 850, steady: 2000, p99: 20, rss: 101), try Self.round(v: 0.118, cpu: 800, steady: 2050, p99: 9.5, rss: 100),
+            try Self.round(v: 0.110, cpu: 950, steady: 2100, p99: 40, rss: 96),
+        ]
         let report = ABBench.report(a: a, b: b)
+        // Higher is better for throughput, lower for the rest; a pair that did not move counts for neither
+        // side and shows no sign.
         #expect(Self.row(report, "end to end") == ["end to end", "0.110 V (0.100 V–0.120 V)", "0.115 V (0.110 V–0.118 V)", "+0.005 V (−0.002 V–+0.010 V)", "2 of 3"])
-        // Lower is better for CPU; a pair that did not move counts for neither side, and shows no sign.
         #expect(Self.row(report, "relay CPU per notification") == ["relay CPU per notification", "900 µs (800 µs–1000 µs)", "850 µs (800 µs–950 µs)", "−50 µs (−50 µs–0 µs)", "2 of 3"])
-        #expect(Self.row(report, "relay CPU in the latency run") != nil)
-        #expect(Self.row(report, "p99 in the latency run") != nil)
-        #expect(Self.row(report, "peak RSS") != nil)
+        #expect(Self.row(report, "relay CPU in the latency run") == ["relay CPU in the latency run", "2100 µs (2000 µs–2300 µs)", "2050 µs (2000 µs–2100 µs)", "−100 µs (−200 µs–+50 µs)", "2 of 3"])
+        #expect(Self.row(report, "p99 in the latency run") == ["p99 in the latency run", "22 ms (8.5 ms–30 ms)", "20 ms (9.5 ms–40 ms)", "+1.0 ms (−2.0 ms–+10 ms)", "1 of 3"])
+        #expect(Self.row(report, "peak RSS") == ["peak RSS", "95 MiB (94 MiB–96 MiB)", "100 MiB (96 MiB–101 MiB)", "+6 MiB (0 MiB–+6 MiB)", "0 of 3"])
+    }
+
+    @Test func anUnmovedPairCountsForNeitherSideWhereHigherIsBetterToo() throws {
+        let a = [try Self.round(v: 0.110, cpu: 900), try Self.round(v: 0.120, cpu: 900)]
+        let b = [try Self.round(v: 0.110, cpu: 900), try Self.round(v: 0.126, cpu: 900)]
+        let report = ABBench.report(a: a, b: b)
+        #expect(Self.row(report, "end to end") == ["end to end", "0.115 V (0.110 V–0.120 V)", "0.118 V (0.110 V–0.126 V)", "+0.003 V (0.000 V–+0.006 V)", "1 of 2"])
+        #expect(Self.row(report, "relay CPU per notification")?.last == "0 of 2")
     }
 
     @Test func aSideFromAnOlderBuildIsReportedInWhatBothPrinted() throws {
@@ -95,22 +115,49 @@ import Testing
         #expect(Self.row(report, "relay CPU in the latency run") == nil, "A's build did not measure it")
     }
 
-    @Test func itRefusesRunsThatWouldNotCompareTwoThings() {
-        for arguments in [
-            [],  // this build against itself
-            ["--env-a", "X=1", "--env-b", "X=1"],
-            ["--b", "/tmp/other", "--pairs", "0"],
-            ["--env-b", "NO_EQUALS"],
-            ["--env-b", "=1"],
-            ["--b", "/tmp/other", "--", "--rounds", "3"],
-            ["--b", "/tmp/other", "--", "--rounds=3"],
-            ["--b", "/tmp/other", "--", "--log", "both"],
-            ["--b", "/tmp/other", "--", "--log=both"],
+    @Test func itRefusesRunsThatWouldNotCompareTwoThingsSayingWhy() {
+        for (arguments, reason) in [
+            ([], "A and B are the same"),  // this build against itself
+            (["--env-a", "X=1", "--env-b", "X=1"], "A and B are the same"),
+            (["--a", "/tmp/same", "--b", "/tmp/same"], "A and B are the same"),
+            (["--b", "/tmp/other", "--pairs", "0"], "--pairs must be at least 1"),
+            (["--env-b", "NO_EQUALS"], "take NAME=VALUE"),
+            (["--env-b", "=1"], "take NAME=VALUE"),
+            (["--b", "/tmp/other", "--", "--rounds", "3"], "leave out --rounds"),
+            (["--b", "/tmp/other", "--", "--rounds=3"], "leave out --rounds"),
+            (["--b", "/tmp/other", "--", "--log", "both"], "compare one log at a time"),
+            (["--b", "/tmp/other", "--", "--log=both"], "compare one log at a time"),
         ] {
-            #expect(throws: (any Error).self, "\(arguments)") { _ = try ABBench.parse(arguments) }
+            #expect("\(arguments)") {
+                _ = try ABBench.parse(arguments)
+            } throws: { error in
+                ABBench.message(for: error).contains(reason)
+            }
         }
         #expect(throws: Never.self) { _ = try ABBench.parse(["--env-b", "GLIBC_TUNABLES=glibc.malloc.mxfast=0"]) }
-        #expect(throws: Never.self) { _ = try ABBench.parse(["--b", "/tmp/other", "--pairs", "4", "--", "--log", "kafka", "--count", "5000"]) }
+        #expect(throws: Never.self) { _ = try ABBench.parse(["--a", "/tmp/one", "--b", "/tmp/one", "--env-b", "X=1"]) }
+    }
+
+    @Test func eachRunIsOneRoundOfOneLogWithTheDefaultsOrTheOptionsGiven() {
+        #expect(
+            ABBench.e2eRun([]) == ["e2e", "--log", "embedded", "--count", "20000", "--latency-seconds", "8", "--rate", "500", "--rounds", "1"])
+        #expect(ABBench.e2eRun(["--count", "5000"]) == ["e2e", "--count", "5000", "--log", "embedded", "--rounds", "1"], "e2e's default is both logs")
+        #expect(ABBench.e2eRun(["--log", "kafka", "--count", "5000"]) == ["e2e", "--log", "kafka", "--count", "5000", "--rounds", "1"])
+        #expect(ABBench.e2eRun(["--log=kafka"]) == ["e2e", "--log=kafka", "--rounds", "1"])
+    }
+
+    @Test func pairsAlternateWhichSideGoesFirst() {
+        #expect((0..<4).map(ABBench.order(ofPair:)) == [[0, 1], [1, 0], [0, 1], [1, 0]])
+    }
+
+    @Test func anEnvironmentSettingKeepsEverythingAfterItsFirstEqualsSign() {
+        let environment = ABBench.environment(
+            ["PATH": "/bin", "MALLOC_ARENA_MAX": "16"],
+            adding: ["GLIBC_TUNABLES=glibc.malloc.mxfast=0:glibc.malloc.tcache_count=0", "MALLOC_ARENA_MAX=2", "EMPTY="])
+        #expect(
+            environment == [
+                "PATH": "/bin", "MALLOC_ARENA_MAX": "2", "GLIBC_TUNABLES": "glibc.malloc.mxfast=0:glibc.malloc.tcache_count=0", "EMPTY": "",
+            ])
     }
 
     @Test func itFindsEveryLogTheArgumentsName() {
