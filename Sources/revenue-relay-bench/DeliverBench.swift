@@ -267,7 +267,7 @@ struct Deliver: AsyncParsableCommand {
         process.arguments = ["wrk", "-t\(wrkThreads)", "-c\(connections)", "-d\(wrkSeconds)s", "-s", script.path, "http://127.0.0.1:\(port)/webhooks"]
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try process.runWithSignalsUnblocked()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         guard process.terminationStatus == 0,
@@ -303,7 +303,7 @@ final class ReceiverProcess {
         process.arguments = ["receiver", "--delay-ms", String(delayMilliseconds)]
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try process.runWithSignalsUnblocked()
         var line = ""
         let handle = output.fileHandleForReading
         while !line.hasSuffix("\n") {

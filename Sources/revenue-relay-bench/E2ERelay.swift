@@ -36,7 +36,7 @@ final class RelayChild: @unchecked Sendable {
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: logPath)
-        try process.run()
+        try process.runWithSignalsUnblocked()
         var ingest: String?
         let handle = output.fileHandleForReading
         var line = ""
