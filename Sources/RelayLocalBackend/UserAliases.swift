@@ -75,10 +75,7 @@ extension SubscriptionDatabase {
     public func userIds(of id: String, applicationId: Int) async throws -> (user: String, ids: [String]) {
         try await pool.read { db in
             let user = try Self.canonicalUser(db, of: id, applicationId: applicationId)
-            let aliases = try String.fetchAll(
-                db, sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias",
-                arguments: [applicationId, user])
-            return (user, [user] + aliases)
+            return (user, [user] + (try Self.aliases(db, of: user, applicationId: applicationId)))
         }
     }
 
@@ -111,6 +108,20 @@ extension SubscriptionDatabase {
             }
         }
         return all
+    }
+
+    /// The aliases of `user` in an application, in the order they were linked. With SQLite's C calls
+    /// (DirectRead): the worker reads them for each notification's user.
+    static func aliases(_ db: Database, of user: String, applicationId: Int) throws -> [String] {
+        var aliases: [String] = []
+        try DirectRead(db.cachedStatement(sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias"))
+            .forEach { parameters in
+                parameters.int64(Int64(applicationId))
+                parameters.text(user)
+            } row: { columns in
+                if let alias = columns.text(0) { aliases.append(alias) }
+            }
+        return aliases
     }
 
     private static func owner(_ db: Database, of alias: String, applicationId: Int) throws -> String? {

@@ -75,16 +75,8 @@ extension SubscriptionDatabase {
 
     static func appUser(_ db: Database, _ id: String, applicationId: Int) throws -> AppUser {
         let user = try canonicalUser(db, of: id, applicationId: applicationId)
-        // With SQLite's C calls (DirectRead): the worker reads the app user for each notification.
-        var aliases: [String] = []
-        try DirectRead(db.cachedStatement(sql: "SELECT alias FROM user_alias WHERE application_id = ? AND app_user_id = ? ORDER BY linked_at, alias"))
-            .forEach { parameters in
-                parameters.int64(Int64(applicationId))
-                parameters.text(user)
-            } row: { columns in
-                if let alias = columns.text(0) { aliases.append(alias) }
-            }
-        return AppUser(appUserId: user, aliases: aliases, attributes: try attributes(db, of: user, applicationId: applicationId))
+        return AppUser(
+            appUserId: user, aliases: try aliases(db, of: user, applicationId: applicationId), attributes: try attributes(db, of: user, applicationId: applicationId))
     }
 
     static func attributes(_ db: Database, of user: String, applicationId: Int) throws -> [String: JSON] {

@@ -43,18 +43,9 @@ public struct DirectWrite {
         guard sqlite3_column_count(raw) == 0 else {
             throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "a direct write returns no rows", sql: statement.sql)
         }
-        try requireIdle(statement)
-        sqlite3_reset(raw)
-        var parameters = Parameters(raw: raw)
-        bind(&parameters)
-        defer {
-            sqlite3_reset(raw)
-            sqlite3_clear_bindings(raw)
-        }
-        try parameters.check(statement)
-        let code = sqlite3_step(raw)
-        guard code == SQLITE_DONE else {
-            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)), sql: statement.sql)
+        try run(statement, bind) {
+            let code = sqlite3_step(raw)
+            guard code == SQLITE_DONE else { throw stepFailure(statement, code) }
         }
     }
 
@@ -144,14 +135,32 @@ private func lengthBeforeNUL(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
     return UnsafeRawPointer(nul) - UnsafeRawPointer(start)
 }
 
+/// What `DirectWrite` and `DirectRead` share: binds `statement`'s parameters with `bind`, checks that every
+/// one was bound, runs `steps`, and leaves the statement reset with its bindings cleared, whatever happens.
+///
 /// A statement stepped by someone else (a cursor over the same SQL, or a direct statement run from inside
-/// another's row) would be reset under them: refused instead.
-/// (GRDB's `Statement.sql` is made anew from SQLite's text each time it is read, about 3 µs for these
-/// statements: it is read only for an error.)
-private func requireIdle(_ statement: Statement) throws {
-    guard sqlite3_stmt_busy(statement.sqliteStatement) == 0 else {
+/// another's row) would be reset under them: refused instead. (GRDB's `Statement.sql` is made anew from
+/// SQLite's text each time it is read, about 3 µs for these statements: it is read only for an error.)
+private func run(_ statement: Statement, _ bind: (inout DirectWrite.Parameters) -> Void, _ steps: () throws -> Void) throws {
+    let raw = statement.sqliteStatement
+    guard sqlite3_stmt_busy(raw) == 0 else {
         throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "the statement is already being stepped", sql: statement.sql)
     }
+    sqlite3_reset(raw)
+    var parameters = DirectWrite.Parameters(raw: raw)
+    bind(&parameters)
+    defer {
+        sqlite3_reset(raw)
+        sqlite3_clear_bindings(raw)
+    }
+    try parameters.check(statement)
+    try steps()
+}
+
+/// The `DatabaseError` of a step that returned `code`, with SQLite's message.
+private func stepFailure(_ statement: Statement, _ code: Int32) -> DatabaseError {
+    DatabaseError(
+        resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(sqlite3_db_handle(statement.sqliteStatement))), sql: statement.sql)
 }
 
 /// A prepared query run with SQLite's C calls, for the reads made for every notification (the log's
@@ -170,32 +179,20 @@ public struct DirectRead {
     /// valid only during the call. Throws the `DatabaseError` SQLite reports, or what `row` throws.
     public func forEach(_ bind: (inout DirectWrite.Parameters) -> Void, row: (Columns) throws -> Void) throws {
         let raw = statement.sqliteStatement
-        let connection = sqlite3_db_handle(raw)
-        try requireIdle(statement)
-        sqlite3_reset(raw)
-        var parameters = DirectWrite.Parameters(raw: raw)
-        bind(&parameters)
-        defer {
-            sqlite3_reset(raw)
-            sqlite3_clear_bindings(raw)
-        }
-        try parameters.check(statement)
-        let columns = Columns(raw: raw)
-        while true {
-            let code = sqlite3_step(raw)
-            if code == SQLITE_DONE { return }
-            guard code == SQLITE_ROW else {
-                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)), sql: statement.sql)
+        try run(statement, bind) {
+            let columns = Columns(raw: raw)
+            while true {
+                let code = sqlite3_step(raw)
+                if code == SQLITE_DONE { return }
+                guard code == SQLITE_ROW else { throw stepFailure(statement, code) }
+                try row(columns)
             }
-            try row(columns)
         }
     }
 
     /// The current row's columns, by index from 0.
     public struct Columns {
         fileprivate let raw: SQLiteStatement
-
-        public func isNull(_ index: Int32) -> Bool { sqlite3_column_type(raw, index) == SQLITE_NULL }
 
         public func int64(_ index: Int32) -> Int64 { sqlite3_column_int64(raw, index) }
 

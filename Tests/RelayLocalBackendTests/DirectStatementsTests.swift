@@ -140,7 +140,7 @@ import Testing
                     parameters.int64(2)
                     parameters.text("nothing")
                 } row: { columns in
-                    rows.append((columns.int64(0), columns.text(1), columns.textBytes(2), columns.isNull(3)))
+                    rows.append((columns.int64(0), columns.text(1), columns.textBytes(2), columns.bytes(3) == nil))
                 }
                 let grdb = try Row.fetchAll(db, sql: "SELECT i, s, u, b FROM t WHERE i >= ? AND s <> ? ORDER BY i", arguments: [2, "nothing"])
                 #expect(rows.map(\.0) == grdb.map { $0[0] as Int64 })
