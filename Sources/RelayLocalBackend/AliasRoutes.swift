@@ -8,6 +8,18 @@ extension LocalBackend {
     static let maximumAliasesPerRequest = 16
     static let maximumIdBytes = 256
 
+    /// An id a route may store: 1 to `maximumIdBytes` bytes without control characters.
+    static func isValidId(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= maximumIdBytes && !hasControlCharacters(id)
+    }
+
+    /// Whether `id` holds a control character (U+0000–U+001F, U+007F–U+009F). Every route that names a user refuses
+    /// such an id: SQLite ends a bound text at its first NUL, so `a%00b` would act on the user `a`, and the others
+    /// are no id an app or a store hands out.
+    static func hasControlCharacters(_ id: String) -> Bool {
+        id.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
     /// `POST /subscriptions-api/public/v1/users/{appUserId}/aliases` with `{"aliasIds": ["$SuperwallAlias:…",
     /// "$SuperwallDevice:…"]}`: the ids are the user from now on, in the app (`UserAliases.swift`). Idempotent.
     ///
@@ -25,8 +37,8 @@ extension LocalBackend {
         // `GET /subscriptions-api/internal/v1/users/{id}?applicationId=`: `{"appUserId", "aliases"}`, the user
         // `id` stands for (itself when no app linked it) and that user's other ids. For the worker.
         route(router, .get, Self.userPath) { request, context, principal in
-            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty else {
-                return errorResponse(.badRequest, "bad_request", "the id is required")
+            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, !Self.hasControlCharacters(id) else {
+                return errorResponse(.badRequest, "bad_request", "the id is required, without control characters")
             }
             let app: RelayConfiguration.App
             switch backend.userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
@@ -87,8 +99,7 @@ extension LocalBackend {
         guard ids.count == list.count, (1...Self.maximumAliasesPerRequest).contains(ids.count) else {
             return errorResponse(.badRequest, "bad_request", "aliasIds must hold 1 to \(Self.maximumAliasesPerRequest) strings")
         }
-        guard ids.allSatisfy({ !$0.isEmpty && $0.utf8.count <= Self.maximumIdBytes && !$0.unicodeScalars.contains { $0.properties.generalCategory == .control } })
-        else {
+        guard ids.allSatisfy(Self.isValidId) else {
             return errorResponse(.badRequest, "bad_request", "each alias id is 1 to \(Self.maximumIdBytes) bytes without control characters")
         }
         switch try await database.link(aliases: ids, to: user, applicationId: app.applicationId, policy: app.transferPolicy, now: clock()) {
@@ -103,13 +114,14 @@ extension LocalBackend {
         }
     }
 
-    /// What a user route with a JSON body starts from: the path's user id (1 to 256 bytes), the app it acts
+    /// What a user route with a JSON body starts from: the path's user id (`isValidId`), the app it acts
     /// in (`userApp`), and the body parsed (nil when it is not JSON).
     func userRequest(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws
         -> Result<(String, RelayConfiguration.App, JSON?), RouteProblem>
     {
-        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= Self.maximumIdBytes else {
-            return .failure(RouteProblem(response: errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes")))
+        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(id) else {
+            return .failure(
+                RouteProblem(response: errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes without control characters")))
         }
         switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
         case .success(let app):

@@ -19,8 +19,8 @@ extension LocalBackend {
     func addCustomerRoutes(to router: Router<BackendRequestContext>) {
         let backend = self
         route(router, .get, Self.customerPath) { request, context, principal in
-            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= Self.maximumIdBytes else {
-                return errorResponse(.badRequest, "bad_request", "the id is required, at most \(Self.maximumIdBytes) bytes")
+            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(id) else {
+                return errorResponse(.badRequest, "bad_request", "the id is required, at most \(Self.maximumIdBytes) bytes without control characters")
             }
             let app: RelayConfiguration.App
             switch backend.readableApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {

@@ -163,9 +163,6 @@ extension LocalBackend {
         return "grant_" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
     }
 
-    static func isValidId(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= maximumIdBytes && !id.unicodeScalars.contains { $0.properties.generalCategory == .control }
-    }
 
     /// The state once the worker applied the notification `id` to it; nil when `wait` passed first.
     func waitForApplied(_ id: String, store: Store, subject: String, within wait: Duration) async throws -> SubscriptionState? {

@@ -161,6 +161,9 @@ import Testing
         // A read key's session sees only its apps.
         let readCustomer = try await Self.get(backend, "/console/customers?id=shared-user", cookie: read)
         #expect(readCustomer.html.contains("e-ios") && !readCustomer.html.contains("e-android"))
+        // An id with a control character names no customer (the database would cut it at a NUL).
+        let cut = try await Self.get(backend, "/console/customers?id=shared-user%00x", cookie: read)
+        #expect(cut.status == 400 && cut.html.contains("without control characters") && !cut.html.contains("e-ios"))
         let readDeliveries = readPage.html
         #expect(readDeliveries.contains("hooks-ios") && !readDeliveries.contains("hooks-android"))
         #expect(!readDeliveries.contains("secret-token"), "an endpoint's URL is never shown")

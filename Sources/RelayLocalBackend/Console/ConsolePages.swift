@@ -154,8 +154,10 @@ extension LocalBackend {
             """
         let (notice, failed) = notice(request, session)
         guard !id.isEmpty else { return page("Customers", session, active: "customers", notice: notice, failed: failed, body: body) }
-        guard id.utf8.count <= Self.maximumIdBytes else {
-            return page("Customers", session, active: "customers", status: .badRequest, notice: notice, failed: failed, body: body + "<p class=\"error\">An id is at most \(Self.maximumIdBytes) bytes.</p>")
+        guard Self.isValidId(id) else {
+            return page(
+                "Customers", session, active: "customers", status: .badRequest, notice: notice, failed: failed,
+                body: body + "<p class=\"error\">An id is at most \(Self.maximumIdBytes) bytes, without control characters.</p>")
         }
         let app: RelayConfiguration.App
         switch readableApp(applicationId: applicationId, principal: session.principal) {
