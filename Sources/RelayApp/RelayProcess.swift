@@ -194,7 +194,11 @@ public final class RelayProcess: Sendable {
             let consumer = try log.consumer(Deliverer.consumerOptions(for: configuration))
             let producer = try log.producer
             do {
-                services.append(try Deliverer(configuration: configuration, consumer: consumer, producer: producer, logger: logger, metrics: metrics))
+                // With the local backend in this process, the attempts go to its delivery log directly, not through
+                // topics.attempts (which its recorder still reads, for deliverers in other processes).
+                let direct = deliveryLog.map { InProcessDeliveryLog(log: $0, logger: logger, metrics: metrics) }
+                services.append(
+                    try Deliverer(configuration: configuration, consumer: consumer, producer: producer, deliveryLog: direct, logger: logger, metrics: metrics))
             } catch {
                 throw ConfigurationError(key: error.key, message: error.message)
             }

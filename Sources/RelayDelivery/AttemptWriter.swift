@@ -4,18 +4,22 @@ import Logging
 import RelayCore
 import Synchronization
 
-/// Writes the delivery log's records (`DeliveryAttempt`) to its topic in batches, apart from the deliveries:
-/// a success's record as the attempt finishes, a failure's once its retry or dead-letter record is written.
-/// No delivery waits for it or depends on it: a record costs no produce of its own, and the log's topic
-/// failing (missing on Kafka, refused) loses log records, never deliveries.
+/// Writes the delivery log's records (`DeliveryAttempt`) in batches, apart from the deliveries: a success's
+/// record as the attempt finishes, a failure's once its retry or dead-letter record is written. They go to
+/// the log's topic (`topics.attempts`), which the backend's recorder reads, or, when the delivery log is in
+/// this process (`direct`), to it, one transaction a batch. No delivery waits for them or depends on them: a
+/// record costs no produce of its own, and the topic or the delivery log failing (missing on Kafka, refused,
+/// the disk) loses log records, never deliveries.
 ///
 /// What is lost, and counted in `relay_delivery_log_dropped_total`: the batch being gathered when the
-/// process crashes (milliseconds); the oldest of more than `capacity` waiting while the topic cannot be
-/// written; a batch the log refuses for good (too large, not authorized); and, at shutdown, what could not be
-/// written within the deliverer's bound.
+/// process crashes (milliseconds; up to `directGather` more for the delivery log in this process); the
+/// oldest of more than `capacity` waiting while they cannot be written; a batch the log refuses for good (too
+/// large, not authorized); and, at shutdown, what could not be written within the deliverer's bound.
 final class AttemptWriter: Sendable {
     static let capacity = 100_000
     static let batch = 1_000
+    /// How long records for the delivery log in this process gather before a batch below `batch` is written.
+    static let directGather = Duration.milliseconds(20)
 
     /// What is queued: the values, serialized when their batch is written (on the writer's task, not on the
     /// HTTP engine's thread where attempts finish).
@@ -29,6 +33,14 @@ final class AttemptWriter: Sendable {
             case .status(let status): status.record(topic: topic)
             }
         }
+
+        /// The record's body alone, for the delivery log in this process.
+        var value: [UInt8] {
+            switch self {
+            case .attempt(let attempt): attempt.serialized()
+            case .status(let status): status.json.serialized()
+            }
+        }
     }
 
     private struct State {
@@ -40,15 +52,18 @@ final class AttemptWriter: Sendable {
     private let producer: any RecordProducer
     /// The delivery log's topic (`topics.attempts`).
     private let topic: String
+    /// The delivery log in this process, written instead of the topic.
+    private let direct: (any DeliveryLogRecorder)?
     private let logger: Logger
     private let state = Mutex(State())
     private let doorbell: AsyncStream<Void>
     private let ring: AsyncStream<Void>.Continuation
     private let dropped: Counter
 
-    init(producer: any RecordProducer, topic: String, logger: Logger, metrics: any MetricsFactory) {
+    init(producer: any RecordProducer, topic: String, direct: (any DeliveryLogRecorder)? = nil, logger: Logger, metrics: any MetricsFactory) {
         self.producer = producer
         self.topic = topic
+        self.direct = direct
         self.logger = logger
         (doorbell, ring) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         dropped = Counter(label: "relay_delivery_log_dropped_total", dimensions: [], factory: metrics)
@@ -71,12 +86,24 @@ final class AttemptWriter: Sendable {
     func run() async {
         var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
         for await _ in doorbell {
+            // Each batch is a commit of the delivery log's database when it is in this process: below a full
+            // batch, gather first, or a steady rate makes a commit (and an fsync) of every attempt or two. The
+            // topic needs none: its appends share the log writer's commits, and its reader gathers.
+            if direct != nil, state.withLock({ !$0.finished && $0.pending.count < Self.batch }) {
+                try? await Task.sleep(for: Self.directGather)
+            }
             while let batch = take() {
                 do {
-                    _ = try await producer.produce(batch.map { $0.record(topic: topic) })
+                    if let direct {
+                        try await direct.recordFromDeliverer(batch.map(\.value))
+                    } else {
+                        _ = try await producer.produce(batch.map { $0.record(topic: topic) })
+                    }
                     backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
                 } catch {
-                    if !error.isRetriable || Task.isCancelled {
+                    // The delivery log's own failures (the disk) are tried again, as the topic's passing ones are.
+                    let retriable = (error as? RecordLogError)?.isRetriable ?? true
+                    if !retriable || Task.isCancelled {
                         // Refused for good (too large, not authorized, the topic missing on a broker that will not
                         // create it): dropped, so the next records are not held behind it.
                         dropped.increment(by: batch.count)

@@ -85,17 +85,20 @@ public final class Deliverer: Service {
         }
     }
 
-    /// The deliverer of `configuration`'s sections (`Settings`).
+    /// The deliverer of `configuration`'s sections (`Settings`). With `deliveryLog` (the local backend's, in this
+    /// process) its attempts and endpoint states are recorded there instead of on `topics.attempts`.
     public convenience init(
-        configuration: RelayConfiguration, consumer: any RecordConsumer, producer: any RecordProducer, logger: Logger,
-        metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
+        configuration: RelayConfiguration, consumer: any RecordConsumer, producer: any RecordProducer, deliveryLog: (any DeliveryLogRecorder)? = nil,
+        logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
     ) throws(DelivererSetupError) {
-        try self.init(settings: Settings(configuration), consumer: consumer, producer: producer, logger: logger, metrics: metrics, options: options)
+        try self.init(
+            settings: Settings(configuration), consumer: consumer, producer: producer, deliveryLog: deliveryLog, logger: logger, metrics: metrics,
+            options: options)
     }
 
     public init(
-        settings: Settings, consumer: any RecordConsumer, producer: any RecordProducer, logger: Logger,
-        metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
+        settings: Settings, consumer: any RecordConsumer, producer: any RecordProducer, deliveryLog: (any DeliveryLogRecorder)? = nil,
+        logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory, options: DelivererOptions = .init()
     ) throws(DelivererSetupError) {
         let delivery = settings.delivery
         var lanes: [String: EndpointLane] = [:]
@@ -140,7 +143,7 @@ public final class Deliverer: Service {
         self.logger = logger
         self.counters = DeliveryCounters(metrics: metrics)
         (self.commits, self.commitQueue) = AsyncStream.makeStream(of: Commit.self)
-        self.attempts = AttemptWriter(producer: producer, topic: settings.topics.attempts, logger: logger, metrics: metrics)
+        self.attempts = AttemptWriter(producer: producer, topic: settings.topics.attempts, direct: deliveryLog, logger: logger, metrics: metrics)
     }
 
     /// What the deliverer consumes: `relay.deliveries` and every retry topic in group `relay-deliverer`,

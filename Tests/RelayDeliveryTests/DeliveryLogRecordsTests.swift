@@ -6,8 +6,9 @@ import RelayTestSupport
 import Synchronization
 import Testing
 
-/// What the deliverer writes to the delivery log's topic: one record per attempt's outcome, apart from the
-/// deliveries, so that the log's topic failing never holds back or repeats a delivery.
+/// What the deliverer writes to the delivery log's topic, or to the delivery log in its own process: one
+/// record per attempt's outcome, apart from the deliveries, so that the log's topic failing never holds back
+/// or repeats a delivery.
 @Suite(.serialized) struct DeliveryLogRecordsTests {
     /// A producer that refuses every record of `topic` for good (a topic missing on Kafka) and passes the rest on.
     final class RefusingProducer: RecordProducer {
@@ -33,6 +34,56 @@ import Testing
             for record in records { positions.append(try await produce(record)) }
             return positions
         }
+    }
+
+    /// The delivery log in the deliverer's process (the local backend's): its first `failing` batches fail
+    /// (the disk), then it keeps every value it is handed.
+    final class FailingThenRecordingLog: DeliveryLogRecorder {
+        let failing: Int
+        let calls = Atomic<Int>(0)
+        let values = LockedBox<[[UInt8]]>([])
+
+        init(failing: Int) { self.failing = failing }
+
+        struct DiskError: Error {}
+
+        func recordFromDeliverer(_ values: [[UInt8]]) async throws {
+            let call = calls.add(1, ordering: .relaxed).newValue
+            if call <= failing { throw DiskError() }
+            self.values.withLock { $0.append(contentsOf: values) }
+        }
+
+        var attempts: [DeliveryAttempt] { values.withLock { $0 }.compactMap { try? JSON.parse($0) }.compactMap(DeliveryAttempt.init(json:)) }
+    }
+
+    @Test func withTheDeliveryLogInItsProcessTheAttemptsSkipTheTopicAndAFailedBatchIsWrittenAgain() async throws {
+        let receiver = try await DelivererTests.receiver([503, 200])
+        let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
+        let (reader, topic) = try harness.reader(harness.configuration.topics.attempts)
+        _ = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_direct:renewal")
+        let log = FailingThenRecordingLog(failing: 1)
+        let deliverer = try Deliverer(
+            configuration: harness.configuration, consumer: try harness.consumer(), producer: harness.producer, deliveryLog: log,
+            logger: testLogger("deliverer"), options: harness.options)
+        let task = Task { try await deliverer.run() }
+        try await waitUntil("both attempts in the delivery log") { log.attempts.count >= 2 }
+        let logged = log.attempts.sorted { $0.attempt < $1.attempt }
+        #expect(logged.map(\.outcome) == [.retrying, .succeeded])
+        #expect(logged.map(\.httpStatus) == [503, 200])
+        #expect(logged.allSatisfy { $0.endpoint == "hooks" && $0.eventId == "stripe:evt_direct:renewal" && $0.app == "demo" })
+        // The batch that failed was written again, not dropped: each attempt once, the endpoint's state too.
+        #expect(log.calls.load(ordering: .relaxed) >= 2)
+        #expect(Set(logged.map(\.attempt)).count == logged.count)
+        #expect(log.values.withLock { $0 }.contains { (try? JSON.parse($0))?["kind"]?.stringValue == "endpointStatus" })
+        task.cancel()
+        _ = try? await task.value
+        // Nothing went to the topic: a record appended after the deliverer stopped is the first the topic holds.
+        _ = try await harness.producer.produce(OutgoingRecord(topic: harness.configuration.topics.attempts, key: nil, value: Array("marker".utf8), headers: []))
+        let seen = try await topic.waitFor(count: 1)
+        #expect(seen.map(\.value) == [Array("marker".utf8)])
+        await reader.close()
+        await harness.close()
+        await receiver.stop()
     }
 
     @Test func eachAttemptsOutcomeIsRecordedWithItsTimeline() async throws {

@@ -93,6 +93,8 @@ import Testing
             try await relay.backend("/subscriptions-api/internal/v1/deliveries?" + query).json["deliveries"]?.arrayValue ?? []
         }
         try await waitUntil("the delivery log") { try await deliveries("appUserId=user-hook").count == 6 }
+        // One process: its deliverer recorded the attempts in its backend's delivery log itself, none through the topic.
+        #expect(try await relay.records(topic: configuration.topics.attempts).isEmpty)
         let timeline = try await deliveries("eventId=stripe:evt_hook_1:initial_purchase")
         #expect(timeline.compactMap { $0["outcome"]?.stringValue } == ["succeeded", "dead", "retrying"], "\(timeline)")
         #expect(timeline.compactMap { $0["httpStatus"]?.int64Value } == [200, 503, 503])

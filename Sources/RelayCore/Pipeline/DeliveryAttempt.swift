@@ -1,6 +1,7 @@
-/// One webhook attempt, as the deliverer writes it to the delivery log's topic (`topics.attempts`) and the
-/// local backend records it: which endpoint and event, the attempt's number, what came of it and when, so
-/// that an event's first attempt, its retries, its dead letter and its replays read as one timeline.
+/// One webhook attempt, as the deliverer writes it to the delivery log's topic (`topics.attempts`), or hands it
+/// to the delivery log in its process (`DeliveryLogRecorder`), and the local backend records it: which
+/// endpoint and event, the attempt's number, what came of it and when, so that an event's first attempt, its
+/// retries, its dead letter and its replays read as one timeline.
 public struct DeliveryAttempt: Sendable, Equatable {
     public enum Outcome: String, Sendable, CaseIterable {
         /// A 2xx.
@@ -123,6 +124,15 @@ public struct DeliveryAttempt: Sendable, Equatable {
     public func record(topic: String) -> OutgoingRecord {
         OutgoingRecord(topic: topic, key: Array(endpoint.utf8), value: serialized(), headers: [])
     }
+}
+
+/// The delivery log in the deliverer's own process (the local backend's, when one process runs both roles): it
+/// records the deliverer's attempts and endpoint states itself, so they skip `topics.attempts` (appended,
+/// read back by the backend's recorder, parsed again). The values are the records' bodies as the topic
+/// would carry them.
+public protocol DeliveryLogRecorder: Sendable {
+    /// Records `values` (attempts and endpoint states) in one transaction; throws when it could not.
+    func recordFromDeliverer(_ values: [[UInt8]]) async throws
 }
 
 /// An endpoint's state as a deliverer holds it, written to the delivery log's topic (beside the attempts,
