@@ -27,7 +27,9 @@ public struct BackendStateStore: SubscriptionStateStore {
 
     /// A backend that serves only the routes of the entitlements contract has no users route (404): every
     /// id is then its own user, as before linking existed, and the worker goes on.
+    /// An id with a control character is never sent: the route refuses it (`AppUser.hasControlCharacters`).
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
+        guard !AppUser.hasControlCharacters(id) else { return AppUser(appUserId: id) }
         do {
             return try await client.appUser(id, applicationId: applicationId)
         } catch where error.kind == .notFound {
@@ -60,7 +62,7 @@ public struct BackendStateStore: SubscriptionStateStore {
     public func otherActiveSubscriptions(appUserId: String, excluding store: Store, originalTransactionId: String) async throws(BackendError)
         -> [SubscriptionState]
     {
-        guard let document = try await client.entitlements(appUserId: appUserId) else { return [] }
+        guard !AppUser.hasControlCharacters(appUserId), let document = try await client.entitlements(appUserId: appUserId) else { return [] }
         let info = document["customerInfo"]
         let subscriptions = (info?["subscriptions"]?.arrayValue ?? []).filter { $0["isActive"]?.boolValue == true }
         let purchases = (info?["nonSubscriptions"]?.arrayValue ?? []).filter {

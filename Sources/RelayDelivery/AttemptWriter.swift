@@ -101,8 +101,7 @@ final class AttemptWriter: Sendable {
                     }
                     backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
                 } catch {
-                    // The delivery log's own failures (the disk) are tried again, as the topic's passing ones are.
-                    let retriable = (error as? RecordLogError)?.isRetriable ?? true
+                    let retriable = (error as? RecordLogError)?.isRetriable ?? (error as? DeliveryLogWriteError)?.isRetriable ?? true
                     if !retriable || Task.isCancelled {
                         // Refused for good (too large, not authorized, the topic missing on a broker that will not
                         // create it): dropped, so the next records are not held behind it.
@@ -113,11 +112,13 @@ final class AttemptWriter: Sendable {
                         continue
                     }
                     // Back to the front, in order; tried again after a wait.
-                    state.withLock { state in
+                    let excess = state.withLock { state -> Int in
                         for record in batch.reversed() { state.pending.prepend(record) }
                         let excess = state.pending.count - Self.capacity
                         if excess > 0 { state.pending.removeFirst(excess) }
+                        return max(0, excess)
                     }
+                    if excess > 0 { dropped.increment(by: excess) }
                     logger.warning("could not write the delivery log's records; retrying", metadata: [LogKey.error: "\(error)"])
                     do { try await Task.sleep(for: backoff.next()) } catch { break }
                 }

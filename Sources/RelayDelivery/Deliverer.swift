@@ -284,7 +284,7 @@ public final class Deliverer: Service {
         tracker.end()
     }
 
-    /// Writes `lane`'s state to the delivery log's topic (the endpoints route reads it).
+    /// Writes `lane`'s state to the delivery log, through its topic or directly (the endpoints route reads it).
     func publishStatus(_ lane: EndpointLane) {
         attempts.append(.status(lane.status(now: options.now())))
     }

@@ -13,12 +13,9 @@ extension LocalBackend {
         !id.isEmpty && id.utf8.count <= maximumIdBytes && !hasControlCharacters(id)
     }
 
-    /// Whether `id` holds a control character (U+0000–U+001F, U+007F–U+009F). Every route that names a user refuses
-    /// such an id: SQLite ends a bound text at its first NUL, so `a%00b` would act on the user `a`, and the others
-    /// are no id an app or a store hands out.
-    static func hasControlCharacters(_ id: String) -> Bool {
-        id.unicodeScalars.contains { $0.properties.generalCategory == .control }
-    }
+    /// Whether `id` holds a control character (`AppUser.hasControlCharacters`). Every route that names a user refuses
+    /// such an id: GRDB binds text up to its first NUL, so `a%00b` would act on the user `a`.
+    static func hasControlCharacters(_ id: String) -> Bool { AppUser.hasControlCharacters(id) }
 
     /// `POST /subscriptions-api/public/v1/users/{appUserId}/aliases` with `{"aliasIds": ["$SuperwallAlias:…",
     /// "$SuperwallDevice:…"]}`: the ids are the user from now on, in the app (`UserAliases.swift`). Idempotent.
@@ -121,7 +118,9 @@ extension LocalBackend {
     {
         guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(id) else {
             return .failure(
-                RouteProblem(response: errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes without control characters")))
+                RouteProblem(
+                    response: errorResponse(
+                        .badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes without control characters")))
         }
         switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
         case .success(let app):

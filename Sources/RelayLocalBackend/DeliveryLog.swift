@@ -1,11 +1,14 @@
+public import CoreMetrics
 import Dispatch
 import Foundation
 import GRDB
+public import Logging
 import RelaySQLite
 public import RelayCore
 
 /// The delivery log: every webhook attempt the deliverer made (`DeliveryAttempt`), recorded from the
-/// delivery log's topic by `EventRecorder`, queried by `GET /subscriptions-api/internal/v1/deliveries`.
+/// delivery log's topic by `EventRecorder`, or handed over by a deliverer in this process
+/// (`InProcessDeliveryLog`), queried by `GET /subscriptions-api/internal/v1/deliveries`.
 /// Recording is idempotent on the attempt's id. Attempts are kept for `retention` and at most
 /// `maxAttempts` rows: each recording removes up to `pruneBatch` older ones for each bound. Pages come newest
 /// recorded first (a failed attempt's record can be recorded a little after a later success's).
@@ -400,5 +403,41 @@ extension DeliveryLog {
         try db.execute(
             sql: "INSERT INTO delivery_resend (failure_id, requested_at, replayed_from) VALUES (?, ?, ?)",
             arguments: [recorded.attempt.id, now, replayedFrom])
+    }
+}
+
+/// The delivery log as a deliverer in the backend's process writes it (`DeliveryLogRecorder`): each batch of
+/// attempts and endpoint states in one transaction, counted as `EventRecorder` counts those it reads from
+/// the topic. The deliverer serializes what it hands over, so none is ever invalid; one would be counted
+/// and logged all the same.
+public struct InProcessDeliveryLog: DeliveryLogRecorder {
+    private let log: DeliveryLog
+    private let logger: Logger
+    private let recorded: Counter
+    private let invalid: Counter
+
+    public init(log: DeliveryLog, logger: Logger, metrics: any MetricsFactory) {
+        self.log = log
+        self.logger = logger
+        recorded = Counter(label: "relay_delivery_log_recorded_total", dimensions: [], factory: metrics)
+        invalid = Counter(label: "relay_delivery_log_invalid_total", dimensions: [], factory: metrics)
+    }
+
+    public func recordFromDeliverer(_ values: [[UInt8]]) async throws(DeliveryLogWriteError) {
+        let result: (inserted: Int, invalid: [Int])
+        do {
+            result = try await log.record(values)
+        } catch let error as DatabaseError {
+            // Busy, locked, out of space or failing I/O may pass; anything else (read-only, corrupt) will not.
+            let passing: [ResultCode] = [.SQLITE_BUSY, .SQLITE_LOCKED, .SQLITE_FULL, .SQLITE_IOERR, .SQLITE_NOMEM, .SQLITE_PROTOCOL, .SQLITE_INTERRUPT]
+            throw DeliveryLogWriteError(reason: "\(error)", isRetriable: passing.contains(error.resultCode.primaryResultCode))
+        } catch {
+            throw DeliveryLogWriteError(reason: "\(error)", isRetriable: true)
+        }
+        recorded.increment(by: result.inserted)
+        if !result.invalid.isEmpty {
+            invalid.increment(by: result.invalid.count)
+            logger.warning("a delivery log record from the deliverer is not an attempt; not recorded", metadata: ["records": "\(result.invalid.count)"])
+        }
     }
 }

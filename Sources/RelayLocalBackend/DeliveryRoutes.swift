@@ -25,7 +25,7 @@ extension LocalBackend {
                 }
                 filter.endpoint = parameters["endpoint"].map(String.init)
                 filter.eventId = parameters["eventId"].map(String.init)
-                filter.appUserId = parameters["appUserId"].map(String.init)
+                filter.appUserId = try EventQueryParameters.userId(parameters)
                 if let text = parameters["status"] {
                     guard let outcome = DeliveryAttempt.Outcome(rawValue: String(text)) else {
                         throw EventQueryParameters.Invalid(message: "status: use succeeded, retrying, throttled or dead")

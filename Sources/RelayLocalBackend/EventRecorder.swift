@@ -158,30 +158,3 @@ public final class EventRecorder: Service {
         }
     }
 }
-
-/// The delivery log as a deliverer in the backend's process writes it (`DeliveryLogRecorder`): each batch of
-/// attempts and endpoint states in one transaction, counted as `EventRecorder` counts those it reads from
-/// the topic. The deliverer serializes what it hands over, so none is ever invalid; one would be counted
-/// and logged all the same.
-public struct InProcessDeliveryLog: DeliveryLogRecorder {
-    private let log: DeliveryLog
-    private let logger: Logger
-    private let recorded: Counter
-    private let invalid: Counter
-
-    public init(log: DeliveryLog, logger: Logger, metrics: any MetricsFactory) {
-        self.log = log
-        self.logger = logger
-        recorded = Counter(label: "relay_delivery_log_recorded_total", dimensions: [], factory: metrics)
-        invalid = Counter(label: "relay_delivery_log_invalid_total", dimensions: [], factory: metrics)
-    }
-
-    public func recordFromDeliverer(_ values: [[UInt8]]) async throws {
-        let result = try await log.record(values)
-        recorded.increment(by: result.inserted)
-        if !result.invalid.isEmpty {
-            invalid.increment(by: result.invalid.count)
-            logger.warning("a delivery log record from the deliverer is not an attempt; not recorded", metadata: ["records": "\(result.invalid.count)"])
-        }
-    }
-}

@@ -112,6 +112,14 @@ enum EventQueryParameters {
         }
     }
 
+    /// The `appUserId` filter, refused with a control character: it would name another user's rows
+    /// (`AppUser.hasControlCharacters`).
+    static func userId(_ parameters: Hummingbird.Parameters) throws(Invalid) -> String? {
+        guard let text = parameters["appUserId"].map(String.init) else { return nil }
+        guard !AppUser.hasControlCharacters(text) else { throw Invalid(message: "appUserId: an id has no control characters") }
+        return text
+    }
+
     /// The filter the parameters ask for, narrowed to the rows `principal` may read.
     static func filter(
         _ parameters: Hummingbird.Parameters, defaultEnvironment: String? = nil, readableBy principal: BackendPrincipal = .secret
@@ -127,7 +135,7 @@ enum EventQueryParameters {
                 filter.apps = allowed.sorted()
             }
         }
-        filter.appUserId = parameters["appUserId"].map(String.init)
+        filter.appUserId = try userId(parameters)
         filter.originalTransactionId = parameters["originalTransactionId"].map(String.init)
         filter.notificationId = parameters["notificationId"].map(String.init)
         if let text = parameters["type"] {

@@ -105,7 +105,8 @@ extension LocalBackend {
         guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(user),
             let grantId = context.parameters.get("grantId")?.removingPercentEncoding, Self.isValidId(grantId)
         else {
-            return errorResponse(.badRequest, "bad_request", "the user id and grant id are required")
+            return errorResponse(
+                .badRequest, "bad_request", "the user id and grant id are required, each at most \(Self.maximumIdBytes) bytes without control characters")
         }
         // A grant of another user is not found: the route does not say whose it is.
         guard let state = try await database.subscription(store: .promotional, originalTransactionId: grantId),
@@ -162,7 +163,6 @@ extension LocalBackend {
         var generator = SystemRandomNumberGenerator()
         return "grant_" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
     }
-
 
     /// The state once the worker applied the notification `id` to it; nil when `wait` passed first.
     func waitForApplied(_ id: String, store: Store, subject: String, within wait: Duration) async throws -> SubscriptionState? {

@@ -55,6 +55,8 @@ public struct LocalStateStore: SubscriptionStateStore {
     public func appUserAndOtherActiveSubscriptions(_ id: String, applicationId: Int, excluding store: Store, originalTransactionId: String)
         async throws(BackendError) -> (user: AppUser, active: [SubscriptionState])
     {
+        // As over HTTP, where the routes refuse such an id: a user of its own (`AppUser.hasControlCharacters`).
+        guard !AppUser.hasControlCharacters(id) else { return (AppUser(appUserId: id), []) }
         do {
             let (user, all) = try await database.pool.readBetweenCommits { db in
                 (try SubscriptionDatabase.appUser(db, id, applicationId: applicationId),
@@ -77,7 +79,7 @@ public struct LocalStateStore: SubscriptionStateStore {
         do {
             let (state, read) = try await database.pool.readBetweenCommits { db -> (SubscriptionState?, (String, AppUser, [SubscriptionState])?) in
                 let state = try SubscriptionDatabase.fetch(db, store: store.rawValue, id: originalTransactionId)
-                guard let id = likelyUser ?? state?.entitledUser else { return (state, nil) }
+                guard let id = likelyUser ?? state?.entitledUser, !AppUser.hasControlCharacters(id) else { return (state, nil) }
                 // Best effort: a failure here (a state of the user's that no longer decodes) is for the separate
                 // read to report, if the notification needs that user at all.
                 guard let user = try? SubscriptionDatabase.appUser(db, id, applicationId: applicationId),
@@ -109,6 +111,7 @@ public struct LocalStateStore: SubscriptionStateStore {
 
     /// On the writer's connection, as all the worker's reads are (`readBetweenCommits`).
     public func appUser(_ id: String, applicationId: Int) async throws(BackendError) -> AppUser {
+        guard !AppUser.hasControlCharacters(id) else { return AppUser(appUserId: id) }
         do {
             return try await database.pool.readBetweenCommits { db in try SubscriptionDatabase.appUser(db, id, applicationId: applicationId) }
         } catch {

@@ -43,13 +43,22 @@ import Testing
         let calls = Atomic<Int>(0)
         let values = LockedBox<[[UInt8]]>([])
 
-        init(failing: Int) { self.failing = failing }
+        /// Batches holding a `retrying` attempt, refused for good (a read-only database) when `refuseRetrying`.
+        let refuseRetrying: Bool
+        let refused = Atomic<Int>(0)
 
-        struct DiskError: Error {}
+        init(failing: Int, refuseRetrying: Bool = false) {
+            self.failing = failing
+            self.refuseRetrying = refuseRetrying
+        }
 
-        func recordFromDeliverer(_ values: [[UInt8]]) async throws {
+        func recordFromDeliverer(_ values: [[UInt8]]) async throws(DeliveryLogWriteError) {
             let call = calls.add(1, ordering: .relaxed).newValue
-            if call <= failing { throw DiskError() }
+            if call <= failing { throw DeliveryLogWriteError(reason: "disk I/O error", isRetriable: true) }
+            if refuseRetrying, values.contains(where: { (try? JSON.parse($0))?["outcome"] == "retrying" }) {
+                refused.add(1, ordering: .relaxed)
+                throw DeliveryLogWriteError(reason: "attempt to write a readonly database", isRetriable: false)
+            }
             self.values.withLock { $0.append(contentsOf: values) }
         }
 
@@ -82,6 +91,26 @@ import Testing
         let seen = try await topic.waitFor(count: 1)
         #expect(seen.map(\.value) == [Array("marker".utf8)])
         await reader.close()
+        await harness.close()
+        await receiver.stop()
+    }
+
+    @Test func aBatchTheDeliveryLogRefusesForGoodIsDroppedAndTheNextOnesAreRecorded() async throws {
+        let receiver = try await DelivererTests.receiver([503, 200])
+        let harness = try DeliveryHarness(endpoints: [("hooks", receiver.baseURL + "/hooks")])
+        _ = try await harness.send(endpoint: "hooks", eventID: "stripe:evt_refused_direct:renewal")
+        let log = FailingThenRecordingLog(failing: 0, refuseRetrying: true)
+        let deliverer = try Deliverer(
+            configuration: harness.configuration, consumer: try harness.consumer(), producer: harness.producer, deliveryLog: log,
+            logger: testLogger("deliverer"), options: harness.options)
+        let task = Task { try await deliverer.run() }
+        // The retry's success is recorded after the refused batch, which was offered once and not again.
+        try await waitUntil("the success in the delivery log") { log.attempts.contains { $0.outcome == .succeeded } }
+        #expect(log.refused.load(ordering: .relaxed) == 1)
+        #expect(!log.attempts.contains { $0.outcome == .retrying })
+        #expect(receiver.requests.count == 2, "the delivery itself went on")
+        task.cancel()
+        _ = try? await task.value
         await harness.close()
         await receiver.stop()
     }

@@ -95,6 +95,9 @@ import Testing
         try await waitUntil("the delivery log") { try await deliveries("appUserId=user-hook").count == 6 }
         // One process: its deliverer recorded the attempts in its backend's delivery log itself, none through the topic.
         #expect(try await relay.records(topic: configuration.topics.attempts).isEmpty)
+        // Counted once each, as the backend counts those it reads from the topic.
+        let recordedLine = try await relay.get("/metrics").bodyText.split(separator: "\n").first { $0.hasPrefix("relay_delivery_log_recorded_total ") }
+        #expect(recordedLine == "relay_delivery_log_recorded_total 6", "\(recordedLine ?? "no relay_delivery_log_recorded_total")")
         let timeline = try await deliveries("eventId=stripe:evt_hook_1:initial_purchase")
         #expect(timeline.compactMap { $0["outcome"]?.stringValue } == ["succeeded", "dead", "retrying"], "\(timeline)")
         #expect(timeline.compactMap { $0["httpStatus"]?.int64Value } == [200, 503, 503])

@@ -9,6 +9,25 @@ import Testing
 
 /// The backend records what the worker produces on relay.events, once, and the command line reads it back.
 @Suite struct EventsRecordingTests {
+    /// A deliverer in another process writes its attempts to `relay.deliveries.attempts`, and the backend records
+    /// them from there (a deliverer in the backend's own process records its attempts itself: `DeliveryFlowTests`).
+    @Test(arguments: TestLog.allCases)
+    func attemptsOnTheTopicFromADelivererElsewhereAreRecorded(log: TestLog) async throws {
+        let relay = try await TestRelay(configuration: try TestRelay.configuration(), log: log)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let attempt = DeliveryAttempt(
+            app: "demo", endpoint: "hooks-elsewhere", eventId: "stripe:evt_elsewhere:renewal", eventType: "renewal", subject: "sub_elsewhere",
+            attempt: 1, outcome: .succeeded, httpStatus: 200, durationMs: 12, error: nil, startedAt: now - 12, finishedAt: now)
+        _ = try await relay.environment.process.log.producer.produce(attempt.record(topic: relay.configuration.topics.attempts))
+        @Sendable func recorded() async throws -> [JSON] {
+            try await relay.backend("/subscriptions-api/internal/v1/deliveries?endpoint=hooks-elsewhere").json["deliveries"]?.arrayValue ?? []
+        }
+        try await waitUntil("the attempt recorded from the topic") { try await recorded().count == 1 }
+        let row = try await recorded()[0]
+        #expect(row["eventId"] == "stripe:evt_elsewhere:renewal" && row["outcome"] == "succeeded" && row["httpStatus"]?.int64Value == 200, "\(row)")
+        try await relay.stop()
+    }
+
     @Test(arguments: TestLog.allCases)
     func eventsAreRecordedOnceAcrossRepeatsAndReplaysAndExportedByTheCommandLine(log: TestLog) async throws {
         let relay = try await TestRelay(configuration: try TestRelay.configuration(), log: log)

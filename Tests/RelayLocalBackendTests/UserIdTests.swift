@@ -4,7 +4,7 @@ import RelayHTTPClient
 @testable import RelayLocalBackend
 import Testing
 
-/// The ids a route that names a user takes. SQLite ends a bound text at its first NUL, so an id holding one would
+/// The ids a route that names a user takes. GRDB binds text up to its first NUL, so an id holding one would
 /// act on another user than the one named (`user%00other` on `user`); the other control characters are no id an
 /// app or a store hands out. Every such route refuses them, for every key that reaches it.
 @Suite struct UserIdTests {
@@ -26,9 +26,29 @@ import Testing
                     let path = scope.path.replacingOccurrences(of: "/shared-user", with: "/" + id)
                     let response = try await backend.send(scope.method, path, key, body: Array(scope.body.utf8))
                     #expect(response.status == 400, "\(scope.method) \(path) with \(key)")
-                    #expect(response.bodyText.contains("bad_request"), "\(scope.method) \(path) with \(key): \(response.bodyText)")
+                    // Refused for the id, not for anything else the request holds (a grant's body is refused too).
+                    #expect(
+                        response.bodyText.contains("bad_request") && response.bodyText.contains("control characters"),
+                        "\(scope.method) \(path) with \(key): \(response.bodyText)")
                 }
             }
+        }
+        await backend.stop()
+    }
+
+    @Test func theAppUserIdFilterOfTheEventsAndDeliveriesRoutesIsHeldToTheSameRule() async throws {
+        let backend = try await ScopedBackend()
+        // The metrics route also needs its period.
+        let routes = ["events?", "revenue?", "metrics?since=2026-01-01&until=2026-02-01&", "deliveries?"].map { "/subscriptions-api/internal/v1/\($0)appUserId=" }
+        for route in routes {
+            for id in Self.controlIds {
+                for key in [KeyKind.secret, .readThis] {
+                    let response = try await backend.send("GET", route + id, key)
+                    #expect(response.status == 400 && response.bodyText.contains("control characters"), "\(route)\(id) with \(key): \(response.bodyText)")
+                }
+            }
+            let valid = try await backend.send("GET", route + "shared-user", .secret)
+            #expect(valid.status == 200, "\(route): \(valid.bodyText)")
         }
         await backend.stop()
     }
@@ -49,8 +69,9 @@ import Testing
         let backend = try await ScopedBackend()
         let aliases = #"{"aliasIds": ["$SuperwallAlias:nul"]}"#
         let attributes = #"{"attributes": {"plan": "team"}}"#
-        #expect(try await backend.send("POST", "/subscriptions-api/public/v1/users/user%00other/aliases", .publicThis, body: Array(aliases.utf8)).status == 400)
-        #expect(try await backend.send("PUT", "/subscriptions-api/public/v1/users/user%00other/attributes", .publicThis, body: Array(attributes.utf8)).status == 400)
+        let cut = "/subscriptions-api/public/v1/users/user%00other"
+        #expect(try await backend.send("POST", cut + "/aliases", .publicThis, body: Array(aliases.utf8)).status == 400)
+        #expect(try await backend.send("PUT", cut + "/attributes", .publicThis, body: Array(attributes.utf8)).status == 400)
         // `user`, where the NUL would have cut the id, has neither the alias nor the attribute.
         let user = try await backend.send("GET", "/subscriptions-api/internal/v1/users/user?applicationId=1", .secret)
         #expect(user.status == 200)

@@ -165,6 +165,33 @@ import Testing
         await harness.stop()
     }
 
+    /// A store's user id with a control character is a user of its own, over HTTP and in process alike. The
+    /// backend's routes refuse such an id (GRDB would end it at a NUL and name another user), so a worker whose
+    /// backend is elsewhere never asks for it and does not retry its notification forever; in process it does
+    /// not read the user the NUL would cut it to either.
+    @Test(arguments: [ScenarioHarness.Transport.http, .inProcess])
+    func aStoresUserIdWithAControlCharacterIsAUserOfItsOwn(_ transport: ScenarioHarness.Transport) async throws {
+        let harness = try await ScenarioHarness(transport: transport)
+        let signed = Fixtures.signedDate
+        // `user` has a lifetime purchase and attributes: neither is the ids' below.
+        try await harness.store(
+            SubscriptionState(
+                store: .apple, originalTransactionId: "4100", applicationId: 1, originalAppUserId: "user", appUserIds: ["user"],
+                productId: "com.example.lifetime", status: .active, expiresAt: nil, environment: "PRODUCTION", sourceTimestamp: 1))
+        try await harness.setAttributes(["plan": "team"], of: "user")
+        for (index, id) in ["user\u{0}x", "user\nx", "user\u{85}"].enumerated() {
+            let events = try await harness.normalizer.normalize(
+                stripeEvent("evt_control_\(index)", subscription: "sub_control_\(index)", created: signed / 1000, user: id), receivedAt: signed)
+            let data = events.first { $0.type == .subscriptionStatusDidChange }?.payload.json["data"]
+            #expect(data?["appUserId"]?.stringValue == id, "\(id.debugDescription)")
+            let entitlements = (data?["subscriptionStatus"]?["entitlements"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue }
+            #expect(entitlements == ["pro"], "\(id.debugDescription): \(entitlements)")
+            #expect(events.allSatisfy { $0.payload.json["data"]?["userAttributes"] == nil }, "\(id.debugDescription)")
+            #expect(try await harness.subscription(store: .stripe, originalTransactionId: "sub_control_\(index)")?.originalAppUserId == id)
+        }
+        await harness.stop()
+    }
+
     /// The local store reads the likely user with the state (one read, `subscriptionReadingAhead`): what it reads
     /// ahead is what the separate read answers, for an alias, for the stored state's user, and for nobody.
     @Test func theUserReadAheadWithTheStateIsWhatTheSeparateReadFinds() async throws {

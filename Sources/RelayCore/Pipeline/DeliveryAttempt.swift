@@ -132,11 +132,26 @@ public struct DeliveryAttempt: Sendable, Equatable {
 /// would carry them.
 public protocol DeliveryLogRecorder: Sendable {
     /// Records `values` (attempts and endpoint states) in one transaction; throws when it could not.
-    func recordFromDeliverer(_ values: [[UInt8]]) async throws
+    func recordFromDeliverer(_ values: [[UInt8]]) async throws(DeliveryLogWriteError)
+}
+
+/// Why the delivery log in the deliverer's process did not record a batch.
+public struct DeliveryLogWriteError: Error, Sendable, CustomStringConvertible {
+    public var reason: String
+    /// Whether the same batch may be recorded later (the database busy, the disk full or failing); if not, the
+    /// deliverer drops it and counts it, so the next ones are not held behind it.
+    public var isRetriable: Bool
+
+    public init(reason: String, isRetriable: Bool) {
+        self.reason = reason
+        self.isRetriable = isRetriable
+    }
+
+    public var description: String { reason }
 }
 
 /// An endpoint's state as a deliverer holds it, written to the delivery log's topic (beside the attempts,
-/// keyed by the endpoint) when it changes and when the deliverer starts: whether its circuit breaker is
+/// keyed by the endpoint), or handed to the delivery log in its process, when it changes and when the deliverer starts: whether its circuit breaker is
 /// open, whether a 410 disabled it, and until when a `Retry-After` pauses it. The backend keeps the latest
 /// for the endpoints route.
 public struct EndpointStatus: Sendable, Equatable {

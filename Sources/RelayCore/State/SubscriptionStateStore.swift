@@ -95,6 +95,13 @@ public struct AppUser: Sendable, Equatable {
         self.attributes = attributes
     }
 
+    /// Whether `id` has a control character (U+0000–U+001F, U+007F–U+009F). The backend's routes refuse such an
+    /// id (GRDB binds text up to its first NUL, so `a\u{0}b` would name the user `a`), so the worker never asks
+    /// for one: a store's id that has one is a user of its own, with no other ids, attributes or subscriptions.
+    public static func hasControlCharacters(_ id: String) -> Bool {
+        id.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
     /// `{"appUserId", "aliases", "attributes"}`: the users route's answer.
     public var json: JSON {
         ["appUserId": .string(appUserId), "aliases": .array(aliases.map(JSON.string)), "attributes": .object(attributes)]
