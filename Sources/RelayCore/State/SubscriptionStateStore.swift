@@ -98,8 +98,15 @@ public struct AppUser: Sendable, Equatable {
     /// Whether `id` has a control character (U+0000–U+001F, U+007F–U+009F). The backend's routes refuse such an
     /// id (GRDB binds text up to its first NUL, so `a\u{0}b` would name the user `a`), so the worker never asks
     /// for one: a store's id that has one is a user of its own, with no other ids, attributes or subscriptions.
+    /// (Unicode's Cc category exactly, read from the UTF-8 bytes: it runs for every notification's user.)
     public static func hasControlCharacters(_ id: String) -> Bool {
-        id.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        var afterC2 = false
+        for byte in id.utf8 {
+            // U+0080–U+009F are 0xC2 0x80–0x9F; 0xC2 is only ever a lead byte.
+            if byte < 0x20 || byte == 0x7F || (afterC2 && byte <= 0x9F) { return true }
+            afterC2 = byte == 0xC2
+        }
+        return false
     }
 
     /// `{"appUserId", "aliases", "attributes"}`: the users route's answer.
