@@ -95,6 +95,8 @@ public struct RevenueCatHistoryCommands: Sendable {
         /// Original app user ids linked as aliases of the last seen one; conflicts (already another user's).
         public var aliasesLinked = 0
         public var aliasConflicts = 0
+        /// Pairs not linked because an id has a control character, which the backend refuses.
+        public var aliasesNotLinked = 0
 
         public init() {}
     }
@@ -194,6 +196,11 @@ public struct RevenueCatHistoryCommands: Sendable {
             for transaction in group where transaction.originalAppUserId != transaction.appUserId {
                 let pair = transaction.originalAppUserId + "\u{1F}" + transaction.appUserId
                 guard linked.insert(pair).inserted else { continue }
+                // The aliases route refuses such an id (`AppUser.hasControlCharacters`): counted, and the import goes on.
+                guard !AppUser.hasControlCharacters(transaction.originalAppUserId), !AppUser.hasControlCharacters(transaction.appUserId) else {
+                    summary.aliasesNotLinked += 1
+                    continue
+                }
                 if try await backend.linkAliases([transaction.originalAppUserId], to: transaction.appUserId, applicationId: app.applicationId) {
                     summary.aliasesLinked += 1
                 } else {

@@ -407,7 +407,10 @@ struct ImportRevenueCat: AsyncParsableCommand {
         printLine("subscriptions: \(summary.subscriptions)")
         printLine("records appended: \(summary.appended)")
         printLine("already recorded: \(summary.alreadyRecorded)")
-        printLine("aliases linked: \(summary.aliasesLinked)\(summary.aliasConflicts > 0 ? " (\(summary.aliasConflicts) already another user's)" : "")")
+        var notLinked: [String] = []
+        if summary.aliasConflicts > 0 { notLinked.append("\(summary.aliasConflicts) already another user's") }
+        if summary.aliasesNotLinked > 0 { notLinked.append("\(summary.aliasesNotLinked) with a control character in an id, not linked") }
+        printLine("aliases linked: \(summary.aliasesLinked)\(notLinked.isEmpty ? "" : " (\(notLinked.joined(separator: "; ")))")")
         let leftOut = summary.leftOut.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         printLine("left out: \(leftOut.isEmpty ? "none" : leftOut)")
     }

@@ -174,6 +174,28 @@ import Testing
         try await relay.stop()
     }
 
+    /// The aliases route refuses an id with a control character: such a pair is counted and not linked, and the
+    /// import goes on (its purchase imported for the id as a user of its own).
+    @Test func aPairWithAControlCharacterInAnIdIsNotLinkedAndTheImportGoesOn() async throws {
+        let configuration = try AppleRelayConfiguration.parse(AppleRelayConfiguration.text(app: []), name: "revenuecat-control")
+        let relay = try await TestRelay(configuration: configuration, log: .embedded)
+        let commands = try RevenueCatHistoryCommands(
+            configuration: configuration, appKey: "demo", producer: try relay.environment.process.log.producer,
+            backendURL: await relay.environment.process.backendAddress.value(), logger: Logger(label: "test"))
+        let export = [
+            Self.header,
+            Self.row(alias: "user\u{1}rc", product: "com.example.pro.monthly", start: -10, end: 20, store: "app_store",
+                transaction: "1000000000000091", original: "1000000000000091", price: "9.99", renewal: 1),
+            Self.row(user: "$RCAnonymousID:00000000000000000000000000000092", alias: "user-rc92", product: "com.example.pro.monthly", start: -10,
+                end: 20, store: "app_store", transaction: "1000000000000092", original: "1000000000000092", price: "9.99", renewal: 1),
+        ].joined(separator: "\n")
+        let summary = try await commands.importTransactions(try RevenueCatHistoryCommands.parseExport([export]), deliver: false)
+        #expect(summary.aliasesNotLinked == 1 && summary.aliasesLinked == 1, "\(summary)")
+        #expect(summary.subscriptions == 2 && summary.appended >= 2, "\(summary)")
+        try await waitUntil("both purchases applied") { try await relay.distinctEvents("initial_purchase") == 2 }
+        try await relay.stop()
+    }
+
     @Test func theDocumentedExportVersionsAreRead() throws {
         let v5 = try String(contentsOfFile: Fixtures.path("revenuecat/transactions-v5.csv"), encoding: .utf8)
         let v3 = try String(contentsOfFile: Fixtures.path("revenuecat/transactions-v3.csv"), encoding: .utf8)
