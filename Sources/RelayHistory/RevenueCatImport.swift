@@ -16,7 +16,8 @@ public import RelayHTTPClient
 ///   `original_store_transaction_id`) and `promotional` (a promotional grant of its first entitlement).
 ///   Other stores are counted and left out.
 /// - **Identity.** The purchase belongs to `rc_last_seen_app_user_id_alias`; a different
-///   `rc_original_app_user_id` is linked to it as an alias, so either id finds the customer.
+///   `rc_original_app_user_id` is linked to it as an alias, so either id finds the customer (unless either id
+///   is one the backend refuses: then the pair is counted, not linked).
 /// - **Counted once.** A later row of the same transaction (the incremental feed re-sends changed rows)
 ///   replaces the earlier one (the newest `updated_at` wins). A payment or refund the relay recorded already
 ///   (from the store, or an earlier import) is skipped, and so is every record a previous run appended: a
@@ -95,7 +96,7 @@ public struct RevenueCatHistoryCommands: Sendable {
         /// Original app user ids linked as aliases of the last seen one; conflicts (already another user's).
         public var aliasesLinked = 0
         public var aliasConflicts = 0
-        /// Pairs not linked because an id has a control character, which the backend refuses.
+        /// Pairs not linked because an id is one the aliases route refuses (`AppUser.isStorableId`).
         public var aliasesNotLinked = 0
 
         public init() {}
@@ -196,8 +197,8 @@ public struct RevenueCatHistoryCommands: Sendable {
             for transaction in group where transaction.originalAppUserId != transaction.appUserId {
                 let pair = transaction.originalAppUserId + "\u{1F}" + transaction.appUserId
                 guard linked.insert(pair).inserted else { continue }
-                // The aliases route refuses such an id (`AppUser.hasControlCharacters`): counted, and the import goes on.
-                guard !AppUser.hasControlCharacters(transaction.originalAppUserId), !AppUser.hasControlCharacters(transaction.appUserId) else {
+                // The aliases route refuses such an id (over 256 bytes, a control character): counted, and the import goes on.
+                guard AppUser.isStorableId(transaction.originalAppUserId), AppUser.isStorableId(transaction.appUserId) else {
                     summary.aliasesNotLinked += 1
                     continue
                 }

@@ -6,12 +6,10 @@ import RelayCore
 extension LocalBackend {
     /// At most this many ids in one link request, and this many bytes in one id.
     static let maximumAliasesPerRequest = 16
-    static let maximumIdBytes = 256
+    static let maximumIdBytes = AppUser.maximumIdBytes
 
     /// An id a route may store: 1 to `maximumIdBytes` bytes without control characters.
-    static func isValidId(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= maximumIdBytes && !hasControlCharacters(id)
-    }
+    static func isValidId(_ id: String) -> Bool { AppUser.isStorableId(id) }
 
     /// Whether `id` holds a control character (`AppUser.hasControlCharacters`). Every route that names a user refuses
     /// such an id: GRDB binds text up to its first NUL, so `a%00b` would act on the user `a`.

@@ -409,7 +409,7 @@ struct ImportRevenueCat: AsyncParsableCommand {
         printLine("already recorded: \(summary.alreadyRecorded)")
         var notLinked: [String] = []
         if summary.aliasConflicts > 0 { notLinked.append("\(summary.aliasConflicts) already another user's") }
-        if summary.aliasesNotLinked > 0 { notLinked.append("\(summary.aliasesNotLinked) with a control character in an id, not linked") }
+        if summary.aliasesNotLinked > 0 { notLinked.append("\(summary.aliasesNotLinked) with an id the backend refuses, not linked") }
         printLine("aliases linked: \(summary.aliasesLinked)\(notLinked.isEmpty ? "" : " (\(notLinked.joined(separator: "; ")))")")
         let leftOut = summary.leftOut.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         printLine("left out: \(leftOut.isEmpty ? "none" : leftOut)")

@@ -95,6 +95,15 @@ public struct AppUser: Sendable, Equatable {
         self.attributes = attributes
     }
 
+    /// The longest id the backend's routes that store a user take, in bytes.
+    public static let maximumIdBytes = 256
+
+    /// Whether the backend's routes that store a user (aliases, attributes, purchases) take `id`: 1 to
+    /// `maximumIdBytes` bytes without a control character.
+    public static func isStorableId(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= maximumIdBytes && !hasControlCharacters(id)
+    }
+
     /// Whether `id` has a control character (U+0000–U+001F, U+007F–U+009F). The backend's routes refuse such an
     /// id (GRDB binds text up to its first NUL, so `a\u{0}b` would name the user `a`), so the worker never asks
     /// for one: a store's id that has one is a user of its own, with no other ids, attributes or subscriptions.
