@@ -11,9 +11,20 @@ extension LocalBackend {
     /// An id a route may store: 1 to `maximumIdBytes` bytes without control characters.
     static func isValidId(_ id: String) -> Bool { AppUser.isStorableId(id) }
 
-    /// Whether `id` holds a control character (`AppUser.hasControlCharacters`). Every route that names a user refuses
-    /// such an id: GRDB binds text up to its first NUL, so `a%00b` would act on the user `a`.
-    static func hasControlCharacters(_ id: String) -> Bool { AppUser.hasControlCharacters(id) }
+    /// The path's user id (`{appUserId}`, percent-decoded), or nil when the route refuses it (`badPathUserId`):
+    /// empty, or holding a control character, since GRDB binds text up to its first NUL and `a%00b` would name
+    /// the user `a`; and with `bounded` (the routes that store a user, and the customers route) over
+    /// `maximumIdBytes`. The entitlements route and the internal user route take longer ids, as a store may
+    /// carry them.
+    static func pathUserId(_ context: BackendRequestContext, bounded: Bool) -> String? {
+        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding else { return nil }
+        return (bounded ? isValidId(id) : !id.isEmpty && !AppUser.hasControlCharacters(id)) ? id : nil
+    }
+
+    /// The 400 for a path user id `pathUserId` refused.
+    static func badPathUserId(bounded: Bool) -> Response {
+        errorResponse(.badRequest, "bad_request", "the user id is required, \(bounded ? "at most \(maximumIdBytes) bytes " : "")without control characters")
+    }
 
     /// `POST /subscriptions-api/public/v1/users/{appUserId}/aliases` with `{"aliasIds": ["$SuperwallAlias:…",
     /// "$SuperwallDevice:…"]}`: the ids are the user from now on, in the app (`UserAliases.swift`). Idempotent.
@@ -32,9 +43,7 @@ extension LocalBackend {
         // `GET /subscriptions-api/internal/v1/users/{id}?applicationId=`: `{"appUserId", "aliases"}`, the user
         // `id` stands for (itself when no app linked it) and that user's other ids. For the worker.
         route(router, .get, Self.userPath) { request, context, principal in
-            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, !id.isEmpty, !Self.hasControlCharacters(id) else {
-                return errorResponse(.badRequest, "bad_request", "the id is required, without control characters")
-            }
+            guard let id = Self.pathUserId(context, bounded: false) else { return Self.badPathUserId(bounded: false) }
             let app: RelayConfiguration.App
             switch backend.userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
             case .success(let found): app = found
@@ -109,17 +118,12 @@ extension LocalBackend {
         }
     }
 
-    /// What a user route with a JSON body starts from: the path's user id (`isValidId`), the app it acts
+    /// What a user route with a JSON body starts from: the path's user id (`pathUserId`), the app it acts
     /// in (`userApp`), and the body parsed (nil when it is not JSON).
     func userRequest(_ request: Request, _ context: BackendRequestContext, _ principal: BackendPrincipal) async throws
         -> Result<(String, RelayConfiguration.App, JSON?), RouteProblem>
     {
-        guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(id) else {
-            return .failure(
-                RouteProblem(
-                    response: errorResponse(
-                        .badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes without control characters")))
-        }
+        guard let id = Self.pathUserId(context, bounded: true) else { return .failure(RouteProblem(response: Self.badPathUserId(bounded: true))) }
         switch userApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
         case .success(let app):
             let body = try await request.body.collect(upTo: 64 * 1024)

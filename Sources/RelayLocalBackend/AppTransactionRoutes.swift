@@ -56,9 +56,7 @@ extension LocalBackend {
         guard let grants = appTransactions else {
             return errorResponse(.notFound, "not_found", "this backend process does not take AppTransactions (it has no record log)")
         }
-        guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(user) else {
-            return errorResponse(.badRequest, "bad_request", "appUserId is required, at most \(Self.maximumIdBytes) bytes without control characters")
-        }
+        guard let user = Self.pathUserId(context, bounded: true) else { return Self.badPathUserId(bounded: true) }
         let app: RelayConfiguration.App
         switch grandfatheringApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
         case .success(let found): app = found

@@ -19,9 +19,7 @@ extension LocalBackend {
     func addCustomerRoutes(to router: Router<BackendRequestContext>) {
         let backend = self
         route(router, .get, Self.customerPath) { request, context, principal in
-            guard let id = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(id) else {
-                return errorResponse(.badRequest, "bad_request", "the id is required, at most \(Self.maximumIdBytes) bytes without control characters")
-            }
+            guard let id = Self.pathUserId(context, bounded: true) else { return Self.badPathUserId(bounded: true) }
             let app: RelayConfiguration.App
             switch backend.readableApp(applicationId: request.uri.queryParameters.get("applicationId").map { String($0) }, principal: principal) {
             case .success(let found): app = found

@@ -74,9 +74,7 @@ extension LocalBackend {
         guard let intake = appPurchases else {
             return errorResponse(.notFound, "not_found", "this backend process does not take grants (it has no record log)")
         }
-        guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(user) else {
-            return errorResponse(.badRequest, "bad_request", "the user id is required, at most \(Self.maximumIdBytes) bytes without control characters")
-        }
+        guard let user = Self.pathUserId(context, bounded: true) else { return Self.badPathUserId(bounded: true) }
         let body = try await request.body.collect(upTo: 64 * 1024)
         guard let document = try? JSON.parse(Array(body.readableBytesView)), case .object = document else {
             return errorResponse(
@@ -102,7 +100,7 @@ extension LocalBackend {
         guard let intake = appPurchases else {
             return errorResponse(.notFound, "not_found", "this backend process does not take grants (it has no record log)")
         }
-        guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, Self.isValidId(user),
+        guard let user = Self.pathUserId(context, bounded: true),
             let grantId = context.parameters.get("grantId")?.removingPercentEncoding, Self.isValidId(grantId)
         else {
             return errorResponse(

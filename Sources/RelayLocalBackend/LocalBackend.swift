@@ -179,14 +179,12 @@ public struct LocalBackend: Sendable {
             }
         }
         route(router, .get, Self.entitlementsPath) { request, context, principal in
-            guard let user = context.parameters.get("appUserId")?.removingPercentEncoding, !user.isEmpty, !Self.hasControlCharacters(user) else {
-                return errorResponse(.badRequest, "bad_request", "appUserId is required, without control characters")
-            }
+            guard let user = Self.pathUserId(context, bounded: false) else { return Self.badPathUserId(bounded: false) }
             // The SDK sends its device id too (`?deviceId=`): what was bought on the device before the user
             // logged in counts as theirs. The union, each subscription once.
             var users = [user]
             if let device = request.uri.queryParameters.get("deviceId").map({ String($0) }), !device.isEmpty, device != user {
-                guard !Self.hasControlCharacters(device) else { return errorResponse(.badRequest, "bad_request", "deviceId has control characters") }
+                guard !AppUser.hasControlCharacters(device) else { return errorResponse(.badRequest, "bad_request", "deviceId has control characters") }
                 users.append(device)
             }
             // Any id of a user (`aliases`) stands for all of them, in each app the key reaches.

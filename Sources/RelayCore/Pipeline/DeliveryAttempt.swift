@@ -151,9 +151,9 @@ public struct DeliveryLogWriteError: Error, Sendable, CustomStringConvertible {
 }
 
 /// An endpoint's state as a deliverer holds it, written to the delivery log's topic (beside the attempts,
-/// keyed by the endpoint), or handed to the delivery log in its process, when it changes and when the deliverer starts: whether its circuit breaker is
-/// open, whether a 410 disabled it, and until when a `Retry-After` pauses it. The backend keeps the latest
-/// for the endpoints route.
+/// keyed by the endpoint), or handed to the delivery log in its process, when it changes and when the
+/// deliverer starts: whether its circuit breaker is open, whether a 410 disabled it, and until when a
+/// `Retry-After` pauses it. The backend keeps the latest for the endpoints route.
 public struct EndpointStatus: Sendable, Equatable {
     public var endpoint: String
     public var app: String
