@@ -14,6 +14,14 @@ import Testing
         #expect(try JSON.parse("1681314324000").int64Value == 1_681_314_324_000)
     }
 
+    @Test func literalObjectsKeepEveryMemberAndTheLastOfARepeatedKey() {
+        let object = JSON(dictionaryLiteral: ("a", 1), ("b", "x"), ("a", 2), ("c", [true, nil]))
+        #expect(object == .object(["a": 2, "b": "x", "c": [true, nil]]))
+        #expect(object.serialized() == Array(#"{"a":2,"b":"x","c":[true,null]}"#.utf8))
+        let empty: JSON = [:]
+        #expect(empty == .object([:]))
+    }
+
     @Test(arguments: [
         "", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "tru", "\"abc", "\"\\x\"", "\"\\ud800\"", "{\"a\" 1}",
         "[1] [2]", "\"a\u{01}b\"", "nan", "1e999",

@@ -69,8 +69,13 @@ extension JSON: ExpressibleByStringLiteral, ExpressibleByStringInterpolation, Ex
     public init(floatLiteral value: Double) { self = .number(value) }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(arrayLiteral elements: JSON...) { self = .array(elements) }
+    /// A repeated key keeps its last value. Inserted one by one into a dictionary sized for them all:
+    /// `Dictionary(_:uniquingKeysWith:)` goes through its generic merge, which the hot path's events and
+    /// records (built from literals) paid for.
     public init(dictionaryLiteral elements: (String, JSON)...) {
-        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+        var members = [String: JSON](minimumCapacity: elements.count)
+        for (key, value) in elements { members[key] = value }
+        self = .object(members)
     }
     public init(nilLiteral: ()) { self = .null }
 }
