@@ -82,6 +82,14 @@ public final class DeliveryLog: Sendable {
                 """)
     }
 
+    /// Drops the index of attempts by event alone: each attempt recorded changed a page of it at a random place
+    /// (its key is the event's id), about 4% of the relay's CPU at saturation (docs/benchmarks.md). An event's
+    /// attempts are found by endpoint and event (`delivery_attempt_by_endpoint_event`), the endpoints
+    /// enumerated when a query names none (`page`).
+    static func dropEventIndex(_ db: Database) throws {
+        try db.execute(sql: "DROP INDEX IF EXISTS delivery_attempt_by_event")
+    }
+
     /// Records `attempts` (a repeat of one is the same row), then removes what is past the retention or the
     /// row bound. Returns how many were new and which entries were not attempts.
     public func record(_ bodies: [[UInt8]]) async throws -> (inserted: Int, invalid: [Int]) {
@@ -172,6 +180,25 @@ public final class DeliveryLog: Sendable {
 
     /// A page of attempts, newest first: at most `limit`, before `cursor` (a previous page's `next`).
     public func page(_ filter: Filter, before cursor: Int64?, limit: Int) async throws -> (attempts: [JSON], next: Int64?) {
+        let (sql, arguments) = Self.pageQuery(filter, before: cursor, limit: limit)
+        return try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: sql, arguments: arguments)
+            let page = rows.prefix(limit)
+            let attempts = page.compactMap { row in try? JSON.parse(Array((row["body"] as String).utf8)) }
+            return (attempts, rows.count > limit ? page.last.map { $0["seq"] as Int64 } : nil)
+        }
+    }
+
+    /// SQLite's plan for `page(filter, ...)`, one line a step (the tests hold each filter to an index).
+    package func pagePlan(_ filter: Filter) async throws -> [String] {
+        let (sql, arguments) = Self.pageQuery(filter, before: nil, limit: 50)
+        return try await pool.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
+        }
+    }
+
+    /// One more row than `limit`, to know whether a next page exists.
+    private static func pageQuery(_ filter: Filter, before cursor: Int64?, limit: Int) -> (String, StatementArguments) {
         var clauses = ["1 = 1"]
         var arguments: StatementArguments = []
         func add(_ clause: String, _ value: some DatabaseValueConvertible) {
@@ -190,15 +217,31 @@ public final class DeliveryLog: Sendable {
         if let outcome = filter.outcome { add("outcome = ?", outcome.rawValue) }
         if let since = filter.since { add("finished_at >= ?", since) }
         if let until = filter.until { add("finished_at < ?", until) }
-        let sql = "SELECT seq, body FROM delivery_attempt WHERE \(clauses.joined(separator: " AND ")) ORDER BY seq DESC LIMIT ?"
-        let arguments2 = arguments + [limit + 1]
-        return try await pool.read { db in
-            let rows = try Row.fetchAll(db, sql: sql, arguments: arguments2)
-            let page = rows.prefix(limit)
-            let attempts = page.compactMap { row in try? JSON.parse(Array((row["body"] as String).utf8)) }
-            return (attempts, rows.count > limit ? page.last.map { $0["seq"] as Int64 } : nil)
+        // An event's attempts (or a user's events') are found by endpoint and event, through each endpoint
+        // recorded when the filter names none (`dropEventIndex`). They are a few rows an endpoint, so that index
+        // is the one to read whatever else the filter says; SQLite, which knows nothing of the rows' spread,
+        // would read the app's or the outcome's every attempt in recorded order instead.
+        var prefix = ""
+        var table = "delivery_attempt"
+        if filter.eventId != nil || filter.appUserId != nil {
+            table += " INDEXED BY delivery_attempt_by_endpoint_event"
+            if filter.endpoint == nil {
+                prefix = recordedEndpoints + " "
+                clauses.append("endpoint IN (SELECT name FROM endpoints WHERE name IS NOT NULL)")
+            }
         }
+        let sql = prefix + "SELECT seq, body FROM \(table) WHERE \(clauses.joined(separator: " AND ")) ORDER BY seq DESC LIMIT ?"
+        return (sql, arguments + [limit + 1])
     }
+
+    /// Every endpoint with an attempt kept, in name order, found one index seek each (not by reading the
+    /// attempts): the next name after the last, until there is none (the last row is NULL).
+    private static let recordedEndpoints = """
+        WITH RECURSIVE endpoints(name) AS (
+            SELECT (SELECT MIN(endpoint) FROM delivery_attempt)
+            UNION ALL
+            SELECT (SELECT MIN(endpoint) FROM delivery_attempt WHERE endpoint > endpoints.name) FROM endpoints WHERE endpoints.name IS NOT NULL)
+        """
 }
 
 extension [UInt8] {

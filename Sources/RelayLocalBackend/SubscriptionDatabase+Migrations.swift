@@ -11,6 +11,9 @@ extension SubscriptionDatabase {
             try DeliveryLog.createSchema(db)
             try DeliveryLog.createHealthSchema(db)
         }
+        migrator.registerMigration("e2: an event's attempts found through their endpoint") { db in
+            try DeliveryLog.dropEventIndex(db)
+        }
         return migrator
     }
 

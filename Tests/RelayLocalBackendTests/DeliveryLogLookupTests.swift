@@ -1,0 +1,129 @@
+import Foundation
+import GRDB
+import RelayCore
+import RelayLocalBackend
+import RelayTestSupport
+import Testing
+
+/// An event's attempts, and a user's, found without an index by event alone: through the index by endpoint
+/// and event, every endpoint recorded enumerated when the filter names none.
+@Suite struct DeliveryLogLookupTests {
+    static func path() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("delivery-lookup") + ".sqlite").path
+    }
+
+    static func remove(_ path: String) {
+        for file in [path, SubscriptionDatabase.eventsPath(forBackend: path)] {
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
+        }
+    }
+
+    /// A connection of its own to the events file, waiting while the relay's connections hold it.
+    static func events(_ path: String) throws -> DatabaseQueue {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        return try DatabaseQueue(path: SubscriptionDatabase.eventsPath(forBackend: path), configuration: configuration)
+    }
+
+    static func indexes(_ path: String) throws -> Set<String> {
+        let queue = try events(path)
+        return try queue.read { db in
+            Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'delivery_attempt'"))
+        }
+    }
+
+    @Test func anEventsAndAUsersAttemptsAreFoundAtEveryEndpoint() async throws {
+        let path = Self.path()
+        defer { Self.remove(path) }
+        let database = try SubscriptionDatabase(path: path)
+        _ = try await EventStore(database: database).record([
+            .init(app: "demo", body: testEvent("apple:n1:renewal", user: "user-1")),
+            .init(app: "demo", body: testEvent("apple:n2:renewal", user: "user-2")),
+            .init(app: "web", body: testEvent("stripe:n3:renewal", store: .stripe, user: "user-1")),
+        ])
+        let log = DeliveryLog(database: database, clock: { 10_000 })
+        // Endpoint names that sort around each other, one with a colon, and one with only other events.
+        let attempts: [(String, String, String, Int64)] = [
+            ("apple:n1:renewal", "a", "demo", 1_000), ("apple:n2:renewal", "b", "demo", 2_000), ("apple:n1:renewal", "b:c", "demo", 3_000),
+            ("stripe:n3:renewal", "zz", "web", 4_000), ("apple:n1:renewal", "zz", "demo", 5_000), ("apple:n2:renewal", "a", "demo", 6_000),
+        ]
+        _ = try await log.record(attempts.map { event, endpoint, app, at in DeliveryLogTests.attempt(event, endpoint: endpoint, app: app, at: at) })
+        func found(_ configure: (inout DeliveryLog.Filter) -> Void) async throws -> [String] {
+            var filter = DeliveryLog.Filter()
+            configure(&filter)
+            return try await log.page(filter, before: nil, limit: 100).attempts.compactMap {
+                "\($0["eventId"]?.stringValue ?? "")@\($0["endpoint"]?.stringValue ?? "")"
+            }
+        }
+        #expect(try await found { $0.eventId = "apple:n1:renewal" } == ["apple:n1:renewal@zz", "apple:n1:renewal@b:c", "apple:n1:renewal@a"])
+        #expect(try await found { $0.eventId = "apple:n1:renewal"; $0.endpoint = "b:c" } == ["apple:n1:renewal@b:c"])
+        #expect(try await found { $0.eventId = "apple:n2:renewal"; $0.outcome = .succeeded } == ["apple:n2:renewal@a", "apple:n2:renewal@b"])
+        #expect(try await found { $0.appUserId = "user-1" } == [
+            "apple:n1:renewal@zz", "stripe:n3:renewal@zz", "apple:n1:renewal@b:c", "apple:n1:renewal@a",
+        ])
+        #expect(try await found { $0.appUserId = "user-1"; $0.apps = ["web"] } == ["stripe:n3:renewal@zz"])
+        #expect(try await found { $0.eventId = "apple:n9:renewal" } == [])
+        // Paged: the cursor goes on from the last one.
+        var filter = DeliveryLog.Filter()
+        filter.eventId = "apple:n1:renewal"
+        let first = try await log.page(filter, before: nil, limit: 2)
+        #expect(first.attempts.count == 2)
+        #expect(try await log.page(filter, before: try #require(first.next), limit: 2).attempts.compactMap { $0["endpoint"]?.stringValue } == ["a"])
+        // An empty log has no endpoint to go through.
+        let empty = DeliveryLog(database: try SubscriptionDatabase(path: Self.path()), clock: { 10_000 })
+        filter = DeliveryLog.Filter()
+        filter.appUserId = "user-1"
+        #expect(try await empty.page(filter, before: nil, limit: 10).attempts.isEmpty)
+    }
+
+    /// Each filter reads an index: the attempts by event through the endpoint's, never the whole table in
+    /// recorded order (`SCAN delivery_attempt`, which reads every attempt kept for an event seen once).
+    @Test(arguments: [
+        ["eventId"], ["appUserId"], ["eventId", "apps"], ["appUserId", "apps"], ["eventId", "endpoint"], ["eventId", "outcome"],
+        ["appUserId", "since"],
+    ])
+    func anEventFilterReadsTheEndpointAndEventIndex(_ members: [String]) async throws {
+        let path = Self.path()
+        defer { Self.remove(path) }
+        var filter = DeliveryLog.Filter()
+        for member in members {
+            switch member {
+            case "eventId": filter.eventId = "apple:n1:renewal"
+            case "appUserId": filter.appUserId = "user-1"
+            case "apps": filter.apps = ["demo", "web"]
+            case "endpoint": filter.endpoint = "hooks"
+            case "outcome": filter.outcome = .dead
+            default: filter.since = 1_000
+            }
+        }
+        let plan = try await DeliveryLog(database: try SubscriptionDatabase(path: path)).pagePlan(filter)
+        #expect(plan.contains { $0.contains("delivery_attempt_by_endpoint_event") }, "\(plan)")
+        #expect(!plan.contains { $0 == "SCAN delivery_attempt" || $0.hasPrefix("SCAN delivery_attempt USING INDEX") }, "\(plan)")
+    }
+
+    /// A file from before (with the index by event) loses it when opened; a new one never has it.
+    @Test func theIndexByEventAloneIsDroppedFromAFileThatHasIt() async throws {
+        let path = Self.path()
+        defer { Self.remove(path) }
+        do {
+            _ = try SubscriptionDatabase(path: path)
+        }
+        #expect(try !Self.indexes(path).contains("delivery_attempt_by_event"))
+        #expect(try Self.indexes(path).contains("delivery_attempt_by_endpoint_event"))
+        // As the previous version left it: the index, and no record of the migration that drops it.
+        let queue = try Self.events(path)
+        try await queue.write { db in
+            try db.execute(sql: "CREATE INDEX delivery_attempt_by_event ON delivery_attempt (event_id, seq)")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'e2:%'")
+        }
+        try queue.close()
+        #expect(try Self.indexes(path).contains("delivery_attempt_by_event"))
+        let database = try SubscriptionDatabase(path: path)
+        #expect(try !Self.indexes(path).contains("delivery_attempt_by_event"))
+        let log = DeliveryLog(database: database, clock: { 10_000 })
+        _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", at: 1_000)])
+        var filter = DeliveryLog.Filter()
+        filter.eventId = "apple:n1:renewal"
+        #expect(try await log.page(filter, before: nil, limit: 10).attempts.count == 1)
+    }
+}
