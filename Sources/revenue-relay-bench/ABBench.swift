@@ -33,14 +33,15 @@ struct ABBench: ParsableCommand {
     @Option(name: .customLong("env-b"), help: "NAME=VALUE added to build B's environment (repeatable).")
     var environmentB: [String] = []
 
-    @Option(help: "Pairs of runs (even: each side goes first equally often).")
+    @Option(help: "Pairs of runs, an even number: each side goes first equally often.")
     var pairs = 6
 
     @Argument(parsing: .postTerminator, help: "Options for each e2e run.")
     var e2eArguments: [String] = []
 
     func validate() throws {
-        guard pairs >= 1 else { throw ValidationError("--pairs must be at least 1") }
+        // Odd, one side would go first once more often, and the VM's drift within a pair would favour it.
+        guard pairs >= 2, pairs % 2 == 0 else { throw ValidationError("--pairs must be an even number, at least 2 (got \(pairs))") }
         for setting in environmentA + environmentB where !setting.contains("=") || setting.hasPrefix("=") {
             throw ValidationError("--env-a and --env-b take NAME=VALUE, not \(setting)")
         }

@@ -120,7 +120,8 @@ import Testing
             ([], "A and B are the same"),  // this build against itself
             (["--env-a", "X=1", "--env-b", "X=1"], "A and B are the same"),
             (["--a", "/tmp/same", "--b", "/tmp/same"], "A and B are the same"),
-            (["--b", "/tmp/other", "--pairs", "0"], "--pairs must be at least 1"),
+            (["--b", "/tmp/other", "--pairs", "0"], "--pairs must be an even number, at least 2"),
+            (["--b", "/tmp/other", "--pairs", "5"], "--pairs must be an even number, at least 2 (got 5)"),
             (["--env-b", "NO_EQUALS"], "take NAME=VALUE"),
             (["--env-b", "=1"], "take NAME=VALUE"),
             (["--b", "/tmp/other", "--", "--rounds", "3"], "leave out --rounds"),
