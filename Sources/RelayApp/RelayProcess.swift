@@ -196,7 +196,7 @@ public final class RelayProcess: Sendable {
             do {
                 // With the local backend in this process, the attempts go to its delivery log directly, not through
                 // topics.attempts (which its recorder still reads, for deliverers in other processes).
-                let direct = deliveryLog.map { InProcessDeliveryLog(log: $0, logger: logger, metrics: metrics) }
+                let direct = deliveryLog.map { InProcessDeliveryLog(log: $0, metrics: metrics) }
                 services.append(
                     try Deliverer(configuration: configuration, consumer: consumer, producer: producer, deliveryLog: direct, logger: logger, metrics: metrics))
             } catch {

@@ -21,30 +21,11 @@ final class AttemptWriter: Sendable {
     /// How long records for the delivery log in this process gather before a batch below `batch` is written.
     static let directGather = Duration.milliseconds(20)
 
-    /// What is queued: the values, serialized when their batch is written (on the writer's task, not on the
-    /// HTTP engine's thread where attempts finish).
-    enum Entry: Sendable {
-        case attempt(DeliveryAttempt)
-        case status(EndpointStatus)
-
-        func record(topic: String) -> OutgoingRecord {
-            switch self {
-            case .attempt(let attempt): attempt.record(topic: topic)
-            case .status(let status): status.record(topic: topic)
-            }
-        }
-
-        /// The record's body alone, for the delivery log in this process.
-        var value: [UInt8] {
-            switch self {
-            case .attempt(let attempt): attempt.serialized()
-            case .status(let status): status.json.serialized()
-            }
-        }
-    }
-
+    /// What is queued: the values, serialized when their batch is written to the topic (on the writer's task,
+    /// not on the HTTP engine's thread where attempts finish), handed over as they are to a delivery log in
+    /// this process.
     private struct State {
-        var pending = Deque<Entry>()
+        var pending = Deque<DeliveryLogEntry>()
         var finished = false
         var done = false
     }
@@ -70,7 +51,7 @@ final class AttemptWriter: Sendable {
     }
 
     /// Queues an attempt's or an endpoint's record for the next batch (never blocks; constant time).
-    func append(_ entry: Entry) {
+    func append(_ entry: DeliveryLogEntry) {
         let overflow = state.withLock { state -> Int in
             guard !state.finished else { return 1 }
             state.pending.append(entry)
@@ -93,35 +74,29 @@ final class AttemptWriter: Sendable {
                 try? await Task.sleep(for: Self.directGather)
             }
             while let batch = take() {
-                do {
-                    if let direct {
-                        try await direct.recordFromDeliverer(batch.map(\.value))
-                    } else {
-                        _ = try await producer.produce(batch.map { $0.record(topic: topic) })
-                    }
+                guard let (error, retriable) = await write(batch) else {
                     backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
-                } catch {
-                    let retriable = (error as? RecordLogError)?.isRetriable ?? (error as? DeliveryLogWriteError)?.isRetriable ?? true
-                    if !retriable || Task.isCancelled {
-                        // Refused for good (too large, not authorized, the topic missing on a broker that will not
-                        // create it): dropped, so the next records are not held behind it.
-                        dropped.increment(by: batch.count)
-                        logger.warning(
-                            "the delivery log's records were refused; dropped (the deliveries are not affected)",
-                            metadata: [LogKey.error: "\(error)", "records": "\(batch.count)"])
-                        continue
-                    }
-                    // Back to the front, in order; tried again after a wait.
-                    let excess = state.withLock { state -> Int in
-                        for record in batch.reversed() { state.pending.prepend(record) }
-                        let excess = state.pending.count - Self.capacity
-                        if excess > 0 { state.pending.removeFirst(excess) }
-                        return max(0, excess)
-                    }
-                    if excess > 0 { dropped.increment(by: excess) }
-                    logger.warning("could not write the delivery log's records; retrying", metadata: [LogKey.error: "\(error)"])
-                    do { try await Task.sleep(for: backoff.next()) } catch { break }
+                    continue
                 }
+                if !retriable || Task.isCancelled {
+                    // Refused for good (too large, not authorized, the topic missing on a broker that will not
+                    // create it, a read-only database): dropped, so the next records are not held behind it.
+                    dropped.increment(by: batch.count)
+                    logger.warning(
+                        "the delivery log's records were refused; dropped (the deliveries are not affected)",
+                        metadata: [LogKey.error: "\(error)", "records": "\(batch.count)"])
+                    continue
+                }
+                // Back to the front, in order; tried again after a wait.
+                let excess = state.withLock { state -> Int in
+                    for record in batch.reversed() { state.pending.prepend(record) }
+                    let excess = state.pending.count - Self.capacity
+                    if excess > 0 { state.pending.removeFirst(excess) }
+                    return max(0, excess)
+                }
+                if excess > 0 { dropped.increment(by: excess) }
+                logger.warning("could not write the delivery log's records; retrying", metadata: [LogKey.error: "\(error)"])
+                do { try await Task.sleep(for: backoff.next()) } catch { break }
             }
         }
         let left = state.withLock { state -> Int in
@@ -132,7 +107,26 @@ final class AttemptWriter: Sendable {
         if left > 0 { dropped.increment(by: left) }
     }
 
-    private func take() -> [Entry]? {
+    /// Writes one batch to the delivery log in this process or to its topic; nil when it was written, else
+    /// the error and whether the same batch may be written later.
+    private func write(_ batch: [DeliveryLogEntry]) async -> (error: any Error, retriable: Bool)? {
+        if let direct {
+            do throws(DeliveryLogWriteError) {
+                try await direct.recordFromDeliverer(batch)
+            } catch {
+                return (error, error.isRetriable)
+            }
+        } else {
+            do throws(RecordLogError) {
+                _ = try await producer.produce(batch.map { $0.record(topic: topic) })
+            } catch {
+                return (error, error.isRetriable)
+            }
+        }
+        return nil
+    }
+
+    private func take() -> [DeliveryLogEntry]? {
         state.withLock { state in
             guard !state.pending.isEmpty else { return nil }
             let count = min(Self.batch, state.pending.count)
@@ -150,4 +144,14 @@ final class AttemptWriter: Sendable {
 
     /// Whether `run` has ended.
     var isDone: Bool { state.withLock { $0.done } }
+}
+
+extension DeliveryLogEntry {
+    /// The record on the delivery log's topic.
+    func record(topic: String) -> OutgoingRecord {
+        switch self {
+        case .attempt(let attempt): attempt.record(topic: topic)
+        case .status(let status): status.record(topic: topic)
+        }
+    }
 }

@@ -2,7 +2,6 @@ public import CoreMetrics
 import Dispatch
 import Foundation
 import GRDB
-public import Logging
 import RelaySQLite
 public import RelayCore
 
@@ -99,11 +98,51 @@ public final class DeliveryLog: Sendable {
     }
 
     /// `record(_:)` inside a transaction the caller holds (the recorder writes a batch's events and attempts
-    /// in one commit). Statements are cached: this runs for every delivery.
+    /// in one commit): the topic's bodies, parsed, each attempt stored with its body as it came.
     func record(_ bodies: [[UInt8]], in db: Database) throws -> (inserted: Int, invalid: [Int]) {
+        var rows: [Written] = []
+        var invalid: [Int] = []
+        for (index, body) in bodies.enumerated() {
+            guard let json = try? JSON.parse(body) else {
+                invalid.append(index)
+                continue
+            }
+            if let status = EndpointStatus(json: json) {
+                rows.append(.status(status))
+            } else if let attempt = DeliveryAttempt(json: json) {
+                rows.append(.attempt(attempt, body: body))
+            } else {
+                invalid.append(index)
+            }
+        }
+        return (try insert(rows, in: db), invalid)
+    }
+
+    /// Records a deliverer's entries handed over in this process (`InProcessDeliveryLog`), in one transaction;
+    /// returns how many attempts were new.
+    public func record(_ entries: [DeliveryLogEntry]) async throws -> Int {
+        try await pool.write { db in
+            try self.insert(
+                entries.map { entry in
+                    switch entry {
+                    case .attempt(let attempt): .attempt(attempt, body: attempt.serialized())
+                    case .status(let status): .status(status)
+                    }
+                }, in: db)
+        }
+    }
+
+    /// A row to write: an attempt with the body it is stored and answered with, or an endpoint's state.
+    private enum Written {
+        case attempt(DeliveryAttempt, body: [UInt8])
+        case status(EndpointStatus)
+    }
+
+    /// Writes `rows`, then removes what is past the retention or the row bound; returns how many attempts were
+    /// new. Statements are cached: this runs for every delivery.
+    private func insert(_ rows: [Written], in db: Database) throws -> Int {
         let now = clock()
         var inserted = 0
-        var invalid: [Int] = []
         // With SQLite's C calls (DirectWrite): one row per webhook sent.
         let insert = DirectWrite(
             try db.cachedStatement(
@@ -111,12 +150,9 @@ public final class DeliveryLog: Sendable {
                     INSERT OR IGNORE INTO delivery_attempt (id, app, endpoint, event_id, event_type, subject, attempt, outcome, http_status, finished_at, body, duration_ms)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """))
-        for (index, body) in bodies.enumerated() {
-            guard let json = try? JSON.parse(body) else {
-                invalid.append(index)
-                continue
-            }
-            if let status = EndpointStatus(json: json) {
+        for row in rows {
+            switch row {
+            case .status(let status):
                 // The latest report wins (a deliverer's restart reports every endpoint anew).
                 try db.cachedStatement(
                     sql: """
@@ -124,28 +160,24 @@ public final class DeliveryLog: Sendable {
                         ON CONFLICT (endpoint) DO UPDATE SET at = excluded.at, body = excluded.body WHERE excluded.at >= endpoint_status.at
                         """
                 ).execute(arguments: [status.endpoint, status.at, status.json.serialized().string])
-                continue
+            case .attempt(let attempt, let body):
+                try insert.execute { parameters in
+                    parameters.text(attempt.id)
+                    parameters.text(attempt.app)
+                    parameters.text(attempt.endpoint)
+                    parameters.text(attempt.eventId)
+                    parameters.text(attempt.eventType)
+                    parameters.text(attempt.subject)
+                    parameters.int64(Int64(attempt.attempt))
+                    parameters.text(attempt.outcome.rawValue)
+                    parameters.int64(attempt.httpStatus.map(Int64.init))
+                    parameters.int64(attempt.finishedAt)
+                    // Parsed from it or serialized to it, so it is UTF-8.
+                    parameters.text(utf8: body)
+                    parameters.int64(attempt.durationMs)
+                }
+                inserted += db.changesCount
             }
-            guard let attempt = DeliveryAttempt(json: json) else {
-                invalid.append(index)
-                continue
-            }
-            try insert.execute { parameters in
-                parameters.text(attempt.id)
-                parameters.text(attempt.app)
-                parameters.text(attempt.endpoint)
-                parameters.text(attempt.eventId)
-                parameters.text(attempt.eventType)
-                parameters.text(attempt.subject)
-                parameters.int64(Int64(attempt.attempt))
-                parameters.text(attempt.outcome.rawValue)
-                parameters.int64(attempt.httpStatus.map(Int64.init))
-                parameters.int64(attempt.finishedAt)
-                // The body as it came: it was parsed above, so it is UTF-8.
-                parameters.text(utf8: body)
-                parameters.int64(attempt.durationMs)
-            }
-            inserted += db.changesCount
         }
         // Past the retention, and beyond the row bound (the oldest recorded first): a bounded number a batch,
         // so lowering either never makes one transaction delete millions of rows.
@@ -161,7 +193,7 @@ public final class DeliveryLog: Sendable {
         try db.cachedStatement(
             sql: "DELETE FROM delivery_resend WHERE rowid IN (SELECT rowid FROM delivery_resend WHERE requested_at < ? ORDER BY requested_at LIMIT ?)"
         ).execute(arguments: [now - retention, Self.pruneBatch])
-        return (inserted, invalid)
+        return inserted
     }
 
     /// Which attempts a query wants; every member narrows (nil: any).
@@ -254,25 +286,20 @@ extension [UInt8] {
 
 /// The delivery log as a deliverer in the backend's process writes it (`DeliveryLogRecorder`): each batch of
 /// attempts and endpoint states in one transaction, counted as `EventRecorder` counts those it reads from
-/// the topic. The deliverer serializes what it hands over, so none is ever invalid; one would be counted
-/// and logged all the same.
+/// the topic.
 public struct InProcessDeliveryLog: DeliveryLogRecorder {
     private let log: DeliveryLog
-    private let logger: Logger
     private let recorded: Counter
-    private let invalid: Counter
 
-    public init(log: DeliveryLog, logger: Logger, metrics: any MetricsFactory) {
+    public init(log: DeliveryLog, metrics: any MetricsFactory) {
         self.log = log
-        self.logger = logger
         recorded = Counter(label: "relay_delivery_log_recorded_total", dimensions: [], factory: metrics)
-        invalid = Counter(label: "relay_delivery_log_invalid_total", dimensions: [], factory: metrics)
     }
 
-    public func recordFromDeliverer(_ values: [[UInt8]]) async throws(DeliveryLogWriteError) {
-        let result: (inserted: Int, invalid: [Int])
+    public func recordFromDeliverer(_ entries: [DeliveryLogEntry]) async throws(DeliveryLogWriteError) {
+        let inserted: Int
         do {
-            result = try await log.record(values)
+            inserted = try await log.record(entries)
         } catch let error as DatabaseError {
             // Busy, locked, out of space or failing I/O may pass; anything else (read-only, corrupt) will not.
             let passing: [ResultCode] = [.SQLITE_BUSY, .SQLITE_LOCKED, .SQLITE_FULL, .SQLITE_IOERR, .SQLITE_NOMEM, .SQLITE_PROTOCOL, .SQLITE_INTERRUPT]
@@ -280,10 +307,6 @@ public struct InProcessDeliveryLog: DeliveryLogRecorder {
         } catch {
             throw DeliveryLogWriteError(reason: "\(error)", isRetriable: true)
         }
-        recorded.increment(by: result.inserted)
-        if !result.invalid.isEmpty {
-            invalid.increment(by: result.invalid.count)
-            logger.warning("a delivery log record from the deliverer is not an attempt; not recorded", metadata: ["records": "\(result.invalid.count)"])
-        }
+        recorded.increment(by: inserted)
     }
 }

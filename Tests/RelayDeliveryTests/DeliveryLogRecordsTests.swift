@@ -37,11 +37,11 @@ import Testing
     }
 
     /// The delivery log in the deliverer's process (the local backend's): its first `failing` batches fail
-    /// (the disk), then it keeps every value it is handed.
+    /// (the disk), then it keeps every entry it is handed.
     final class FailingThenRecordingLog: DeliveryLogRecorder {
         let failing: Int
         let calls = Atomic<Int>(0)
-        let values = LockedBox<[[UInt8]]>([])
+        let entries = LockedBox<[DeliveryLogEntry]>([])
 
         /// Batches holding a `retrying` attempt, refused for good (a read-only database) when `refuseRetrying`.
         let refuseRetrying: Bool
@@ -52,17 +52,17 @@ import Testing
             self.refuseRetrying = refuseRetrying
         }
 
-        func recordFromDeliverer(_ values: [[UInt8]]) async throws(DeliveryLogWriteError) {
+        func recordFromDeliverer(_ entries: [DeliveryLogEntry]) async throws(DeliveryLogWriteError) {
             let call = calls.add(1, ordering: .relaxed).newValue
             if call <= failing { throw DeliveryLogWriteError(reason: "disk I/O error", isRetriable: true) }
-            if refuseRetrying, values.contains(where: { (try? JSON.parse($0))?["outcome"] == "retrying" }) {
+            if refuseRetrying, entries.contains(where: { if case .attempt(let attempt) = $0 { attempt.outcome == .retrying } else { false } }) {
                 refused.add(1, ordering: .relaxed)
                 throw DeliveryLogWriteError(reason: "attempt to write a readonly database", isRetriable: false)
             }
-            self.values.withLock { $0.append(contentsOf: values) }
+            self.entries.withLock { $0.append(contentsOf: entries) }
         }
 
-        var attempts: [DeliveryAttempt] { values.withLock { $0 }.compactMap { try? JSON.parse($0) }.compactMap(DeliveryAttempt.init(json:)) }
+        var attempts: [DeliveryAttempt] { entries.withLock { $0 }.compactMap { if case .attempt(let attempt) = $0 { attempt } else { nil } } }
     }
 
     @Test func withTheDeliveryLogInItsProcessTheAttemptsSkipTheTopicAndAFailedBatchIsWrittenAgain() async throws {
@@ -83,7 +83,7 @@ import Testing
         // The batch that failed was written again, not dropped: each attempt once, the endpoint's state too.
         #expect(log.calls.load(ordering: .relaxed) >= 2)
         #expect(Set(logged.map(\.attempt)).count == logged.count)
-        #expect(log.values.withLock { $0 }.contains { (try? JSON.parse($0))?["kind"]?.stringValue == "endpointStatus" })
+        #expect(log.entries.withLock { $0 }.contains { if case .status(let status) = $0 { status.endpoint == "hooks" } else { false } })
         task.cancel()
         _ = try? await task.value
         // Nothing went to the topic: a record appended after the deliverer stopped is the first the topic holds.

@@ -78,6 +78,23 @@ import Testing
     }
 
     /// A delivery dead-lettered unsent after attempt 2 failed (its endpoint disabled meanwhile): two rows.
+    /// A deliverer in this process hands its entries over as values: stored as the topic's body would have
+    /// been, the same row as that body recorded from the topic, and the endpoint's state kept.
+    @Test func entriesHandedOverAreStoredAsTheirTopicBodiesWouldBe() async throws {
+        let log = DeliveryLog(database: try Self.database(), clock: { 10_000 })
+        let attempt = DeliveryAttempt(
+            app: "demo", endpoint: "hooks", eventId: "apple:n1:renewal", eventType: "renewal", subject: "sub", attempt: 1, outcome: .retrying,
+            httpStatus: 503, durationMs: 12, error: "HTTP 503", startedAt: 8_988, finishedAt: 9_000, nextAttemptAt: 9_500)
+        let status = EndpointStatus(endpoint: "hooks", app: "demo", circuitOpen: true, disabled: false, pausedUntil: nil, at: 9_001)
+        #expect(try await log.record([.attempt(attempt), .status(status)]) == 1)
+        // The same attempt from the topic (a deliverer elsewhere, or a restart's repeat) is the same row.
+        #expect(try await log.record([attempt.serialized()]).inserted == 0)
+        let page = try await log.page(DeliveryLog.Filter(), before: nil, limit: 10)
+        #expect(page.attempts == [attempt.json])
+        #expect(page.attempts.first.flatMap(DeliveryAttempt.init(json:)) == attempt)
+        #expect(try await log.health(endpoint: "hooks", now: 10_000).status == status)
+    }
+
     @Test func anUnsentDeadLetterAfterAFailedAttemptIsItsOwnRow() async throws {
         let log = DeliveryLog(database: try Self.database(), clock: { 10_000 })
         _ = try await log.record([Self.attempt("e", attempt: 2, outcome: .retrying, at: 5_000), Self.attempt("e", attempt: 2, outcome: .dead, at: 6_000)])

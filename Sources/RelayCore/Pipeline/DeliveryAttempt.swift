@@ -126,13 +126,19 @@ public struct DeliveryAttempt: Sendable, Equatable {
     }
 }
 
+/// One record of the delivery log as the deliverer makes it: an attempt, or an endpoint's state.
+public enum DeliveryLogEntry: Sendable, Equatable {
+    case attempt(DeliveryAttempt)
+    case status(EndpointStatus)
+}
+
 /// The delivery log in the deliverer's own process (the local backend's, when one process runs both roles): it
 /// records the deliverer's attempts and endpoint states itself, so they skip `topics.attempts` (appended,
-/// read back by the backend's recorder, parsed again). The values are the records' bodies as the topic
-/// would carry them.
+/// read back by the backend's recorder, parsed again). They are handed over as values, not as the topic's
+/// bytes: nothing is serialized to be parsed again in the same process.
 public protocol DeliveryLogRecorder: Sendable {
-    /// Records `values` (attempts and endpoint states) in one transaction; throws when it could not.
-    func recordFromDeliverer(_ values: [[UInt8]]) async throws(DeliveryLogWriteError)
+    /// Records `entries` in one transaction; throws when it could not.
+    func recordFromDeliverer(_ entries: [DeliveryLogEntry]) async throws(DeliveryLogWriteError)
 }
 
 /// Why the delivery log in the deliverer's process did not record a batch.
