@@ -77,10 +77,7 @@ extension DeliveryLog {
             }
             let backlog = try Row.fetchAll(
                 db,
-                sql: """
-                    SELECT outcome, COUNT(*) AS n FROM (SELECT outcome, MAX(seq) FROM delivery_attempt WHERE endpoint = ? GROUP BY event_id)
-                    GROUP BY outcome
-                    """,
+                sql: Self.backlogQuery,
                 arguments: [endpoint])
             for row in backlog {
                 let count: Int = row["n"]
@@ -138,24 +135,7 @@ extension DeliveryLog {
             var claim = Claim()
             let rows = try Row.fetchAll(
                 db,
-                sql: """
-                    WITH failed AS (
-                        SELECT DISTINCT event_id FROM delivery_attempt
-                        WHERE endpoint = ?1 AND finished_at >= ?2 AND finished_at < ?3 AND outcome IN ('retrying', 'dead')
-                    )
-                    SELECT d.seq, d.body, d.app, EXISTS (SELECT 1 FROM delivery_resend r WHERE r.failure_id = d.id) AS resent
-                    FROM failed f JOIN delivery_attempt d
-                        ON d.seq = (SELECT MAX(seq) FROM delivery_attempt x WHERE x.endpoint = ?1 AND x.event_id = f.event_id)
-                    WHERE d.outcome IN ('retrying', 'dead') AND d.finished_at >= ?2 AND d.finished_at < ?3
-                        AND NOT EXISTS (
-                            SELECT 1 FROM delivery_attempt s
-                            WHERE s.endpoint = ?1 AND s.event_id = f.event_id AND s.outcome = 'succeeded'
-                                AND s.seq > (
-                                    SELECT MIN(seq) FROM delivery_attempt m
-                                    WHERE m.endpoint = ?1 AND m.event_id = f.event_id AND m.finished_at >= ?2 AND m.finished_at < ?3
-                                        AND m.outcome IN ('retrying', 'dead')))
-                    ORDER BY d.seq
-                    """,
+                sql: Self.claimQuery,
                 arguments: [endpoint, since, until])
             for row in rows {
                 if row["resent"] as Bool {
@@ -200,5 +180,54 @@ extension DeliveryLog {
         try db.execute(
             sql: "INSERT INTO delivery_resend (failure_id, requested_at, replayed_from) VALUES (?, ?, ?)",
             arguments: [recorded.attempt.id, now, replayedFrom])
+    }
+
+    /// The events whose latest attempt to endpoint `?1` failed, by that attempt's outcome: each event with a
+    /// failure (read by endpoint and outcome), its latest attempt found through the ids' index
+    /// (`eventAttempts`), not by reading the endpoint's every attempt.
+    static let backlogQuery = """
+        WITH failing AS (
+            SELECT DISTINCT event_id FROM delivery_attempt WHERE endpoint = ?1 AND outcome IN ('retrying', 'throttled', 'dead')
+        )
+        SELECT d.outcome, COUNT(*) AS n FROM failing f JOIN delivery_attempt d
+            ON d.seq = (
+                SELECT MAX(x.seq) FROM delivery_attempt x INDEXED BY \(DeliveryLog.idIndex)
+                WHERE \(DeliveryLog.eventAttempts("x", endpoint: "?1", event: "f.event_id")))
+        GROUP BY d.outcome
+        """
+
+    /// `claimFailures`' candidates of endpoint `?1` in `[?2, ?3)`: each event that failed there in the range
+    /// (by endpoint and time), its latest attempt, whether that one was re-sent before, and whether the
+    /// event succeeded after its first failure in the range, the event's attempts read through the ids' index.
+    static let claimQuery = """
+        WITH failed AS (
+            SELECT DISTINCT event_id FROM delivery_attempt
+            WHERE endpoint = ?1 AND finished_at >= ?2 AND finished_at < ?3 AND outcome IN ('retrying', 'dead')
+        )
+        SELECT d.seq, d.body, d.app, EXISTS (SELECT 1 FROM delivery_resend r WHERE r.failure_id = d.id) AS resent
+        FROM failed f JOIN delivery_attempt d
+            ON d.seq = (
+                SELECT MAX(x.seq) FROM delivery_attempt x INDEXED BY \(DeliveryLog.idIndex)
+                WHERE \(DeliveryLog.eventAttempts("x", endpoint: "?1", event: "f.event_id")))
+        WHERE d.outcome IN ('retrying', 'dead') AND d.finished_at >= ?2 AND d.finished_at < ?3
+            AND NOT EXISTS (
+                SELECT 1 FROM delivery_attempt s INDEXED BY \(DeliveryLog.idIndex)
+                WHERE \(DeliveryLog.eventAttempts("s", endpoint: "?1", event: "f.event_id")) AND s.outcome = 'succeeded'
+                    AND s.seq > (
+                        SELECT MIN(m.seq) FROM delivery_attempt m INDEXED BY \(DeliveryLog.idIndex)
+                        WHERE \(DeliveryLog.eventAttempts("m", endpoint: "?1", event: "f.event_id"))
+                            AND m.finished_at >= ?2 AND m.finished_at < ?3 AND m.outcome IN ('retrying', 'dead')))
+        ORDER BY d.seq
+        """
+
+    /// SQLite's plans for the health's backlog and for a recover's claim, one line a step (the tests hold
+    /// them to indexes).
+    package func healthPlans() async throws -> (backlog: [String], claim: [String]) {
+        try await pool.read { db in
+            func plan(_ sql: String, _ arguments: StatementArguments) throws -> [String] {
+                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
+            }
+            return (try plan(Self.backlogQuery, ["hooks"]), try plan(Self.claimQuery, ["hooks", 0, 1]))
+        }
     }
 }

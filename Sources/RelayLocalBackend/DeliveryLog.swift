@@ -63,7 +63,7 @@ public final class DeliveryLog: Sendable {
                 ALTER TABLE delivery_attempt ADD COLUMN duration_ms INTEGER;
                 UPDATE delivery_attempt SET duration_ms = json_extract(body, '$.durationMs');
                 CREATE INDEX delivery_attempt_by_endpoint_time ON delivery_attempt (endpoint, finished_at);
-                -- Named by the deliveries route's query (INDEXED BY, pageQuery): a rename must change it too.
+                -- Dropped again by the events file's migration e3 (dropEndpointEventIndex).
                 CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome);
                 CREATE INDEX delivery_attempt_by_endpoint_outcome ON delivery_attempt (endpoint, outcome, seq);
                 CREATE TABLE endpoint_status (
@@ -85,10 +85,32 @@ public final class DeliveryLog: Sendable {
 
     /// Drops the index of attempts by event alone: each attempt recorded changed a page of it at a random place
     /// (its key is the event's id), about 3% of the relay's CPU at saturation (docs/benchmarks.md). An event's
-    /// attempts are found by endpoint and event (`delivery_attempt_by_endpoint_event`), the endpoints
-    /// enumerated when a query names none (`page`).
+    /// attempts were then found by endpoint and event, the endpoints enumerated when a query names none.
     static func dropEventIndex(_ db: Database) throws {
         try db.execute(sql: "DROP INDEX IF EXISTS delivery_attempt_by_event")
+    }
+
+    /// Drops the index of attempts by endpoint and event, the other one recording changed at a random place:
+    /// the ids' index serves what it did (`eventAttempts`), the attempts' ids being unique anyway.
+    static func dropEndpointEventIndex(_ db: Database) throws {
+        try db.execute(sql: "DROP INDEX IF EXISTS delivery_attempt_by_endpoint_event")
+    }
+
+    /// The index SQLite keeps for the attempts' unique ids (the table's first `UNIQUE`), named by the queries
+    /// that read an event's attempts through it.
+    static let idIndex = "sqlite_autoindex_delivery_attempt_1"
+
+    /// The condition that `alias`'s row is an attempt of `endpoint` for `event` (SQL expressions), written so
+    /// that SQLite reads it as a range of the ids' index: an attempt's id starts with `endpoint:event:`
+    /// (`DeliveryAttempt.id`), and every id from that prefix up to the next one after `:` (`;`) starts with it.
+    /// A name holding a colon can put another endpoint's or event's attempts in the range, so the columns
+    /// are compared too. The table must be read `INDEXED BY` `idIndex`: by its own estimates SQLite would
+    /// rather read the endpoint's every attempt.
+    static func eventAttempts(_ alias: String, endpoint: String, event: String) -> String {
+        """
+        \(alias).id >= \(endpoint) || ':' || \(event) || ':' AND \(alias).id < \(endpoint) || ':' || \(event) || ';' \
+        AND \(alias).endpoint = \(endpoint) AND \(alias).event_id = \(event)
+        """
     }
 
     /// Records `attempts` (a repeat of one is the same row), then removes what is past the retention or the
@@ -232,8 +254,11 @@ public final class DeliveryLog: Sendable {
     }
 
     /// The statement of one page and its arguments: the filter's clauses, newest first, one more row than
-    /// `limit` (to know whether a next page exists), and for an event's or a user's attempts the index by
-    /// endpoint and event, named.
+    /// `limit` (to know whether a next page exists). An event's attempts, or a user's events', are read as
+    /// ranges of the ids' index (`eventAttempts`), one for each endpoint recorded when the filter names none
+    /// and for each of the user's events: they are a few rows a range, so those ranges are what to read
+    /// whatever else the filter says (SQLite, which knows nothing of the rows' spread, would read the app's or
+    /// the outcome's every attempt in recorded order instead). `CROSS JOIN` keeps that order of reading.
     private static func pageQuery(_ filter: Filter, before cursor: Int64?, limit: Int) -> (String, StatementArguments) {
         var clauses = ["1 = 1"]
         var arguments: StatementArguments = []
@@ -241,32 +266,49 @@ public final class DeliveryLog: Sendable {
             clauses.append(clause)
             arguments += [value]
         }
-        if let cursor { add("seq < ?", cursor) }
+        var prefix = ""
+        var from = "delivery_attempt d"
+        if filter.eventId != nil || filter.appUserId != nil {
+            var sources: [String] = []
+            var named: StatementArguments = []
+            let endpoint: String
+            if let name = filter.endpoint {
+                endpoint = "?"
+                named += [name]
+            } else {
+                prefix = recordedEndpoints + " "
+                sources.append("endpoints")
+                clauses.append("endpoints.name IS NOT NULL")
+                endpoint = "endpoints.name"
+            }
+            let event: String
+            if let eventId = filter.eventId {
+                event = "?"
+                named += [eventId]
+            } else {
+                sources.append("event v INDEXED BY event_by_user")
+                event = "v.id"
+            }
+            sources.append("delivery_attempt d INDEXED BY \(idIndex)")
+            from = sources.joined(separator: " CROSS JOIN ")
+            // The range's `?` are the endpoint's and the event's, in each bound and in the columns' comparison.
+            clauses.append(eventAttempts("d", endpoint: endpoint, event: event))
+            for _ in 0..<3 { arguments += named }
+            if filter.eventId == nil, let user = filter.appUserId { add("v.app_user_id = ?", user) }
+        }
+        if let cursor { add("d.seq < ?", cursor) }
         if let apps = filter.apps {
-            clauses.append(apps.isEmpty ? "0 = 1" : "app IN (\(apps.map { _ in "?" }.joined(separator: ", ")))")
+            clauses.append(apps.isEmpty ? "0 = 1" : "d.app IN (\(apps.map { _ in "?" }.joined(separator: ", ")))")
             arguments += StatementArguments(apps.sorted())
         }
-        if let app = filter.app { add("app = ?", app) }
-        if let endpoint = filter.endpoint { add("endpoint = ?", endpoint) }
-        if let eventId = filter.eventId { add("event_id = ?", eventId) }
-        if let user = filter.appUserId { add("event_id IN (SELECT id FROM event WHERE app_user_id = ?)", user) }
-        if let outcome = filter.outcome { add("outcome = ?", outcome.rawValue) }
-        if let since = filter.since { add("finished_at >= ?", since) }
-        if let until = filter.until { add("finished_at < ?", until) }
-        // An event's attempts (or a user's events') are found by endpoint and event, through each endpoint
-        // recorded when the filter names none (`dropEventIndex`). They are a few rows an endpoint, so that index
-        // is the one to read whatever else the filter says; SQLite, which knows nothing of the rows' spread,
-        // would read the app's or the outcome's every attempt in recorded order instead.
-        var prefix = ""
-        var table = "delivery_attempt"
-        if filter.eventId != nil || filter.appUserId != nil {
-            table += " INDEXED BY delivery_attempt_by_endpoint_event"
-            if filter.endpoint == nil {
-                prefix = recordedEndpoints + " "
-                clauses.append("endpoint IN (SELECT name FROM endpoints WHERE name IS NOT NULL)")
-            }
-        }
-        let sql = prefix + "SELECT seq, body FROM \(table) WHERE \(clauses.joined(separator: " AND ")) ORDER BY seq DESC LIMIT ?"
+        if let app = filter.app { add("d.app = ?", app) }
+        if let endpoint = filter.endpoint { add("d.endpoint = ?", endpoint) }
+        if let eventId = filter.eventId { add("d.event_id = ?", eventId) }
+        if let user = filter.appUserId, filter.eventId != nil { add("d.event_id IN (SELECT id FROM event WHERE app_user_id = ?)", user) }
+        if let outcome = filter.outcome { add("d.outcome = ?", outcome.rawValue) }
+        if let since = filter.since { add("d.finished_at >= ?", since) }
+        if let until = filter.until { add("d.finished_at < ?", until) }
+        let sql = prefix + "SELECT d.seq, d.body FROM \(from) WHERE \(clauses.joined(separator: " AND ")) ORDER BY d.seq DESC LIMIT ?"
         return (sql, arguments + [limit + 1])
     }
 

@@ -14,6 +14,9 @@ extension SubscriptionDatabase {
         migrator.registerMigration("e2: an event's attempts found through their endpoint") { db in
             try DeliveryLog.dropEventIndex(db)
         }
+        migrator.registerMigration("e3: an event's attempts found through their ids") { db in
+            try DeliveryLog.dropEndpointEventIndex(db)
+        }
         return migrator
     }
 

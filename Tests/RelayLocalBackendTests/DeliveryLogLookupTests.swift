@@ -48,6 +48,9 @@ import Testing
             ("stripe:n3:renewal", "zz", "web", 4_000), ("apple:n1:renewal", "zz", "demo", 5_000), ("apple:n2:renewal", "a", "demo", 6_000),
         ]
         _ = try await log.record(attempts.map { event, endpoint, app, at in DeliveryLogTests.attempt(event, endpoint: endpoint, app: app, at: at) })
+        // Its id starts as the attempts' of apple:n1:renewal at b:c do ("b:c:apple:n1:renewal:"): the same range
+        // of ids, another endpoint and event. (Its first attempt's id would be theirs, and be recorded as theirs.)
+        _ = try await log.record([DeliveryLogTests.attempt("c:apple:n1:renewal", attempt: 2, endpoint: "b", at: 7_000)])
         func found(_ configure: (inout DeliveryLog.Filter) -> Void) async throws -> [String] {
             var filter = DeliveryLog.Filter()
             configure(&filter)
@@ -57,6 +60,7 @@ import Testing
         }
         #expect(try await found { $0.eventId = "apple:n1:renewal" } == ["apple:n1:renewal@zz", "apple:n1:renewal@b:c", "apple:n1:renewal@a"])
         #expect(try await found { $0.eventId = "apple:n1:renewal"; $0.endpoint = "b:c" } == ["apple:n1:renewal@b:c"])
+        #expect(try await found { $0.eventId = "c:apple:n1:renewal" } == ["c:apple:n1:renewal@b"])
         #expect(try await found { $0.eventId = "apple:n2:renewal"; $0.outcome = .succeeded } == ["apple:n2:renewal@a", "apple:n2:renewal@b"])
         #expect(try await found { $0.appUserId = "user-1" } == [
             "apple:n1:renewal@zz", "stripe:n3:renewal@zz", "apple:n1:renewal@b:c", "apple:n1:renewal@a",
@@ -156,33 +160,77 @@ import Testing
             }
         }
         let plan = try await DeliveryLog(database: try SubscriptionDatabase(path: path)).pagePlan(filter)
-        #expect(plan.contains { $0.contains("delivery_attempt_by_endpoint_event") }, "\(plan)")
-        #expect(!plan.contains { $0.hasPrefix("SCAN delivery_attempt") }, "\(plan)")
+        #expect(plan.contains { $0.hasPrefix("SEARCH d USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plan)")
+        #expect(!plan.contains { $0.hasPrefix("SCAN d") || $0.hasPrefix("SCAN v") || $0.hasPrefix("SCAN event") }, "\(plan)")
     }
 
-    /// A file from before (with the index by event) loses it when opened; a new one never has it.
-    @Test func theIndexByEventAloneIsDroppedFromAFileThatHasIt() async throws {
+    /// An endpoint's backlog and a recover's claim read each failed event's attempts at that endpoint alone,
+    /// though another endpoint's attempts share the range of ids they read ("a:b:x:" is both event "b:x" at "a"
+    /// and event "x" at "a:b").
+    @Test func theBacklogAndARecoverTellEndpointsWithColonsApart() async throws {
         let path = Self.path()
         defer { Self.remove(path) }
-        do {
-            _ = try SubscriptionDatabase(path: path)
+        let log = DeliveryLog(database: try SubscriptionDatabase(path: path), clock: { 10_000 })
+        func attempt(_ event: String, _ endpoint: String, _ outcome: DeliveryAttempt.Outcome, at: Int64) -> [UInt8] {
+            DeliveryLogTests.attempt(event, outcome: outcome, endpoint: endpoint, at: at)
         }
-        #expect(try !Self.indexes(path).contains("delivery_attempt_by_event"))
-        #expect(try Self.indexes(path).contains("delivery_attempt_by_endpoint_event"))
-        // As the previous version left it: the index, and no record of the migration that drops it.
+        _ = try await log.record([
+            attempt("b:x", "a", .dead, at: 1_000), attempt("x", "a:b", .succeeded, at: 2_000),
+            attempt("y", "a", .retrying, at: 3_000), attempt("y", "a", .succeeded, at: 4_000),
+            attempt("z", "a:b", .retrying, at: 5_000), attempt("b:z", "a", .succeeded, at: 6_000),
+        ])
+        let health = try await log.health(endpoint: "a", now: 10_000)
+        #expect((health.dead, health.retrying, health.throttled) == (1, 0, 0))
+        let other = try await log.health(endpoint: "a:b", now: 10_000)
+        #expect((other.dead, other.retrying, other.throttled) == (0, 1, 0))
+        let claim = try await log.claimFailures(endpoint: "a", since: 0, until: 10_000, limit: 10, now: 10_000)
+        #expect(claim.claimed.map(\.attempt.eventId) == ["b:x"])
+        let claimed = try await log.claimFailures(endpoint: "a:b", since: 0, until: 10_000, limit: 10, now: 10_000)
+        #expect(claimed.claimed.map(\.attempt.eventId) == ["z"])
+    }
+
+    /// The backlog and a recover's claim read an event's attempts as ranges of the ids' index, and the
+    /// endpoint's attempts by an index, never the table in recorded order.
+    @Test func theBacklogAndARecoverReadIndexes() async throws {
+        let path = Self.path()
+        defer { Self.remove(path) }
+        let plans = try await DeliveryLog(database: try SubscriptionDatabase(path: path)).healthPlans()
+        for plan in [plans.backlog, plans.claim] {
+            #expect(plan.contains { $0.hasPrefix("SEARCH x USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plan)")
+            #expect(!plan.contains { $0.hasPrefix("SCAN") && !$0.hasPrefix("SCAN f") }, "\(plan)")
+        }
+        #expect(plans.claim.contains { $0.hasPrefix("SEARCH s USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plans.claim)")
+        #expect(plans.claim.contains { $0.hasPrefix("SEARCH m USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plans.claim)")
+    }
+
+    /// A file from before (with the index by event, or by endpoint and event) loses them when opened, the
+    /// attempts it holds found as before; a new one never has them.
+    @Test(arguments: [["e2", "e3"], ["e3"]])
+    func theIndexesByEventAreDroppedFromAFileThatHasThem(_ unapplied: [String]) async throws {
+        let path = Self.path()
+        defer { Self.remove(path) }
+        let dropped: Set = ["delivery_attempt_by_event", "delivery_attempt_by_endpoint_event"]
+        do {
+            let log = DeliveryLog(database: try SubscriptionDatabase(path: path), clock: { 10_000 })
+            _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", at: 1_000)])
+        }
+        #expect(try Self.indexes(path).isDisjoint(with: dropped))
+        #expect(try Self.indexes(path).contains("sqlite_autoindex_delivery_attempt_1"))
+        // As the previous version left it: the indexes it had, and no record of the migrations that drop them.
         let queue = try Self.events(path)
         try await queue.write { db in
-            try db.execute(sql: "CREATE INDEX delivery_attempt_by_event ON delivery_attempt (event_id, seq)")
-            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'e2:%'")
+            if unapplied.contains("e2") { try db.execute(sql: "CREATE INDEX delivery_attempt_by_event ON delivery_attempt (event_id, seq)") }
+            try db.execute(sql: "CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome)")
+            for migration in unapplied { try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE ?", arguments: ["\(migration):%"]) }
         }
         try queue.close()
-        #expect(try Self.indexes(path).contains("delivery_attempt_by_event"))
+        #expect(try Self.indexes(path).contains("delivery_attempt_by_endpoint_event"))
         let database = try SubscriptionDatabase(path: path)
-        #expect(try !Self.indexes(path).contains("delivery_attempt_by_event"))
+        #expect(try Self.indexes(path).isDisjoint(with: dropped))
         let log = DeliveryLog(database: database, clock: { 10_000 })
-        _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", at: 1_000)])
+        _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", endpoint: "other", at: 2_000)])
         var filter = DeliveryLog.Filter()
         filter.eventId = "apple:n1:renewal"
-        #expect(try await log.page(filter, before: nil, limit: 10).attempts.count == 1)
+        #expect(try await log.page(filter, before: nil, limit: 10).attempts.compactMap { $0["endpoint"]?.stringValue } == ["other", "hooks"])
     }
 }
