@@ -57,6 +57,24 @@ public final class EventStore: Sendable {
         try db.execute(sql: "CREATE INDEX event_by_app ON event (app, seq)")
     }
 
+    /// Replaces the index by notification, which each event recorded wrote at a random place (its key is the
+    /// notification's id), with one of the few events whose id does not say their notification
+    /// (`notificationElsewhere`): the others are found through the ids' index (`EventFilter.notificationId`).
+    static func narrowNotificationIndex(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE INDEX event_by_notification_elsewhere ON event (notification_id, seq) WHERE \(notificationElsewhere);
+                DROP INDEX event_by_notification;
+                """)
+    }
+
+    /// An event of a notification whose id does not start with its store and the notification's id. A
+    /// notification's events are named `apple:<notificationUUID>:renewal`, so this is a Paddle adjustment
+    /// (named by the adjustment), a Google full refund (by the order), or a test's. The text of the
+    /// partial index's condition: a query reads the index only with these same words in its own.
+    package static let notificationElsewhere =
+        "notification_id IS NOT NULL AND substr(id, 1, length(store) + length(notification_id) + 2) IS NOT store || ':' || notification_id || ':'"
+
     /// One event to record: its payload's bytes as delivered, the app key it belongs to, and whether
     /// it came from an import of the store's history rather than a live notification.
     public struct Entry: Sendable {
@@ -356,7 +374,17 @@ public struct EventFilter: Sendable, Equatable {
         if let since { add("ts >= ?", since) }
         if let until { add("ts < ?", until) }
         if let historical { add("historical = ?", historical) }
-        if let notificationId { add("notification_id = ?", notificationId) }
+        if let notificationId {
+            // A notification's events: the range of the ids' index that starts `<store>:<notification>:`, for
+            // each store, and those named otherwise (`EventStore.notificationElsewhere`). The column's
+            // comparison keeps a notification whose id starts as this one's and goes on with a colon out.
+            add("notification_id = ?", notificationId)
+            let ranges = Store.allCases.map { _ in "SELECT seq FROM event INDEXED BY sqlite_autoindex_event_1 WHERE id >= ? AND id < ?" }
+            let elsewhere = "SELECT seq FROM event INDEXED BY event_by_notification_elsewhere WHERE notification_id = ? AND \(EventStore.notificationElsewhere)"
+            clauses.append("seq IN (\((ranges + [elsewhere]).joined(separator: " UNION ALL ")))")
+            for store in Store.allCases { arguments += ["\(store.rawValue):\(notificationId):", "\(store.rawValue):\(notificationId);"] }
+            arguments += [notificationId]
+        }
         return (clauses.joined(separator: " AND "), arguments)
     }
 }

@@ -17,6 +17,9 @@ extension SubscriptionDatabase {
         migrator.registerMigration("e3: an event's attempts found through their ids") { db in
             try DeliveryLog.dropEndpointEventIndex(db)
         }
+        migrator.registerMigration("e4: a notification's events found through their ids") { db in
+            try EventStore.narrowNotificationIndex(db)
+        }
         return migrator
     }
 

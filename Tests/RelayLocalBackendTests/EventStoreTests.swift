@@ -54,7 +54,7 @@ final class EventsBackend: Sendable {
 func testEvent(
     _ id: String, type: EventType = .renewal, store: Store = .apple, environment: String = "PRODUCTION", user: String? = "user-1",
     subject: String = "1000", product: String? = "com.example.pro.monthly", ts: Int64 = 1_767_225_600_000, price: Double? = 9.99,
-    proceeds: Double? = 8.49, currency: String? = "USD", local: Double? = nil, applicationId: Int = 7
+    proceeds: Double? = 8.49, currency: String? = "USD", local: Double? = nil, applicationId: Int = 7, notification: String?? = nil
 ) -> [UInt8] {
     let storeName = ["apple": "APP_STORE", "google": "PLAY_STORE", "stripe": "STRIPE", "paddle": "PADDLE"][store.rawValue]!
     let data = StoreEventData(
@@ -64,7 +64,7 @@ func testEvent(
         offerCode: nil, isFamilyShare: false, expirationAt: nil, transactionId: "t-\(id)", originalTransactionId: subject, originalAppUserId: user,
         store: storeName, purchasedAt: ts, productId: product, environment: environment, isTrialConversion: false, newProductId: nil,
         bundleId: nil, ts: ts, sdkEvents: [], entitlements: [], subscriptionStatus: SubscriptionStatus(entitlements: ["pro"]),
-        gracePeriodExpiresAt: nil, source: EventSource(store: store, notificationId: id, type: "DID_RENEW", subtype: nil))
+        gracePeriodExpiresAt: nil, source: EventSource(store: store, notificationId: notification ?? id, type: "DID_RENEW", subtype: nil))
     return WireCoding.encode(EventPayload(type: type, projectId: 1, applicationId: applicationId, timestamp: ts + 5, data: .store(data)))
 }
 
