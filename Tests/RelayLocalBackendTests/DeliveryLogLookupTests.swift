@@ -8,33 +8,9 @@ import Testing
 /// An event's attempts, and a user's, found without an index by event alone: through the index by endpoint
 /// and event, every endpoint recorded enumerated when the filter names none.
 @Suite struct DeliveryLogLookupTests {
-    static func path() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("delivery-lookup") + ".sqlite").path
-    }
-
-    static func remove(_ path: String) {
-        for file in [path, SubscriptionDatabase.eventsPath(forBackend: path)] {
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
-        }
-    }
-
-    /// A connection of its own to the events file, waiting while the relay's connections hold it.
-    static func events(_ path: String) throws -> DatabaseQueue {
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(10)
-        return try DatabaseQueue(path: SubscriptionDatabase.eventsPath(forBackend: path), configuration: configuration)
-    }
-
-    static func indexes(_ path: String) throws -> Set<String> {
-        let queue = try events(path)
-        return try queue.read { db in
-            Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'delivery_attempt'"))
-        }
-    }
-
     @Test func anEventsAndAUsersAttemptsAreFoundAtEveryEndpoint() async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(path) }
         let database = try SubscriptionDatabase(path: path)
         _ = try await EventStore(database: database).record([
             .init(app: "demo", body: testEvent("apple:n1:renewal", user: "user-1")),
@@ -75,7 +51,7 @@ import Testing
         #expect(try await log.page(filter, before: try #require(first.next), limit: 2).attempts.compactMap { $0["endpoint"]?.stringValue } == ["a"])
         // Every combination, paged two at a time, answers what the plain query answers (no endpoint list,
         // no index named, `NOT INDEXED`: SQLite reads the table itself).
-        let reference = try Self.events(path)
+        let reference = try EventsFile.open(path)
         for eventId in [nil, "apple:n1:renewal"] as [String?] {
             for user in [nil, "user-1"] as [String?] {
                 for apps in [nil, ["demo"], []] as [Set<String>?] {
@@ -101,8 +77,8 @@ import Testing
         }
         try reference.close()
         // An empty log has no endpoint to go through.
-        let emptyPath = Self.path()
-        defer { Self.remove(emptyPath) }
+        let emptyPath = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(emptyPath) }
         let empty = DeliveryLog(database: try SubscriptionDatabase(path: emptyPath), clock: { 10_000 })
         filter = DeliveryLog.Filter()
         filter.appUserId = "user-1"
@@ -143,8 +119,8 @@ import Testing
         ["appUserId", "endpoint", "outcome"],
     ])
     func anEventFilterReadsTheEndpointAndEventIndex(_ members: [String]) async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(path) }
         var filter = DeliveryLog.Filter()
         for member in members {
             switch member {
@@ -168,8 +144,8 @@ import Testing
     /// though another endpoint's attempts share the range of ids they read ("a:b:x:" is both event "b:x" at "a"
     /// and event "x" at "a:b").
     @Test func theBacklogAndARecoverTellEndpointsWithColonsApart() async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(path) }
         let log = DeliveryLog(database: try SubscriptionDatabase(path: path), clock: { 10_000 })
         func attempt(_ event: String, _ endpoint: String, _ outcome: DeliveryAttempt.Outcome, at: Int64) -> [UInt8] {
             DeliveryLogTests.attempt(event, outcome: outcome, endpoint: endpoint, at: at)
@@ -192,8 +168,8 @@ import Testing
     /// The backlog and a recover's claim read an event's attempts as ranges of the ids' index, and the
     /// endpoint's attempts by an index, never the table in recorded order.
     @Test func theBacklogAndARecoverReadIndexes() async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(path) }
         let plans = try await DeliveryLog(database: try SubscriptionDatabase(path: path)).healthPlans()
         for plan in [plans.backlog, plans.claim] {
             #expect(plan.contains { $0.hasPrefix("SEARCH x USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plan)")
@@ -207,26 +183,26 @@ import Testing
     /// attempts it holds found as before; a new one never has them.
     @Test(arguments: [["e2", "e3"], ["e3"]])
     func theIndexesByEventAreDroppedFromAFileThatHasThem(_ unapplied: [String]) async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(path) }
         let dropped: Set = ["delivery_attempt_by_event", "delivery_attempt_by_endpoint_event"]
         do {
             let log = DeliveryLog(database: try SubscriptionDatabase(path: path), clock: { 10_000 })
             _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", at: 1_000)])
         }
-        #expect(try Self.indexes(path).isDisjoint(with: dropped))
-        #expect(try Self.indexes(path).contains("sqlite_autoindex_delivery_attempt_1"))
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").isDisjoint(with: dropped))
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").contains("sqlite_autoindex_delivery_attempt_1"))
         // As the previous version left it: the indexes it had, and no record of the migrations that drop them.
-        let queue = try Self.events(path)
+        let queue = try EventsFile.open(path)
         try await queue.write { db in
             if unapplied.contains("e2") { try db.execute(sql: "CREATE INDEX delivery_attempt_by_event ON delivery_attempt (event_id, seq)") }
             try db.execute(sql: "CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome)")
             for migration in unapplied { try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE ?", arguments: ["\(migration):%"]) }
         }
         try queue.close()
-        #expect(try Self.indexes(path).contains("delivery_attempt_by_endpoint_event"))
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").contains("delivery_attempt_by_endpoint_event"))
         let database = try SubscriptionDatabase(path: path)
-        #expect(try Self.indexes(path).isDisjoint(with: dropped))
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").isDisjoint(with: dropped))
         let log = DeliveryLog(database: database, clock: { 10_000 })
         _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", endpoint: "other", at: 2_000)])
         var filter = DeliveryLog.Filter()

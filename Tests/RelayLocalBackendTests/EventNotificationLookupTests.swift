@@ -8,30 +8,6 @@ import Testing
 /// A notification's events found without an index by notification: through the ids' index, which holds them
 /// together (`apple:<notificationUUID>:renewal`), and a partial index of the events named otherwise.
 @Suite struct EventNotificationLookupTests {
-    static func path() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("event-notification") + ".sqlite").path
-    }
-
-    static func remove(_ path: String) {
-        for file in [path, SubscriptionDatabase.eventsPath(forBackend: path)] {
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
-        }
-    }
-
-    static func events(_ path: String) throws -> DatabaseQueue {
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(10)
-        return try DatabaseQueue(path: SubscriptionDatabase.eventsPath(forBackend: path), configuration: configuration)
-    }
-
-    static func indexes(_ path: String) throws -> Set<String> {
-        let queue = try events(path)
-        defer { try? queue.close() }
-        return try queue.read { db in
-            Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'event'"))
-        }
-    }
-
     /// Events as the worker names them, and the ones it names otherwise, one notification's id the start of
     /// another's.
     static let recorded: [EventStore.Entry] = [
@@ -63,7 +39,7 @@ import Testing
     /// Each notification's events, alone or with an app, paged one at a time, counted and summed, are the
     /// table's.
     static func expectAnswersAsTheTable(_ store: EventStore, _ path: String) async throws {
-        let reference = try Self.events(path)
+        let reference = try EventsFile.open(path)
         defer { try? reference.close() }
         for notification in notifications {
             for app in [nil, "web"] as [String?] {
@@ -83,8 +59,8 @@ import Testing
     }
 
     @Test func aNotificationsEventsAreFoundHoweverTheyAreNamed() async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("event-notification")
+        defer { EventsFile.remove(path) }
         let store = EventStore(database: try SubscriptionDatabase(path: path))
         _ = try await store.record(Self.recorded)
         func ids(_ notification: String) async throws -> [String] {
@@ -100,7 +76,7 @@ import Testing
         #expect(try await ids("n3") == ["apple:n3:renewal"])
         try await Self.expectAnswersAsTheTable(store, path)
         // Only the events named otherwise are in the partial index.
-        let queue = try Self.events(path)
+        let queue = try EventsFile.open(path)
         let named = try await queue.read { db in
             try String.fetchAll(db, sql: "SELECT id FROM event INDEXED BY event_by_notification_elsewhere WHERE \(EventStore.notificationElsewhere) ORDER BY seq")
         }
@@ -115,8 +91,8 @@ import Testing
         EventFilter(types: [.renewal], store: .apple, since: 1, notificationId: "n1"),
     ])
     func aNotificationsPageReadsTheIdsIndex(_ filter: EventFilter) async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("event-notification")
+        defer { EventsFile.remove(path) }
         let plan = try await EventStore(database: try SubscriptionDatabase(path: path)).pagePlan(filter)
         #expect(plan.filter { $0.hasPrefix("SEARCH event USING COVERING INDEX sqlite_autoindex_event_1 (id>? AND id<?)") }.count == Store.allCases.count, "\(plan)")
         #expect(plan.contains { $0.hasPrefix("SEARCH event USING INDEX event_by_notification_elsewhere (notification_id=?)") }, "\(plan)")
@@ -126,13 +102,13 @@ import Testing
     /// A file from before, with the index by notification and events named otherwise already recorded, gets
     /// the partial index built from them and loses the other.
     @Test func aFileFromBeforeGetsThePartialIndex() async throws {
-        let path = Self.path()
-        defer { Self.remove(path) }
+        let path = EventsFile.path("event-notification")
+        defer { EventsFile.remove(path) }
         do {
             _ = try SubscriptionDatabase(path: path)
         }
         // As the previous version left it: the index by notification, and no record of the migration.
-        let queue = try Self.events(path)
+        let queue = try EventsFile.open(path)
         try await queue.write { db in
             try db.execute(sql: "DROP INDEX event_by_notification_elsewhere")
             try db.execute(sql: "CREATE INDEX event_by_notification ON event (notification_id, seq)")
@@ -141,7 +117,7 @@ import Testing
         try queue.close()
         do {
             // Recorded by the previous version: what it writes, with the index it had.
-            let older = try Self.events(path)
+            let older = try EventsFile.open(path)
             try await older.write { db in
                 for entry in Self.recorded {
                     let data = try #require(try JSON.parse(entry.body)["data"])
@@ -158,10 +134,10 @@ import Testing
             }
             try older.close()
         }
-        #expect(try Self.indexes(path).contains("event_by_notification"))
+        #expect(try EventsFile.indexes(path, of: "event").contains("event_by_notification"))
         let store = EventStore(database: try SubscriptionDatabase(path: path))
-        #expect(try !Self.indexes(path).contains("event_by_notification"))
-        #expect(try Self.indexes(path).contains("event_by_notification_elsewhere"))
+        #expect(try !EventsFile.indexes(path, of: "event").contains("event_by_notification"))
+        #expect(try EventsFile.indexes(path, of: "event").contains("event_by_notification_elsewhere"))
         try await Self.expectAnswersAsTheTable(store, path)
     }
 }

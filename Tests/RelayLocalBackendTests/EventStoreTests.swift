@@ -76,12 +76,8 @@ func testEvent(
         EventFilter(appUserId: "user-1"), EventFilter(originalTransactionId: "sub-1"), EventFilter(notificationId: "n-1"),
     ])
     func aPageWalksAnIndexInRecordedOrder(_ filter: EventFilter) async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("events-plan") + ".sqlite").path
-        defer {
-            for file in [path, SubscriptionDatabase.eventsPath(forBackend: path)] {
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
-            }
-        }
+        let path = EventsFile.path("events-plan")
+        defer { EventsFile.remove(path) }
         let plan = try await EventStore(database: try SubscriptionDatabase(path: path)).pagePlan(filter)
         #expect(!plan.isEmpty)
         #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
