@@ -182,18 +182,18 @@ extension DeliveryLog {
             arguments: [recorded.attempt.id, now, replayedFrom])
     }
 
-    /// The events whose latest attempt to endpoint `?1` failed, by that attempt's outcome: each event with a
-    /// failure (read by endpoint and outcome), its latest attempt found through the ids' index
-    /// (`eventAttempts`), not by reading the endpoint's every attempt.
+    /// The events whose latest attempt to endpoint `?1` failed, by that attempt's outcome: each event's latest
+    /// failed attempt (read with its event from `endpointOutcomeIndex` alone), unless a later attempt of the
+    /// event (a success: the failures are all in the first read) is found in its range of the ids' index
+    /// (`eventAttempts`). Its cost follows the endpoint's failures kept, not its history.
     static let backlogQuery = """
-        WITH failing AS (
-            SELECT DISTINCT event_id FROM delivery_attempt WHERE endpoint = ?1 AND outcome IN ('retrying', 'throttled', 'dead')
-        )
-        SELECT d.outcome, COUNT(*) AS n FROM failing f JOIN delivery_attempt d
-            ON d.seq = (
-                SELECT MAX(x.seq) FROM delivery_attempt x INDEXED BY \(DeliveryLog.idIndex)
-                WHERE \(DeliveryLog.eventAttempts("x", endpoint: "?1", event: "f.event_id")))
-        GROUP BY d.outcome
+        SELECT outcome, COUNT(*) AS n FROM (
+            SELECT event_id, outcome, MAX(seq) AS latest FROM delivery_attempt INDEXED BY \(DeliveryLog.endpointOutcomeIndex)
+            WHERE endpoint = ?1 AND outcome IN ('retrying', 'throttled', 'dead') GROUP BY event_id) f
+        WHERE NOT EXISTS (
+            SELECT 1 FROM delivery_attempt s INDEXED BY \(DeliveryLog.idIndex)
+            WHERE \(DeliveryLog.eventAttempts("s", endpoint: "?1", event: "f.event_id")) AND s.seq > f.latest)
+        GROUP BY outcome
         """
 
     /// `claimFailures`' candidates of endpoint `?1` in `[?2, ?3)`: each event that failed there in the range

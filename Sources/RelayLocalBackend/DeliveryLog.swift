@@ -65,6 +65,7 @@ public final class DeliveryLog: Sendable {
                 CREATE INDEX delivery_attempt_by_endpoint_time ON delivery_attempt (endpoint, finished_at);
                 -- Dropped again by the events file's migration e3 (dropEndpointEventIndex).
                 CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome);
+                -- Replaced by the events file's migration e5 (coverEndpointOutcomeIndex).
                 CREATE INDEX delivery_attempt_by_endpoint_outcome ON delivery_attempt (endpoint, outcome, seq);
                 CREATE TABLE endpoint_status (
                     endpoint TEXT PRIMARY KEY,
@@ -96,21 +97,56 @@ public final class DeliveryLog: Sendable {
         try db.execute(sql: "DROP INDEX IF EXISTS delivery_attempt_by_endpoint_event")
     }
 
+    /// Replaces the index by endpoint, outcome and row with one that also holds the event (after the row, so that
+    /// it is still written in order): the health's backlog reads an endpoint's failed attempts and their events
+    /// from it alone (`backlogQuery`), not from each attempt's row.
+    static func coverEndpointOutcomeIndex(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE INDEX \(endpointOutcomeIndex) ON delivery_attempt (endpoint, outcome, seq, event_id);
+                DROP INDEX IF EXISTS delivery_attempt_by_endpoint_outcome;
+                """)
+    }
+
+    /// The index by endpoint, outcome, row and event, named by the backlog's query.
+    static let endpointOutcomeIndex = "delivery_attempt_by_endpoint_outcome_event"
+
     /// The index SQLite keeps for the attempts' unique ids (the table's first `UNIQUE`), named by the queries
     /// that read an event's attempts through it.
     static let idIndex = "sqlite_autoindex_delivery_attempt_1"
 
-    /// The condition that `alias`'s row is an attempt of `endpoint` for `event` (SQL expressions), written so
-    /// that SQLite reads it as a range of the ids' index: an attempt's id starts with `endpoint:event:`
-    /// (`DeliveryAttempt.id`), and every id from that prefix up to the next one after `:` (`;`) starts with it.
-    /// A name holding a colon can put another endpoint's or event's attempts in the range, so the columns
-    /// are compared too. The table must be read `INDEXED BY` `idIndex`: by its own estimates SQLite would
-    /// rather read the endpoint's every attempt.
+    /// An endpoint's or an event's name in `eventAttempts`: an SQL expression (`?1`, `f.event_id`), or a value
+    /// to bind.
+    enum Operand {
+        case sql(String)
+        case value(String)
+    }
+
+    /// The condition that `alias`'s row is an attempt of `endpoint` for `event`, and the values it binds in the
+    /// order of its `?`, written so that SQLite reads it as a range of the ids' index: an attempt's id starts
+    /// with `endpoint:event:` (`DeliveryAttempt.id`), and every id from that prefix up to the next one after
+    /// `:` (`;`, in SQLite's byte order) starts with it. A name holding a colon can put another endpoint's or
+    /// event's attempts in the range, so the columns are compared too. The table must be read `INDEXED BY`
+    /// `idIndex`: by its own estimates SQLite would rather read the endpoint's every attempt.
+    static func eventAttempts(_ alias: String, endpoint: Operand, event: Operand) -> (condition: String, arguments: StatementArguments) {
+        var arguments: StatementArguments = []
+        func operand(_ operand: Operand) -> String {
+            switch operand {
+            case .sql(let expression): return expression
+            case .value(let value):
+                arguments += [value]
+                return "?"
+            }
+        }
+        let from = "\(alias).id >= \(operand(endpoint)) || ':' || \(operand(event)) || ':'"
+        let upTo = "\(alias).id < \(operand(endpoint)) || ':' || \(operand(event)) || ';'"
+        let columns = "\(alias).endpoint = \(operand(endpoint)) AND \(alias).event_id = \(operand(event))"
+        return ("\(from) AND \(upTo) AND \(columns)", arguments)
+    }
+
+    /// `eventAttempts` of two SQL expressions, which bind nothing.
     static func eventAttempts(_ alias: String, endpoint: String, event: String) -> String {
-        """
-        \(alias).id >= \(endpoint) || ':' || \(event) || ':' AND \(alias).id < \(endpoint) || ':' || \(event) || ';' \
-        AND \(alias).endpoint = \(endpoint) AND \(alias).event_id = \(event)
-        """
+        eventAttempts(alias, endpoint: .sql(endpoint), event: .sql(event)).condition
     }
 
     /// Records `attempts` (a repeat of one is the same row), then removes what is past the retention or the
@@ -270,30 +306,27 @@ public final class DeliveryLog: Sendable {
         var from = "delivery_attempt d"
         if filter.eventId != nil || filter.appUserId != nil {
             var sources: [String] = []
-            var named: StatementArguments = []
-            let endpoint: String
+            let endpoint: Operand
             if let name = filter.endpoint {
-                endpoint = "?"
-                named += [name]
+                endpoint = .value(name)
             } else {
                 prefix = recordedEndpoints + " "
                 sources.append("endpoints")
                 clauses.append("endpoints.name IS NOT NULL")
-                endpoint = "endpoints.name"
+                endpoint = .sql("endpoints.name")
             }
-            let event: String
+            let event: Operand
             if let eventId = filter.eventId {
-                event = "?"
-                named += [eventId]
+                event = .value(eventId)
             } else {
                 sources.append("event v INDEXED BY event_by_user")
-                event = "v.id"
+                event = .sql("v.id")
             }
             sources.append("delivery_attempt d INDEXED BY \(idIndex)")
             from = sources.joined(separator: " CROSS JOIN ")
-            // The range's `?` are the endpoint's and the event's, in each bound and in the columns' comparison.
-            clauses.append(eventAttempts("d", endpoint: endpoint, event: event))
-            for _ in 0..<3 { arguments += named }
+            let range = eventAttempts("d", endpoint: endpoint, event: event)
+            clauses.append(range.condition)
+            arguments += range.arguments
             if filter.eventId == nil, let user = filter.appUserId { add("v.app_user_id = ?", user) }
         }
         if let cursor { add("d.seq < ?", cursor) }
@@ -302,6 +335,7 @@ public final class DeliveryLog: Sendable {
             arguments += StatementArguments(apps.sorted())
         }
         if let app = filter.app { add("d.app = ?", app) }
+        // (Said again by the range's condition when it is read: harmless, and the filter reads the same either way.)
         if let endpoint = filter.endpoint { add("d.endpoint = ?", endpoint) }
         if let eventId = filter.eventId { add("d.event_id = ?", eventId) }
         if let user = filter.appUserId, filter.eventId != nil { add("d.event_id IN (SELECT id FROM event WHERE app_user_id = ?)", user) }

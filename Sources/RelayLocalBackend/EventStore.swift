@@ -52,6 +52,10 @@ public final class EventStore: Sendable {
                 """)
     }
 
+    /// The index SQLite keeps for the events' unique ids (the table's first `UNIQUE`), named by the queries
+    /// that read a notification's events through it.
+    static let idIndex = "sqlite_autoindex_event_1"
+
     /// Pages filtered by app alone sorted every event of the app for each page without it.
     static func createAppIndex(_ db: Database) throws {
         try db.execute(sql: "CREATE INDEX event_by_app ON event (app, seq)")
@@ -64,14 +68,16 @@ public final class EventStore: Sendable {
         try db.execute(
             sql: """
                 CREATE INDEX event_by_notification_elsewhere ON event (notification_id, seq) WHERE \(notificationElsewhere);
-                DROP INDEX event_by_notification;
+                DROP INDEX IF EXISTS event_by_notification;
                 """)
     }
 
     /// An event of a notification whose id does not start with its store and the notification's id. A
     /// notification's events are named `apple:<notificationUUID>:renewal`, so this is a Paddle adjustment
     /// (named by the adjustment), a Google full refund (by the order), or a test's. The text of the
-    /// partial index's condition: a query reads the index only with these same words in its own.
+    /// partial index's condition: a query reads the index only with these same words in its own. The others
+    /// are found by a range of `idIndex` for each `Store` case, so every stored `store` must be one (`row`
+    /// refuses any other): a case renamed or removed needs a migration of the rows.
     package static let notificationElsewhere =
         "notification_id IS NOT NULL AND substr(id, 1, length(store) + length(notification_id) + 2) IS NOT store || ':' || notification_id || ':'"
 
@@ -379,7 +385,7 @@ public struct EventFilter: Sendable, Equatable {
             // each store, and those named otherwise (`EventStore.notificationElsewhere`). The column's
             // comparison keeps a notification whose id starts as this one's and goes on with a colon out.
             add("notification_id = ?", notificationId)
-            let ranges = Store.allCases.map { _ in "SELECT seq FROM event INDEXED BY sqlite_autoindex_event_1 WHERE id >= ? AND id < ?" }
+            let ranges = Store.allCases.map { _ in "SELECT seq FROM event INDEXED BY \(EventStore.idIndex) WHERE id >= ? AND id < ?" }
             let elsewhere = "SELECT seq FROM event INDEXED BY event_by_notification_elsewhere WHERE notification_id = ? AND \(EventStore.notificationElsewhere)"
             clauses.append("seq IN (\((ranges + [elsewhere]).joined(separator: " UNION ALL ")))")
             for store in Store.allCases { arguments += ["\(store.rawValue):\(notificationId):", "\(store.rawValue):\(notificationId);"] }

@@ -20,6 +20,9 @@ extension SubscriptionDatabase {
         migrator.registerMigration("e4: a notification's events found through their ids") { db in
             try EventStore.narrowNotificationIndex(db)
         }
+        migrator.registerMigration("e5: an endpoint's failed attempts read with their events") { db in
+            try DeliveryLog.coverEndpointOutcomeIndex(db)
+        }
         return migrator
     }
 

@@ -5,8 +5,9 @@ import RelayLocalBackend
 import RelayTestSupport
 import Testing
 
-/// An event's attempts, and a user's, found without an index by event alone: through the index by endpoint
-/// and event, every endpoint recorded enumerated when the filter names none.
+/// An event's attempts, and a user's, found without an index by event, or by endpoint and event: as ranges of
+/// the attempts' ids' index (an id starts `endpoint:event:`), every endpoint recorded enumerated when the filter
+/// names none.
 @Suite struct DeliveryLogLookupTests {
     @Test func anEventsAndAUsersAttemptsAreFoundAtEveryEndpoint() async throws {
         let path = EventsFile.path("delivery-lookup")
@@ -56,12 +57,14 @@ import Testing
             for user in [nil, "user-1"] as [String?] {
                 for apps in [nil, ["demo"], []] as [Set<String>?] {
                     for endpoint in [nil, "zz"] as [String?] {
-                        for window in [nil, (2_000 as Int64, 5_500 as Int64)] as [(Int64, Int64)?] {
+                        for (window, outcome) in [(nil, nil), ((2_000 as Int64, 5_500 as Int64), nil), (nil, .succeeded), ((2_000, 5_500), .succeeded)]
+                            as [((Int64, Int64)?, DeliveryAttempt.Outcome?)]
+                        {
                             var filter = DeliveryLog.Filter()
                             (filter.eventId, filter.appUserId, filter.apps, filter.endpoint) = (eventId, user, apps, endpoint)
                             (filter.since, filter.until) = (window?.0, window?.1)
-                            filter.app = apps == ["demo"] && endpoint == nil ? "demo" : nil
-                            filter.outcome = window == nil ? nil : .succeeded
+                            filter.app = apps == ["demo"] ? "demo" : nil
+                            filter.outcome = outcome
                             var paged: [String] = []
                             var cursor: Int64?
                             repeat {
@@ -111,14 +114,14 @@ import Testing
         }
     }
 
-    /// Each filter reads an index: the attempts by event through the endpoint's, never the whole table in
-    /// recorded order (`SCAN delivery_attempt`, which reads every attempt kept for an event seen once).
+    /// Each filter reads an index: the attempts by event as ranges of the ids' index, never the whole table in
+    /// recorded order (`SCAN d`, which reads every attempt kept for an event seen once).
     @Test(arguments: [
         ["eventId"], ["appUserId"], ["eventId", "apps"], ["appUserId", "apps"], ["eventId", "endpoint"], ["eventId", "outcome"],
         ["appUserId", "since"], ["eventId", "appUserId"], ["eventId", "noApps"], ["appUserId", "app", "until"],
         ["appUserId", "endpoint", "outcome"],
     ])
-    func anEventFilterReadsTheEndpointAndEventIndex(_ members: [String]) async throws {
+    func anEventFilterReadsTheIdsIndex(_ members: [String]) async throws {
         let path = EventsFile.path("delivery-lookup")
         defer { EventsFile.remove(path) }
         var filter = DeliveryLog.Filter()
@@ -165,48 +168,91 @@ import Testing
         #expect(claimed.claimed.map(\.attempt.eventId) == ["z"])
     }
 
+    /// Names with a semicolon (the byte after the colon, which ends each range) or beyond ASCII are found as
+    /// exactly as the others: each endpoint's attempts of each event, its backlog.
+    @Test func namesWithSemicolonsOrBeyondASCIIAreFoundExactly() async throws {
+        let path = EventsFile.path("delivery-lookup")
+        defer { EventsFile.remove(path) }
+        let log = DeliveryLog(database: try SubscriptionDatabase(path: path), clock: { 10_000 })
+        let endpoints = ["a", "a;", "a;b", "é", "éa", "a:"]
+        let events = ["x", "x;", "x;y", "ü", "x:"]
+        var bodies: [[UInt8]] = []
+        var at: Int64 = 1_000
+        for endpoint in endpoints {
+            for event in events {
+                at += 1
+                bodies.append(DeliveryLogTests.attempt(event, outcome: .dead, endpoint: endpoint, at: at))
+            }
+        }
+        _ = try await log.record(bodies)
+        for endpoint in endpoints {
+            for event in events {
+                var filter = DeliveryLog.Filter()
+                (filter.endpoint, filter.eventId) = (endpoint, event)
+                let found = try await log.page(filter, before: nil, limit: 10).attempts
+                #expect(found.compactMap { "\($0["endpoint"]?.stringValue ?? "")|\($0["eventId"]?.stringValue ?? "")" } == ["\(endpoint)|\(event)"])
+            }
+            var filter = DeliveryLog.Filter()
+            filter.eventId = "x;"
+            #expect(try await log.page(filter, before: nil, limit: 10).attempts.count == endpoints.count)
+            #expect(try await log.health(endpoint: endpoint, now: 10_000).dead == events.count, "\(endpoint)")
+        }
+    }
+
     /// The backlog and a recover's claim read an event's attempts as ranges of the ids' index, and the
     /// endpoint's attempts by an index, never the table in recorded order.
     @Test func theBacklogAndARecoverReadIndexes() async throws {
         let path = EventsFile.path("delivery-lookup")
         defer { EventsFile.remove(path) }
         let plans = try await DeliveryLog(database: try SubscriptionDatabase(path: path)).healthPlans()
-        for plan in [plans.backlog, plans.claim] {
-            #expect(plan.contains { $0.hasPrefix("SEARCH x USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plan)")
+        #expect(
+            plans.backlog.contains { $0.hasPrefix("SEARCH delivery_attempt USING COVERING INDEX delivery_attempt_by_endpoint_outcome_event (endpoint=? AND outcome=?)") },
+            "\(plans.backlog)")
+        for (plan, aliases) in [(plans.backlog, ["s"]), (plans.claim, ["x", "s", "m"])] {
+            for alias in aliases {
+                #expect(plan.contains { $0.hasPrefix("SEARCH \(alias) USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plan)")
+            }
             #expect(!plan.contains { $0.hasPrefix("SCAN") && !$0.hasPrefix("SCAN f") }, "\(plan)")
         }
-        #expect(plans.claim.contains { $0.hasPrefix("SEARCH s USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plans.claim)")
-        #expect(plans.claim.contains { $0.hasPrefix("SEARCH m USING INDEX sqlite_autoindex_delivery_attempt_1 (id>? AND id<?)") }, "\(plans.claim)")
     }
 
-    /// A file from before (with the index by event, or by endpoint and event) loses them when opened, the
-    /// attempts it holds found as before; a new one never has them.
-    @Test(arguments: [["e2", "e3"], ["e3"]])
+    /// A file from before (with the index by event, or by endpoint and event, and by endpoint and outcome
+    /// without the event) gets the indexes of now when opened, the attempts it holds found as before; a new one
+    /// never has the old ones.
+    @Test(arguments: [["e2", "e3", "e5"], ["e3", "e5"], ["e5"]])
     func theIndexesByEventAreDroppedFromAFileThatHasThem(_ unapplied: [String]) async throws {
         let path = EventsFile.path("delivery-lookup")
         defer { EventsFile.remove(path) }
-        let dropped: Set = ["delivery_attempt_by_event", "delivery_attempt_by_endpoint_event"]
+        let dropped: Set = ["delivery_attempt_by_event", "delivery_attempt_by_endpoint_event", "delivery_attempt_by_endpoint_outcome"]
         do {
             let log = DeliveryLog(database: try SubscriptionDatabase(path: path), clock: { 10_000 })
             _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", at: 1_000)])
         }
         #expect(try EventsFile.indexes(path, of: "delivery_attempt").isDisjoint(with: dropped))
-        #expect(try EventsFile.indexes(path, of: "delivery_attempt").contains("sqlite_autoindex_delivery_attempt_1"))
-        // As the previous version left it: the indexes it had, and no record of the migrations that drop them.
+        let now: Set = ["sqlite_autoindex_delivery_attempt_1", "delivery_attempt_by_endpoint_outcome_event"]
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").isSuperset(of: now))
+        // As the previous version left it: the indexes it had, and no record of the migrations that change them.
         let queue = try EventsFile.open(path)
         try await queue.write { db in
             if unapplied.contains("e2") { try db.execute(sql: "CREATE INDEX delivery_attempt_by_event ON delivery_attempt (event_id, seq)") }
-            try db.execute(sql: "CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome)")
+            if unapplied.contains("e3") {
+                try db.execute(sql: "CREATE INDEX delivery_attempt_by_endpoint_event ON delivery_attempt (endpoint, event_id, seq, outcome)")
+            }
+            try db.execute(sql: "DROP INDEX delivery_attempt_by_endpoint_outcome_event")
+            try db.execute(sql: "CREATE INDEX delivery_attempt_by_endpoint_outcome ON delivery_attempt (endpoint, outcome, seq)")
             for migration in unapplied { try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE ?", arguments: ["\(migration):%"]) }
         }
         try queue.close()
-        #expect(try EventsFile.indexes(path, of: "delivery_attempt").contains("delivery_attempt_by_endpoint_event"))
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").contains("delivery_attempt_by_endpoint_outcome"))
         let database = try SubscriptionDatabase(path: path)
         #expect(try EventsFile.indexes(path, of: "delivery_attempt").isDisjoint(with: dropped))
+        #expect(try EventsFile.indexes(path, of: "delivery_attempt").isSuperset(of: now))
         let log = DeliveryLog(database: database, clock: { 10_000 })
         _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", endpoint: "other", at: 2_000)])
         var filter = DeliveryLog.Filter()
         filter.eventId = "apple:n1:renewal"
         #expect(try await log.page(filter, before: nil, limit: 10).attempts.compactMap { $0["endpoint"]?.stringValue } == ["other", "hooks"])
+        _ = try await log.record([DeliveryLogTests.attempt("apple:n1:renewal", attempt: 2, outcome: .dead, endpoint: "other", at: 3_000)])
+        #expect(try await log.health(endpoint: "other", now: 10_000).dead == 1)
     }
 }

@@ -23,9 +23,12 @@ import Testing
         .init(app: "demo", body: testEvent("stripe:g-1:renewal", store: .apple, notification: "g-1")),
         .init(app: "demo", body: testEvent("apple:n2:renewal", notification: .some(nil))),
         .init(app: "demo", body: testEvent("apple:n3:renewal", notification: "n3"), historical: true),
+        // A semicolon (the byte after the colon, which ends each range) and a name beyond ASCII.
+        .init(app: "demo", body: testEvent("apple:n1;:renewal", notification: "n1;")),
+        .init(app: "web", body: testEvent("stripe:né:renewal", store: .stripe, notification: "né")),
     ]
 
-    static let notifications = ["n1", "n1:x", "ntf_1", "g-1", "n2", "n3", "n9", "apple"]
+    static let notifications = ["n1", "n1:x", "ntf_1", "g-1", "n2", "n3", "n9", "apple", "n1;", "né", "n"]
 
     /// The events' ids a filter matches, in recorded order, as the table answers it read whole.
     static func plainQuery(_ queue: DatabaseQueue, _ notification: String, app: String?) throws -> [String] {
@@ -74,6 +77,8 @@ import Testing
         #expect(try await ids("g-1") == ["google:voided:GPA.1:cancellation", "stripe:g-1:renewal"])
         #expect(try await ids("n2") == [])
         #expect(try await ids("n3") == ["apple:n3:renewal"])
+        #expect(try await ids("n1;") == ["apple:n1;:renewal"])
+        #expect(try await ids("né") == ["stripe:né:renewal"])
         try await Self.expectAnswersAsTheTable(store, path)
         // Only the events named otherwise are in the partial index.
         let queue = try EventsFile.open(path)

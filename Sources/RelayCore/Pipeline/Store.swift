@@ -1,5 +1,7 @@
 /// Where a subscription comes from: a store whose server notifications revenue-relay receives, or the
-/// relay's own promotional grants (`POST .../users/{id}/grants`).
+/// relay's own promotional grants (`POST .../users/{id}/grants`). The raw values are stored (the events
+/// store's `store` column, whose rows a notification's lookup finds by case): renaming or removing one needs a
+/// migration of what is stored.
 public enum Store: String, Sendable, CaseIterable, Hashable, Codable {
     case apple
     case google
