@@ -103,7 +103,7 @@ public final class DeliveryLog: Sendable {
     static func coverEndpointOutcomeIndex(_ db: Database) throws {
         try db.execute(
             sql: """
-                CREATE INDEX \(endpointOutcomeIndex) ON delivery_attempt (endpoint, outcome, seq, event_id);
+                CREATE INDEX IF NOT EXISTS \(endpointOutcomeIndex) ON delivery_attempt (endpoint, outcome, seq, event_id);
                 DROP INDEX IF EXISTS delivery_attempt_by_endpoint_outcome;
                 """)
     }

@@ -67,7 +67,7 @@ public final class EventStore: Sendable {
     static func narrowNotificationIndex(_ db: Database) throws {
         try db.execute(
             sql: """
-                CREATE INDEX event_by_notification_elsewhere ON event (notification_id, seq) WHERE \(notificationElsewhere);
+                CREATE INDEX IF NOT EXISTS event_by_notification_elsewhere ON event (notification_id, seq) WHERE \(notificationElsewhere);
                 DROP INDEX IF EXISTS event_by_notification;
                 """)
     }
