@@ -224,10 +224,7 @@ extension DeliveryLog {
     /// them to indexes).
     package func healthPlans() async throws -> (backlog: [String], claim: [String]) {
         try await pool.read { db in
-            func plan(_ sql: String, _ arguments: StatementArguments) throws -> [String] {
-                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
-            }
-            return (try plan(Self.backlogQuery, ["hooks"]), try plan(Self.claimQuery, ["hooks", 0, 1]))
+            (try db.queryPlan(Self.backlogQuery, arguments: ["hooks"]), try db.queryPlan(Self.claimQuery, arguments: ["hooks", 0, 1]))
         }
     }
 }

@@ -284,9 +284,7 @@ public final class DeliveryLog: Sendable {
     /// SQLite's plan for `page(filter, ...)`, one line a step (the tests hold each filter to an index).
     package func pagePlan(_ filter: Filter) async throws -> [String] {
         let (sql, arguments) = Self.pageQuery(filter, before: nil, limit: 50)
-        return try await pool.read { db in
-            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
-        }
+        return try await pool.read { db in try db.queryPlan(sql, arguments: arguments) }
     }
 
     /// The statement of one page and its arguments: the filter's clauses, newest first, one more row than
@@ -335,9 +333,8 @@ public final class DeliveryLog: Sendable {
             arguments += StatementArguments(apps.sorted())
         }
         if let app = filter.app { add("d.app = ?", app) }
-        // (Said again by the range's condition when it is read: harmless, and the filter reads the same either way.)
-        if let endpoint = filter.endpoint { add("d.endpoint = ?", endpoint) }
-        if let eventId = filter.eventId { add("d.event_id = ?", eventId) }
+        // A named endpoint and event are the range's own (above), when it is read.
+        if let endpoint = filter.endpoint, filter.eventId == nil, filter.appUserId == nil { add("d.endpoint = ?", endpoint) }
         if let user = filter.appUserId, filter.eventId != nil { add("d.event_id IN (SELECT id FROM event WHERE app_user_id = ?)", user) }
         if let outcome = filter.outcome { add("d.outcome = ?", outcome.rawValue) }
         if let since = filter.since { add("d.finished_at >= ?", since) }

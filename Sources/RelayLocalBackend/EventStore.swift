@@ -264,9 +264,7 @@ public final class EventStore: Sendable {
     /// order, not sort what the filter matches (which makes an export quadratic).
     package func pagePlan(_ filter: EventFilter) async throws -> [String] {
         let (sql, arguments) = Self.pageQuery(filter, after: 0, limit: 500)
-        return try await pool.read { db in
-            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
-        }
+        return try await pool.read { db in try db.queryPlan(sql, arguments: arguments) }
     }
 
     /// Revenue in USD from the recorded events that match `filter`, grouped by `groupBy`, summed by SQL.

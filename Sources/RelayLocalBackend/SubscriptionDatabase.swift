@@ -431,3 +431,11 @@ public final class SubscriptionDatabase: Sendable {
     static func decode(_ text: String) throws -> SubscriptionState { try decode(Array(text.utf8)) }
     static func decode(_ bytes: [UInt8]) throws -> SubscriptionState { try SubscriptionState(serialized: bytes) }
 }
+
+extension Database {
+    /// SQLite's plan for `sql`, one line a step (`EXPLAIN QUERY PLAN`'s details): what the plan tests hold the
+    /// routes' queries to.
+    func queryPlan(_ sql: String, arguments: StatementArguments) throws -> [String] {
+        try Row.fetchAll(self, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
+    }
+}

@@ -192,10 +192,12 @@ import Testing
                 let found = try await log.page(filter, before: nil, limit: 10).attempts
                 #expect(found.compactMap { "\($0["endpoint"]?.stringValue ?? "")|\($0["eventId"]?.stringValue ?? "")" } == ["\(endpoint)|\(event)"])
             }
-            var filter = DeliveryLog.Filter()
-            filter.eventId = "x;"
-            #expect(try await log.page(filter, before: nil, limit: 10).attempts.count == endpoints.count)
             #expect(try await log.health(endpoint: endpoint, now: 10_000).dead == events.count, "\(endpoint)")
+        }
+        for event in events {
+            var filter = DeliveryLog.Filter()
+            filter.eventId = event
+            #expect(try await log.page(filter, before: nil, limit: 10).attempts.count == endpoints.count, "\(event)")
         }
     }
 
