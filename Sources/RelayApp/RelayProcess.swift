@@ -107,7 +107,7 @@ public final class RelayProcess: Sendable {
             // First to start, last to stop: the worker uses it until it has stopped.
             let database: SubscriptionDatabase
             do {
-                database = try SubscriptionDatabase(path: configuration.backend.database)
+                database = try SubscriptionDatabase(path: configuration.backend.database, commitInterval: configuration.backend.commitInterval)
             } catch {
                 throw ConfigurationError(key: "backend.database", message: "cannot open \(configuration.backend.database): \(error)")
             }

@@ -99,7 +99,7 @@ enum ConfigParser {
     }
 
     static func log(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Log {
-        let map = try node.mapping(known: ["kind", "path", "partitions", "retention", "retentionBytes"])
+        let map = try node.mapping(known: ["kind", "path", "partitions", "retention", "retentionBytes", "commitInterval"])
         var log = RelayConfiguration.Log()
         if let kind = try map.optional("kind", { (node) throws(ConfigurationError) in try node.nonEmptyString() }) {
             guard let value = RelayConfiguration.Log.Kind(rawValue: kind) else {
@@ -113,6 +113,7 @@ enum ConfigParser {
         if let value = try map.optional("retentionBytes", { (node) throws(ConfigurationError) in try node.int(in: 1_048_576...Int.max) }) {
             log.retentionBytes = Int64(value)
         }
+        if let value = try map.optional("commitInterval", { (node) throws(ConfigurationError) in try commitInterval(node) }) { log.commitInterval = value }
         return log
     }
 
@@ -189,8 +190,16 @@ enum ConfigParser {
         return value
     }
 
+    /// `log.commitInterval`, `backend.commitInterval`: 0 (commit at once) to 100 ms (a write waits at most this more).
+    static func commitInterval(_ node: ConfigNode) throws(ConfigurationError) -> Duration {
+        let value = try node.duration()
+        guard value >= .zero, value <= .milliseconds(100) else { throw node.error("must be between 0ms and 100ms") }
+        return value
+    }
+
     static func backend(_ node: ConfigNode) throws(ConfigurationError) -> RelayConfiguration.Backend {
-        let map = try node.mapping(known: ["url", "apiKey", "apiKeys", "readKeys", "publicRateLimit", "database", "listen", "entitlementsTTL", "deliveryLog"])
+        let map = try node.mapping(
+            known: ["url", "apiKey", "apiKeys", "readKeys", "publicRateLimit", "database", "listen", "entitlementsTTL", "deliveryLog", "commitInterval"])
         var backend = RelayConfiguration.Backend()
         if let value = try map.optional("url", { (node) throws(ConfigurationError) in try httpURL(node) }) { backend.url = value }
         backend.apiKey = try map.optional("apiKey") { (node) throws(ConfigurationError) in try node.nonEmptyString() }
@@ -207,6 +216,7 @@ enum ConfigParser {
         if let value = try map.optional("database", { (node) throws(ConfigurationError) in try node.path(mustExist: false) }) { backend.database = value }
         if let value = try map.optional("listen", { (node) throws(ConfigurationError) in try node.listenAddress() }) { backend.listen = value }
         if let value = try map.optional("entitlementsTTL", { (node) throws(ConfigurationError) in try node.duration() }) { backend.entitlementsTTL = value }
+        if let value = try map.optional("commitInterval", { (node) throws(ConfigurationError) in try commitInterval(node) }) { backend.commitInterval = value }
         if let value = try map.optional("deliveryLog", { (node) throws(ConfigurationError) -> RelayConfiguration.Backend.DeliveryLogLimits in
             let map = try node.mapping(known: ["retention", "maxAttempts"])
             var limits = RelayConfiguration.Backend.DeliveryLogLimits()

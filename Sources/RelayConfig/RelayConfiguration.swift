@@ -70,6 +70,8 @@ public struct RelayConfiguration: Sendable {
         /// The most bytes of record keys, values and headers the embedded log keeps per partition; the oldest
         /// go first. Default: 1 GiB.
         public var retentionBytes: Int64 = 1 << 30
+        /// The shortest time from the start of one of the embedded log's group commits to the next. Default: 5 ms.
+        public var commitInterval: Duration = CommitPacing.defaultInterval
     }
 
     public struct Topics: Sendable {
@@ -163,6 +165,8 @@ public struct RelayConfiguration: Sendable {
         public var database = "backend.sqlite"
         public var listen = ListenAddress(host: "127.0.0.1", port: 8081)
         public var entitlementsTTL: Duration = .seconds(60)
+        /// The shortest time from the start of one commit of the local backend's state writes to the next. Default: 5 ms.
+        public var commitInterval: Duration = CommitPacing.defaultInterval
         /// `backend.deliveryLog`: how long webhook attempts are kept, and how many at most.
         public var deliveryLog = DeliveryLogLimits()
 

@@ -61,17 +61,22 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     private let housekeeping: (interval: Duration, run: @Sendable () -> Void)?
     private let logger: Logger
     private let appended: Counter
+    /// `relay_log_commits_total`: transactions of appends (appended / commits: records per commit).
+    private let commits: Counter
     /// How long a caller waits for its acknowledgement before it is told `timedOut` (the record may still be
     /// committed: a retry is then a duplicate, which the stages recognize by its ids). Nil: no bound.
     private let ackTimeout: Duration?
     /// The owner's count of unprocessed bytes: appends to a full budgeted topic are refused (`full`).
     private let budget: LogBudget?
+    /// The shortest time from one commit's start to the next (`log.commitInterval`): see `CommitPacing`.
+    private let pacing: CommitPacing
 
     init(
-        database: LogDatabase, topics: [String: LogDatabase.Topic], ackTimeout: Duration?, logger: Logger, metrics: any MetricsFactory,
-        budget: LogBudget? = nil, housekeeping: (interval: Duration, run: @Sendable () -> Void)?,
+        database: LogDatabase, topics: [String: LogDatabase.Topic], ackTimeout: Duration?, commitInterval: Duration,
+        logger: Logger, metrics: any MetricsFactory, budget: LogBudget? = nil, housekeeping: (interval: Duration, run: @Sendable () -> Void)?,
         onAppend: @escaping @Sendable (Set<String>) -> Void
     ) {
+        self.pacing = CommitPacing(interval: commitInterval)
         self.ackTimeout = ackTimeout
         self.budget = budget
         self.database = database
@@ -80,6 +85,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         self.housekeeping = housekeeping
         self.onAppend = onAppend
         self.appended = Counter(label: "relay_log_appended_total", dimensions: [], factory: metrics)
+        self.commits = Counter(label: "relay_log_commits_total", dimensions: [], factory: metrics)
         startDedicatedThread(named: "log-writer") { [self] in runWriter() }
         if ackTimeout != nil { startDedicatedThread(named: "log-ack-timer") { [self] in runExpiry() } }
     }
@@ -177,8 +183,17 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         var lastHousekeeping = ContinuousClock.now
         var lastCount = ContinuousClock.now - LogBudget.refreshInterval
         budget?.refresh(database)
+        var lastCommit: ContinuousClock.Instant?
         while true {
             _ = wake.wait(timeout: .now() + .milliseconds(500))
+            // Appends that come sooner than the interval after the last commit started wait for the rest of it,
+            // with those that come meanwhile (unless a batch's worth is already waiting, or the log is closing).
+            // A wake with nothing waiting (one the last batch's appends left) does not wait.
+            if let due = pacing.due(after: lastCommit),
+                state.withLock({ !$0.closed && !$0.pending.isEmpty && $0.pending.count < Self.batchRecords })
+            {
+                CommitPacing.sleep(until: due)
+            }
             let (batch, closed) = state.withLock { state -> ([Pending], Bool) in
                 var taken = 0
                 var bytes = 0
@@ -196,6 +211,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 return (batch, state.closed && state.pending.isEmpty)
             }
             if !batch.isEmpty {
+                lastCommit = .now
                 write(batch)
                 // More may be waiting (a batch bound was hit): go round again at once.
                 if state.withLock({ !$0.pending.isEmpty }) { wake.signal() }
@@ -297,6 +313,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         }
         // Counted before anyone is answered: an append that follows an acknowledgement sees the budget it used.
         if let budget, !grown.isEmpty { budget.appended(grown) }
+        commits.increment()
         for (item, result) in zip(batch, results) { item.waiter.resume(with: result.mapError { $0 as any Error }) }
         appended.increment(by: results.count)
         if !touched.isEmpty { onAppend(touched) }

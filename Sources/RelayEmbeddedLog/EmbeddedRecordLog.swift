@@ -82,30 +82,32 @@ public final class EmbeddedRecordLog: RecordLog {
             directory: directory ?? configuration.log.path, topics: topics.all(retrySteps: configuration.delivery.retrySchedule.count),
             partitions: configuration.log.partitions, compacted: [topics.replayed], keptByAge: [topics.deadLetter, topics.replayed],
             retainedFor: retainedFor, budgeted: [topics.notifications], retention: configuration.log.retention,
-            retentionBytes: configuration.log.retentionBytes, ackTimeout: configuration.ingest.ackTimeout, owner: owner, logger: logger,
-            metrics: metrics)
+            retentionBytes: configuration.log.retentionBytes, ackTimeout: configuration.ingest.ackTimeout,
+            commitInterval: configuration.log.commitInterval, owner: owner, logger: logger, metrics: metrics)
     }
 
     /// - Parameters:
     ///   - retainedFor: per topic, the consumer groups whose unprocessed records retention keeps.
     ///   - budgeted: topics whose appends are refused (`full`) while a partition holds `retentionBytes` unprocessed.
     ///   - ackTimeout: how long an append waits for its commit before `timedOut` (`ingest.ackTimeout`); nil: no bound.
+    ///   - commitInterval: the shortest time from one group commit's start to the next (`log.commitInterval`).
     public convenience init(
         directory: String, topics names: [String], partitions: Int, compacted: Set<String> = [], keptByAge: Set<String> = [],
         retainedFor: [String: [String]] = [:], budgeted: Set<String> = [], retention: Duration = .seconds(7 * 86_400),
-        retentionBytes: Int64 = 1 << 30, ackTimeout: Duration? = nil, owner: Bool = true, logger: Logger,
-        metrics: any MetricsFactory = MetricsSystem.factory
+        retentionBytes: Int64 = 1 << 30, ackTimeout: Duration? = nil, commitInterval: Duration = CommitPacing.defaultInterval, owner: Bool = true,
+        logger: Logger, metrics: any MetricsFactory = MetricsSystem.factory
     ) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let lock = owner ? try OwnerLock(path: directory + "/owner.lock", directory: directory) : nil
         try self.init(
             directory: directory, database: try LogDatabase(path: directory + "/log.sqlite"), lock: lock, owner: owner, topics: names,
             partitions: partitions, compacted: compacted, keptByAge: keptByAge, retainedFor: retainedFor, budgeted: budgeted,
-            retention: retention, retentionBytes: retentionBytes, ackTimeout: ackTimeout, logger: logger, metrics: metrics)
+            retention: retention, retentionBytes: retentionBytes, ackTimeout: ackTimeout, commitInterval: commitInterval, logger: logger,
+            metrics: metrics)
     }
 
     /// The log in memory: the embedded log's code and semantics with nothing on disk, for tests of the stages
-    /// (no broker, no directory). It lives as long as the instance.
+    /// (no broker, no directory). It lives as long as the instance; its commits are not paced (no fsync to share).
     /// - Parameter consumerPollInterval: how long a consumer sleeps when no append, start or `markDone`
     ///   wakes it (100 ms by default; a test of those wakes sets hours).
     public static func inMemory(
@@ -122,7 +124,8 @@ public final class EmbeddedRecordLog: RecordLog {
     private init(
         directory: String, database: LogDatabase, lock: OwnerLock?, owner: Bool, topics names: [String], partitions: Int, compacted: Set<String>,
         keptByAge: Set<String>, retainedFor: [String: [String]], budgeted: Set<String>, retention: Duration, retentionBytes: Int64,
-        ackTimeout: Duration?, consumerPollInterval: Duration = EmbeddedConsumer.defaultPollInterval, logger: Logger, metrics: any MetricsFactory
+        ackTimeout: Duration?, commitInterval: Duration = .zero, consumerPollInterval: Duration = EmbeddedConsumer.defaultPollInterval,
+        logger: Logger, metrics: any MetricsFactory
     ) throws {
         self.consumerPollInterval = consumerPollInterval
         let topics = try database.ensureTopics(names, partitions: Int32(partitions), compacted: compacted, keptByAge: keptByAge)
@@ -152,7 +155,8 @@ public final class EmbeddedRecordLog: RecordLog {
         self.logger = logger
         self.metrics = metrics
         self.appender = EmbeddedAppender(
-            database: database, topics: topics, ackTimeout: ackTimeout, logger: logger, metrics: metrics, budget: budget, housekeeping: housekeeping,
+            database: database, topics: topics, ackTimeout: ackTimeout, commitInterval: commitInterval, logger: logger, metrics: metrics,
+            budget: budget, housekeeping: housekeeping,
             onAppend: { appended in
                 for consumer in consumers.all where !consumer.subscribedTopics.isDisjoint(with: appended) { consumer.notify() }
             })

@@ -38,11 +38,17 @@ public final class SubscriptionDatabase: Sendable {
     private struct WriteQueue {
         var pending: [PendingWrite] = []
         var draining = false
+        /// When the last batch's commit started (`pacing`).
+        var lastCommit: ContinuousClock.Instant?
     }
+
+    /// The shortest time from one state commit's start to the next (`backend.commitInterval`).
+    private let pacing: CommitPacing
 
     /// Opens (creating if needed) the database at `path` and the events file beside it, and migrates them,
     /// moving a store's events tables from before the split into the events file (`moveEvents`).
-    public init(path: String) throws {
+    /// - Parameter commitInterval: the shortest time from one commit of state writes to the next (`CommitPacing`).
+    public init(path: String, commitInterval: Duration = CommitPacing.defaultInterval) throws {
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let logger = Logger(label: "revenue-relay")
@@ -81,6 +87,7 @@ public final class SubscriptionDatabase: Sendable {
             throw error
         }
         self.pool = pool
+        self.pacing = CommitPacing(interval: commitInterval)
         self.checkpointer = checkpointer
         eventsPool = events.pool
         eventsCheckpointer = events.checkpointer
@@ -240,13 +247,25 @@ public final class SubscriptionDatabase: Sendable {
         }
     }
 
-    /// Commits what is waiting, batch after batch, until nothing is (on the writer queue, off Swift's pool).
+    /// Commits what is waiting, batch after batch, until nothing is (on the writer queue, off Swift's pool). A
+    /// batch that comes sooner than `pacing` allows after the last commit is taken when the interval is over,
+    /// with what came meanwhile: the queue is free until then, and still draining (writes only join the batch).
     private func drainWrites() {
         while true {
-            let batch = writes.withLock { queue -> [PendingWrite] in
+            let now = ContinuousClock.now
+            let (batch, due) = writes.withLock { queue -> ([PendingWrite], ContinuousClock.Instant?) in
+                if queue.pending.isEmpty {
+                    queue.draining = false
+                    return ([], nil)
+                }
+                if let due = pacing.due(after: queue.lastCommit, now: now) { return ([], due) }
+                queue.lastCommit = now
                 defer { queue.pending = [] }
-                if queue.pending.isEmpty { queue.draining = false }
-                return queue.pending
+                return (queue.pending, nil)
+            }
+            if let due {
+                writer.asyncAfter(deadline: .now() + .nanoseconds(CommitPacing.nanoseconds(until: due))) { [self] in drainWrites() }
+                return
             }
             guard !batch.isEmpty else { return }
             do {

@@ -114,6 +114,20 @@ import Testing
         #expect(try parse(#"topics: { attempts: my.attempts }"#).topics.attempts == "my.attempts")
     }
 
+    @Test func theCommitIntervalsDefaultTo5msAndAreBoundedTo100ms() throws {
+        let defaults = try parse("{}")
+        #expect(defaults.log.commitInterval == .milliseconds(5))
+        #expect(defaults.backend.commitInterval == .milliseconds(5))
+        let set = try parse("log: { commitInterval: 0ms }\nbackend: { commitInterval: 10ms }")
+        #expect(set.log.commitInterval == .zero)
+        #expect(set.backend.commitInterval == .milliseconds(10))
+        #expect(try parse(#"log: { commitInterval: 100ms }"#).log.commitInterval == .milliseconds(100))
+        for yaml in [#"log: { commitInterval: 101ms }"#, #"backend: { commitInterval: 1s }"#, #"log: { commitInterval: soon }"#] {
+            let refused = error(yaml)
+            #expect(refused?.key.hasSuffix("commitInterval") == true, "\(yaml): \(refused.map { "\($0)" } ?? "accepted")")
+        }
+    }
+
     @Test func yamlErrorsNameTheLineAndNeverEchoTheFile() {
         let yaml = """
             backend: { apiKey: "sk_live_do_not_print_me" }

@@ -80,6 +80,39 @@ import Testing
         await log.close()
     }
 
+    /// `log.commitInterval`: appends that come sooner than the interval after a commit started wait for the rest
+    /// of it and share one commit, each in the log.
+    @Test func appendsSoonerThanTheCommitIntervalWaitForItAndShareOneCommit() async throws {
+        let metrics = TestMetrics()
+        let interval = Duration.seconds(1)
+        let log = try EmbeddedRecordLog(directory: Self.directory(), topics: ["t"], partitions: 1, commitInterval: interval, logger: testLogger(), metrics: metrics)
+        let producer = try log.producer
+        let clock = ContinuousClock()
+        // Before the first append: its commit starts after this, and the next may not start within the interval.
+        let start = clock.now
+        _ = try await producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("first".utf8)))
+        #expect(metrics.value(of: "relay_log_commits_total", []) == 1)
+        // Twenty callers at once, each its own call (the writer never splits one call's records anyway).
+        let positions = try await withThrowingTaskGroup(of: RecordPosition.self) { group in
+            for index in 0..<20 { group.addTask { try await producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("\(index)".utf8))) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(clock.now - start >= interval)
+        #expect(metrics.value(of: "relay_log_commits_total", []) == 2)
+        #expect(metrics.value(of: "relay_log_appended_total", []) == 21)
+        #expect(Set(positions.map(\.offset)) == Set(1...20))
+        await log.close()
+    }
+
+    /// An hour's interval: the first append to a fresh log is not held back by it (one that waited would hit the
+    /// time limit), and closing the log does not wait for the interval either.
+    @Test(.timeLimit(.minutes(1))) func anAppendToAnIdleLogIsCommittedAtOnce() async throws {
+        let log = try EmbeddedRecordLog(directory: Self.directory(), topics: ["t"], partitions: 1, commitInterval: .seconds(3600), logger: testLogger())
+        let position = try await log.producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("alone".utf8)))
+        #expect(position.offset == 0)
+        await log.close()
+    }
+
     @Test func aSecondOwnerOfTheDataDirectoryFailsAtOnceNamingIt() async throws {
         let directory = Self.directory()
         let owner = try EmbeddedRecordLog(directory: directory, topics: ["t"], partitions: 1, logger: testLogger())

@@ -222,6 +222,39 @@ import Testing
         #expect(try eventsFile(path).events == ["8:apple:n3:renewal"])
     }
 
+    /// `backend.commitInterval`: writes that come sooner than the interval after a commit started wait for the
+    /// rest of it, and are then written.
+    @Test func writesSoonerThanTheCommitIntervalWaitForItAndAreWritten() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
+        let interval = Duration.seconds(1)
+        let database = try SubscriptionDatabase(path: path, commitInterval: interval)
+        let clock = ContinuousClock()
+        // Before the first write: its commit starts after this, and the next may not start within the interval.
+        let start = clock.now
+        guard case .written = try await database.write(testSubscriptionState("first", at: 1_000), ifMatch: 0) else {
+            Issue.record("the first write was not written")
+            return
+        }
+        let outcomes = try await withThrowingTaskGroup(of: SubscriptionDatabase.WriteOutcome.self) { group in
+            for index in 0..<2 { group.addTask { try await database.write(testSubscriptionState("next-\(index)", at: 1_000), ifMatch: 0) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(clock.now - start >= interval)
+        #expect(outcomes.allSatisfy { if case .written(let stored) = $0 { stored.version == 1 } else { false } })
+        #expect(try await database.subscription(store: .apple, originalTransactionId: "next-1")?.version == 1)
+    }
+
+    /// An hour's interval: the first write of a fresh database is not held back by it (one that waited would
+    /// hit the time limit).
+    @Test(.timeLimit(.minutes(1))) func aWriteToAnIdleWriterIsCommittedAtOnce() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
+        let database = try SubscriptionDatabase(path: path, commitInterval: .seconds(3600))
+        guard case .written = try await database.write(testSubscriptionState("alone", at: 1_000), ifMatch: 0) else {
+            Issue.record("the write was not written")
+            return
+        }
+    }
+
     @Test func concurrentWritesAreCommittedTogetherAndEachIsCheckedAgainstItsVersion() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
         let database = try SubscriptionDatabase(path: path)
