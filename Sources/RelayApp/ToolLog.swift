@@ -20,8 +20,12 @@ public enum ToolLog {
                     code: .configuration, reason: "there is no embedded log in \(directory) (no log.sqlite): check --data or log.path",
                     isRetriable: false))
             }
+            // A tool appends from one caller, each append after the last: no other append could share a paced
+            // commit, so pacing would only cap it at one commit per `log.commitInterval`.
+            var unpaced = configuration
+            unpaced.log.commitInterval = .zero
             do {
-                return try EmbeddedRecordLog.open(configuration: configuration, directory: directory, owner: false, logger: logger)
+                return try EmbeddedRecordLog.open(configuration: unpaced, directory: directory, owner: false, logger: logger)
             } catch {
                 throw .log(RecordLogError(code: .other, reason: "cannot open the embedded log in \(directory): \(error)", isRetriable: false))
             }

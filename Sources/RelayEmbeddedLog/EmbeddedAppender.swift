@@ -54,6 +54,8 @@ final class EmbeddedAppender: RecordProducer, Sendable {
     private let topics: Mutex<[String: LogDatabase.Topic]>
     private let state = Mutex(State())
     private let wake = DispatchSemaphore(value: 0)
+    /// Signalled by `close`: ends a commit's pacing wait at once.
+    private let closing = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
     /// Called after each commit with the topics it appended to (consumers of this process wake up).
     private let onAppend: @Sendable (Set<String>) -> Void
@@ -150,6 +152,7 @@ final class EmbeddedAppender: RecordProducer, Sendable {
             return !state.closed
         }
         guard first else { return }
+        closing.signal()
         wake.signal()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             startDedicatedThread(named: "log-close") { [self] in
@@ -184,17 +187,19 @@ final class EmbeddedAppender: RecordProducer, Sendable {
         var lastCount = ContinuousClock.now - LogBudget.refreshInterval
         budget?.refresh(database)
         var lastCommit: ContinuousClock.Instant?
+        var boundHit = false
         while true {
             _ = wake.wait(timeout: .now() + .milliseconds(500))
             // Appends that come sooner than the interval after the last commit started wait for the rest of it,
-            // with those that come meanwhile (unless a batch's worth is already waiting, or the log is closing).
-            // A wake with nothing waiting (one the last batch's appends left) does not wait.
-            if let due = pacing.due(after: lastCommit),
+            // with those that come meanwhile. Not when the last batch left records behind (a bound was hit) or a
+            // batch's worth waits, nor on a wake with nothing waiting (one the last batch's appends left).
+            if !boundHit, let due = pacing.due(after: lastCommit),
                 state.withLock({ !$0.closed && !$0.pending.isEmpty && $0.pending.count < Self.batchRecords })
             {
-                CommitPacing.sleep(until: due)
+                // `close` ends the wait; signalled again, so that a later one ends at once too.
+                if closing.wait(timeout: .now() + .nanoseconds(CommitPacing.nanoseconds(until: due))) == .success { closing.signal() }
             }
-            let (batch, closed) = state.withLock { state -> ([Pending], Bool) in
+            let (batch, closed, leftBehind) = state.withLock { state -> ([Pending], Bool, Bool) in
                 var taken = 0
                 var bytes = 0
                 while taken < state.pending.count, taken < Self.batchRecords, bytes < Self.batchBytes {
@@ -208,12 +213,13 @@ final class EmbeddedAppender: RecordProducer, Sendable {
                 }
                 let batch = Array(state.pending.prefix(taken))
                 state.pending.removeFirst(taken)
-                return (batch, state.closed && state.pending.isEmpty)
+                return (batch, state.closed && state.pending.isEmpty, !state.pending.isEmpty)
             }
+            boundHit = leftBehind
             if !batch.isEmpty {
                 lastCommit = .now
                 write(batch)
-                // More may be waiting (a batch bound was hit): go round again at once.
+                // More may be waiting: go round again (at once when a batch bound left it, else paced).
                 if state.withLock({ !$0.pending.isEmpty }) { wake.signal() }
             }
             if let housekeeping, ContinuousClock.now - lastHousekeeping >= housekeeping.interval {

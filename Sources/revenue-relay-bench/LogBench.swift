@@ -21,6 +21,9 @@ struct LogBench: AsyncParsableCommand {
     @Option(help: "Concurrent producers.")
     var producers = 64
 
+    @Option(help: "The embedded log's log.commitInterval in milliseconds (the relay's default: 5; 0: commit whenever anything waits).")
+    var commitIntervalMs = 5
+
     @Option(help: "Records appended in all.")
     var records = 20_000
 
@@ -35,12 +38,13 @@ struct LogBench: AsyncParsableCommand {
         logger.logLevel = .error
         let topic = "bench.records"
         let dataDirectory = directory + "/relay-log-bench-\(UUID().uuidString.prefix(8))"
-        let embedded = try EmbeddedRecordLog(directory: dataDirectory, topics: [topic], partitions: 6, logger: logger)
+        let embedded = try EmbeddedRecordLog(
+            directory: dataDirectory, topics: [topic], partitions: 6, commitInterval: .milliseconds(commitIntervalMs), logger: logger)
         line("\(producers) producers, \(records) records of \(size) bytes, \(ProcessInfo.processInfo.activeProcessorCount) cores")
         line("| log | appends/s | consumed records/s |")
         line("| --- | ---: | ---: |")
         let (embeddedAppends, embeddedConsumed) = try await measure(embedded, topic: topic, records: records)
-        line("| embedded (SQLite, WAL, synchronous=FULL) | \(Int(embeddedAppends)) | \(Int(embeddedConsumed)) |")
+        line("| embedded (SQLite, WAL, synchronous=FULL, commitInterval \(commitIntervalMs) ms) | \(Int(embeddedAppends)) | \(Int(embeddedConsumed)) |")
         await embedded.close()
         try? FileManager.default.removeItem(atPath: dataDirectory)
 

@@ -104,13 +104,22 @@ import Testing
         await log.close()
     }
 
-    /// An hour's interval: the first append to a fresh log is not held back by it (one that waited would hit the
-    /// time limit), and closing the log does not wait for the interval either.
-    @Test(.timeLimit(.minutes(1))) func anAppendToAnIdleLogIsCommittedAtOnce() async throws {
-        let log = try EmbeddedRecordLog(directory: Self.directory(), topics: ["t"], partitions: 1, commitInterval: .seconds(3600), logger: testLogger())
-        let position = try await log.producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("alone".utf8)))
+    /// A 90 s interval: the first append to a fresh log is not held back by it, and closing the log ends the wait
+    /// of an append made right after it (either would otherwise run past the one-minute time limit).
+    @Test(.timeLimit(.minutes(1))) func anAppendToAnIdleLogIsCommittedAtOnceAndClosingEndsTheWait() async throws {
+        let log = try EmbeddedRecordLog(directory: Self.directory(), topics: ["t"], partitions: 1, commitInterval: .seconds(90), logger: testLogger())
+        let producer = try log.producer
+        let position = try await producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("alone".utf8)))
         #expect(position.offset == 0)
+        let waiting = Task { try await producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("next".utf8))) }
+        // Time for the append to be queued: the writer then waits for the hour to pass, or for `close`.
+        try await Task.sleep(for: .milliseconds(200))
         await log.close()
+        // Queued before the close, it is committed; had it come after, it would be refused as closed.
+        switch await waiting.result {
+        case .success(let next): #expect(next.offset == 1)
+        case .failure(let error): #expect((error as? RecordLogError)?.code == .closed, "\(error)")
+        }
     }
 
     @Test func aSecondOwnerOfTheDataDirectoryFailsAtOnceNamingIt() async throws {

@@ -1,5 +1,3 @@
-import Glibc
-
 /// The shortest time between the starts of two group commits of one writer: the embedded log's
 /// (`log.commitInterval`) and the local backend's state writes (`backend.commitInterval`).
 ///
@@ -8,12 +6,12 @@ import Glibc
 /// the WAL), the WAL's frame headers, waking the writer and every waiter. Commits that would start sooner than
 /// the interval after the last one started wait for the rest of it, with the writes that come meanwhile. A
 /// write that finds the writer idle for an interval is committed at once, so a quiet service adds no latency;
-/// under load a write waits at most the interval more. One caller that waits for each write before making
-/// the next gets at most one write per interval. (The relay's Kafka producer batches by waiting too, `linger.ms`
-/// 5: from each batch's first record, quiet or not.)
+/// under load a write waits about the interval more at most. A caller that waits for each write before making
+/// the next gets at most one write per interval, so N such callers N per interval. (The relay's Kafka
+/// producer batches by waiting too, `linger.ms` 5: from each batch's first record, quiet or not.)
 public struct CommitPacing: Sendable {
     /// 5 ms. In the end-to-end benchmark at 500 notifications/s, 3 ms took a tenth off the relay's CPU per
-    /// notification, 6 ms a quarter, 10 ms a third; the p99 from POST to webhook rose 5.5, 7 and 17 ms. At
+    /// notification, 6 ms a quarter, 10 ms a third; the p99 from POST to webhook rose about 5.5, 7 and 17 ms. At
     /// saturation, where commits already carry dozens of writes, none moved it beyond the VM's noise
     /// (docs/benchmarks.md, *Commit pacing*).
     public static let defaultInterval: Duration = .milliseconds(5)
@@ -32,17 +30,7 @@ public struct CommitPacing: Sendable {
         return due > now ? due : nil
     }
 
-    /// Blocks the calling thread (a writer's own, never one of Swift's pool) until `instant`.
-    public static func sleep(until instant: ContinuousClock.Instant) {
-        let left = ContinuousClock.now.duration(to: instant)
-        guard left > .zero else { return }
-        let (seconds, attoseconds) = left.components
-        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
-        var remaining = timespec()
-        while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
-    }
-
-    /// Nanoseconds from now until `instant` (0 when it has passed): a delay for a writer that runs on a queue.
+    /// Nanoseconds from now until `instant` (0 when it has passed): how long a writer waits for `due`.
     public static func nanoseconds(until instant: ContinuousClock.Instant) -> Int {
         let (seconds, attoseconds) = max(.zero, ContinuousClock.now.duration(to: instant)).components
         return Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
