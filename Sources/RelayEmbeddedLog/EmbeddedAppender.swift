@@ -317,11 +317,12 @@ final class EmbeddedAppender: RecordProducer, Sendable {
             for item in batch { item.waiter.resume(with: .failure(failure)) }
             return
         }
-        // Counted before anyone is answered: an append that follows an acknowledgement sees the budget it used.
+        // Counted before anyone is answered: an append that follows an acknowledgement sees the budget it used,
+        // and the counters already hold this commit.
         if let budget, !grown.isEmpty { budget.appended(grown) }
         commits.increment()
-        for (item, result) in zip(batch, results) { item.waiter.resume(with: result.mapError { $0 as any Error }) }
         appended.increment(by: results.count)
+        for (item, result) in zip(batch, results) { item.waiter.resume(with: result.mapError { $0 as any Error }) }
         if !touched.isEmpty { onAppend(touched) }
     }
 
