@@ -107,7 +107,8 @@ public final class RelayProcess: Sendable {
             // First to start, last to stop: the worker uses it until it has stopped.
             let database: SubscriptionDatabase
             do {
-                database = try SubscriptionDatabase(path: configuration.backend.database, commitInterval: configuration.backend.commitInterval)
+                database = try SubscriptionDatabase(
+                    path: configuration.backend.database, commitInterval: configuration.backend.commitInterval, metrics: metrics)
             } catch {
                 throw ConfigurationError(key: "backend.database", message: "cannot open \(configuration.backend.database): \(error)")
             }

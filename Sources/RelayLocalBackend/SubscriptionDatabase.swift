@@ -1,3 +1,4 @@
+public import CoreMetrics
 import Foundation
 import GRDB
 import Logging
@@ -44,11 +45,15 @@ public final class SubscriptionDatabase: Sendable {
 
     /// The shortest time from one state commit's start to the next (`backend.commitInterval`).
     private let pacing: CommitPacing
+    /// `relay_backend_state_commits_total`: transactions of state writes (writes per commit shows the pacing).
+    private let commits: Counter
 
     /// Opens (creating if needed) the database at `path` and the events file beside it, and migrates them,
     /// moving a store's events tables from before the split into the events file (`moveEvents`).
-    /// - Parameter commitInterval: the shortest time from one commit of state writes to the next (`CommitPacing`).
-    public init(path: String, commitInterval: Duration = CommitPacing.defaultInterval) throws {
+    /// - Parameters:
+    ///   - commitInterval: the shortest time from one commit of state writes to the next (`CommitPacing`).
+    ///   - metrics: where `relay_backend_state_commits_total` is counted.
+    public init(path: String, commitInterval: Duration = CommitPacing.defaultInterval, metrics: any MetricsFactory = MetricsSystem.factory) throws {
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let logger = Logger(label: "revenue-relay")
@@ -88,6 +93,7 @@ public final class SubscriptionDatabase: Sendable {
         }
         self.pool = pool
         self.pacing = CommitPacing(interval: commitInterval)
+        commits = Counter(label: "relay_backend_state_commits_total", dimensions: [], factory: metrics)
         self.checkpointer = checkpointer
         eventsPool = events.pool
         eventsCheckpointer = events.checkpointer
@@ -276,6 +282,7 @@ public final class SubscriptionDatabase: Sendable {
                         Result { try CachedTransactions.savepoint(db) { try Self.apply(write.state, ifMatch: write.ifMatch, in: db) } }
                     }
                 }
+                commits.increment()
                 for (write, outcome) in zip(batch, outcomes) { write.continuation.resume(with: outcome) }
             } catch {
                 // The transaction itself failed (the disk): none of them was written.

@@ -223,11 +223,12 @@ import Testing
     }
 
     /// `backend.commitInterval`: writes that come sooner than the interval after a commit started wait for the
-    /// rest of it, and are then written.
-    @Test(.timeLimit(.minutes(1))) func writesSoonerThanTheCommitIntervalWaitForItAndAreWritten() async throws {
+    /// rest of it, share one commit, and are written.
+    @Test(.timeLimit(.minutes(1))) func writesSoonerThanTheCommitIntervalWaitForItAndShareOneCommit() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent(uniqueName("backend") + "/backend.sqlite").path
         let interval = Duration.seconds(1)
-        let database = try SubscriptionDatabase(path: path, commitInterval: interval)
+        let metrics = TestMetrics()
+        let database = try SubscriptionDatabase(path: path, commitInterval: interval, metrics: metrics)
         let clock = ContinuousClock()
         // Before the first write: its commit starts after this, and the next may not start within the interval.
         let start = clock.now
@@ -235,11 +236,13 @@ import Testing
             Issue.record("the first write was not written")
             return
         }
+        #expect(metrics.value(of: "relay_backend_state_commits_total", []) == 1)
         let outcomes = try await withThrowingTaskGroup(of: SubscriptionDatabase.WriteOutcome.self) { group in
-            for index in 0..<2 { group.addTask { try await database.write(testSubscriptionState("next-\(index)", at: 1_000), ifMatch: 0) } }
+            for index in 0..<5 { group.addTask { try await database.write(testSubscriptionState("next-\(index)", at: 1_000), ifMatch: 0) } }
             return try await group.reduce(into: []) { $0.append($1) }
         }
         #expect(clock.now - start >= interval)
+        #expect(metrics.value(of: "relay_backend_state_commits_total", []) == 2)
         #expect(outcomes.allSatisfy { if case .written(let stored) = $0 { stored.version == 1 } else { false } })
         #expect(try await database.subscription(store: .apple, originalTransactionId: "next-1")?.version == 1)
     }
