@@ -193,11 +193,11 @@ final class EmbeddedAppender: RecordProducer, Sendable {
             // Appends that come sooner than the interval after the last commit started wait for the rest of it,
             // with those that come meanwhile. Not when the last batch left records behind (a bound was hit) or a
             // batch's worth waits, nor on a wake with nothing waiting (one the last batch's appends left).
-            if !boundHit, let due = pacing.due(after: lastCommit),
+            if !boundHit, let wait = pacing.wait(after: lastCommit),
                 state.withLock({ !$0.closed && !$0.pending.isEmpty && $0.pending.count < Self.batchRecords })
             {
                 // `close` ends the wait; signalled again, so that a later one ends at once too.
-                if closing.wait(timeout: .now() + .nanoseconds(CommitPacing.nanoseconds(until: due))) == .success { closing.signal() }
+                if closing.wait(timeout: .now() + .nanoseconds(Int(wait.wholeNanoseconds))) == .success { closing.signal() }
             }
             let (batch, closed, leftBehind) = state.withLock { state -> ([Pending], Bool, Bool) in
                 var taken = 0

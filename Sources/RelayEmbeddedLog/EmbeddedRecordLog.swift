@@ -118,13 +118,13 @@ public final class EmbeddedRecordLog: RecordLog {
         return try EmbeddedRecordLog(
             directory: ":memory:", database: try LogDatabase(inMemory: name), lock: nil, owner: true, topics: names, partitions: partitions,
             compacted: compacted, keptByAge: [], retainedFor: [:], budgeted: [], retention: .seconds(7 * 86_400), retentionBytes: 1 << 30,
-            ackTimeout: nil, consumerPollInterval: consumerPollInterval, logger: logger, metrics: metrics)
+            ackTimeout: nil, commitInterval: .zero, consumerPollInterval: consumerPollInterval, logger: logger, metrics: metrics)
     }
 
     private init(
         directory: String, database: LogDatabase, lock: OwnerLock?, owner: Bool, topics names: [String], partitions: Int, compacted: Set<String>,
         keptByAge: Set<String>, retainedFor: [String: [String]], budgeted: Set<String>, retention: Duration, retentionBytes: Int64,
-        ackTimeout: Duration?, commitInterval: Duration = .zero, consumerPollInterval: Duration = EmbeddedConsumer.defaultPollInterval,
+        ackTimeout: Duration?, commitInterval: Duration, consumerPollInterval: Duration = EmbeddedConsumer.defaultPollInterval,
         logger: Logger, metrics: any MetricsFactory
     ) throws {
         self.consumerPollInterval = consumerPollInterval

@@ -259,18 +259,18 @@ public final class SubscriptionDatabase: Sendable {
     private func drainWrites() {
         while true {
             let now = ContinuousClock.now
-            let (batch, due) = writes.withLock { queue -> ([PendingWrite], ContinuousClock.Instant?) in
+            let (batch, wait) = writes.withLock { queue -> ([PendingWrite], Duration?) in
                 if queue.pending.isEmpty {
                     queue.draining = false
                     return ([], nil)
                 }
-                if let due = pacing.due(after: queue.lastCommit, now: now) { return ([], due) }
+                if let wait = pacing.wait(after: queue.lastCommit, now: now) { return ([], wait) }
                 queue.lastCommit = now
                 defer { queue.pending = [] }
                 return (queue.pending, nil)
             }
-            if let due {
-                writer.asyncAfter(deadline: .now() + .nanoseconds(CommitPacing.nanoseconds(until: due))) { [self] in drainWrites() }
+            if let wait {
+                writer.asyncAfter(deadline: .now() + .nanoseconds(Int(wait.wholeNanoseconds))) { [self] in drainWrites() }
                 return
             }
             guard !batch.isEmpty else { return }
@@ -456,12 +456,4 @@ public final class SubscriptionDatabase: Sendable {
     /// A stored state; its remembered contexts stay bytes until read (`SubscriptionState(serialized:)`).
     static func decode(_ text: String) throws -> SubscriptionState { try decode(Array(text.utf8)) }
     static func decode(_ bytes: [UInt8]) throws -> SubscriptionState { try SubscriptionState(serialized: bytes) }
-}
-
-extension Database {
-    /// SQLite's plan for `sql`, one line a step (`EXPLAIN QUERY PLAN`'s details): what the plan tests hold the
-    /// routes' queries to.
-    func queryPlan(_ sql: String, arguments: StatementArguments) throws -> [String] {
-        try Row.fetchAll(self, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] }
-    }
 }

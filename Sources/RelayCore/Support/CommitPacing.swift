@@ -23,16 +23,11 @@ public struct CommitPacing: Sendable {
         self.interval = max(.zero, interval)
     }
 
-    /// When the next commit may start, if that is still to come: nil when it may start now.
-    public func due(after lastCommit: ContinuousClock.Instant?, now: ContinuousClock.Instant = .now) -> ContinuousClock.Instant? {
+    /// How long the next commit waits, if it must: nil when it may start now (nothing committed yet, or the
+    /// interval since the last commit started is over).
+    public func wait(after lastCommit: ContinuousClock.Instant?, now: ContinuousClock.Instant = .now) -> Duration? {
         guard interval > .zero, let lastCommit else { return nil }
-        let due = lastCommit + interval
-        return due > now ? due : nil
-    }
-
-    /// Nanoseconds from now until `instant` (0 when it has passed): how long a writer waits for `due`.
-    public static func nanoseconds(until instant: ContinuousClock.Instant) -> Int {
-        let (seconds, attoseconds) = max(.zero, ContinuousClock.now.duration(to: instant)).components
-        return Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+        let left = lastCommit + interval - now
+        return left > .zero ? left : nil
     }
 }
