@@ -11,7 +11,7 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "revenue-relay-bench",
         abstract: "revenue-relay benchmarks (run from the repository root, built with -c release).",
-        subcommands: [AppleVerify.self, Deliver.self, Receiver.self, EngineBench.self, LogBench.self, LogCrashChild.self, SQLiteCrashChild.self, E2EBench.self, E2ERelay.self, ABBench.self, CodecBench.self, IngestBench.self]
+        subcommands: [AppleVerify.self, Deliver.self, Receiver.self, EngineBench.self, LogBench.self, LogCrashChild.self, SQLiteCrashChild.self, E2EBench.self, E2ERelay.self, E2EBroker.self, ABBench.self, CodecBench.self, IngestBench.self]
     )
 }
 

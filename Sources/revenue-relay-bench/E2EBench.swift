@@ -19,8 +19,9 @@ func wallClockNanoseconds() -> Int64 {
 
 /// The whole pipeline from outside, as an operator would measure it: `revenue-relay dev` (ingest, record
 /// log, worker, local backend, deliverer in one process, here the bench's `e2e-relay` child running the
-/// same code) on the embedded log or the Kafka-protocol broker, a webhook receiver in another child, and
-/// this process posting signed notifications to the ingest.
+/// same code) on the embedded log or on the Kafka-protocol broker of `dev --kafka` (in a child of its own,
+/// as a deployment's Kafka is in its own process: the relay's CPU and memory are its own), a webhook receiver
+/// in another child, and this process posting signed notifications to the ingest.
 ///
 /// Per round, with a fresh relay: a warm-up that also learns how many webhooks each kind of notification
 /// causes; the throughput run (`--count` distinct notifications, `--connections` at once, first POST to
@@ -34,7 +35,7 @@ struct E2EBench: AsyncParsableCommand {
         case embedded, kafka, both
     }
 
-    @Option(help: "The record log: embedded, kafka (the in-memory Kafka-protocol broker of `dev --kafka`) or both.")
+    @Option(help: "The record log: embedded, kafka (the in-memory Kafka-protocol broker of `dev --kafka`, in a process of its own) or both.")
     var log: LogKind = .both
 
     @Option(help: "Notifications in the throughput run.")
@@ -157,14 +158,15 @@ struct E2EBench: AsyncParsableCommand {
                 let result = RoundResult(
                     perSecond: throughput.perSecond, settledPerSecond: throughput.settledPerSecond, cpuMicroseconds: throughput.cpuMicroseconds, peakRSS: throughput.peakRSS,
                     machineBusy: throughput.machineBusy, p50: latency.p50, p99: latency.p99, max: latency.max,
-                    steadyCPUMicroseconds: latency.cpuMicroseconds)
+                    steadyCPUMicroseconds: latency.cpuMicroseconds, brokerCPUMicroseconds: throughput.brokerCPUMicroseconds,
+                    brokerPeakRSS: relay.broker?.peakRSS())
                 results.append(result)
                 let inV = verifyRate.map { String(format: " (%.3f V)", result.perSecond / $0) } ?? ""
                 let settledInV = verifyRate.map { String(format: " (%.3f V)", result.settledPerSecond / $0) } ?? ""
                 let inVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.cpuMicroseconds * $0 / 1_000_000) } ?? ""
                 let steadyInVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.steadyCPUMicroseconds * $0 / 1_000_000) } ?? ""
                 print(
-                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end\(inV), all recorded at \(Int(result.settledPerSecond))/s\(settledInV), \(Int(result.cpuMicroseconds)) µs relay CPU per notification\(inVerifications), peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms, relay CPU \(Int(result.steadyCPUMicroseconds)) µs per notification\(steadyInVerifications)"
+                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end\(inV), all recorded at \(Int(result.settledPerSecond))/s\(settledInV), \(Int(result.cpuMicroseconds)) µs relay CPU per notification\(inVerifications), peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms, relay CPU \(Int(result.steadyCPUMicroseconds)) µs per notification\(steadyInVerifications)\(Self.brokerSummary(result))"
                 )
                 relay.stop()
                 relay.removeFiles()
@@ -207,6 +209,20 @@ struct E2EBench: AsyncParsableCommand {
             print("")
             for line in goals { print(line) }
         }
+        for (_, results) in summaries {
+            let cpu = results.compactMap(\.brokerCPUMicroseconds).sorted()
+            let rss = results.compactMap(\.brokerPeakRSS).sorted()
+            guard !cpu.isEmpty, !rss.isEmpty else { continue }
+            print(
+                "Kafka protocol (mock cluster): the broker, in its own process beside the relay's: \(Int(cpu[cpu.count / 2])) µs CPU per notification in the throughput run (\(Int(cpu.first!))–\(Int(cpu.last!))), peak RSS \(rss[rss.count / 2] / 1_048_576) MiB; not in the relay's figures"
+            )
+        }
+    }
+
+    /// The round line's end on `kafka`: the broker's CPU and memory, after the relay's (which `ab` reads first).
+    static func brokerSummary(_ result: RoundResult) -> String {
+        guard let cpu = result.brokerCPUMicroseconds, let rss = result.brokerPeakRSS else { return "" }
+        return "; the broker (its own process): \(Int(cpu)) µs CPU per notification, peak RSS \(rss / 1_048_576) MiB"
     }
 
     func fmt(_ milliseconds: Double) -> String { String(format: milliseconds < 10 ? "%.1f" : "%.0f", milliseconds) }
@@ -224,6 +240,9 @@ struct E2EBench: AsyncParsableCommand {
         var max: Double
         /// The relay's CPU per notification in the latency run (a steady rate below saturation), until idle.
         var steadyCPUMicroseconds: Double
+        /// On `kafka`, the broker's (its own process) CPU per notification in the throughput run, and its peak RSS.
+        var brokerCPUMicroseconds: Double?
+        var brokerPeakRSS: Int?
     }
 }
 
@@ -287,11 +306,12 @@ struct Round {
     /// to the relay idle again, everything recorded (`settledPerSecond`); the relay's CPU until it is idle.
     mutating func throughput(
         startIndex: Int, count: Int, perKind: [Int], relay: RelayChild
-    ) async throws -> (perSecond: Double, settledPerSecond: Double, cpuMicroseconds: Double, peakRSS: Int, machineBusy: Double) {
+    ) async throws -> (perSecond: Double, settledPerSecond: Double, cpuMicroseconds: Double, peakRSS: Int, machineBusy: Double, brokerCPUMicroseconds: Double?) {
         let notifications = (0..<count).map { factory.make(index: startIndex + $0, kind: $0 % factory.kinds) }
         let keys = Set(notifications.map(\.key))
         let expectedWebhooks = notifications.reduce(0) { $0 + perKind[$1.kind] }
         let cpuBefore = relay.cpuSeconds()
+        let brokerCPUBefore = relay.broker?.cpuSeconds()
         let machineBefore = machineCPUTicks()
         let start = wallClockNanoseconds()
         let posting = Task { [self] in try await post(notifications, concurrency: connections) }
@@ -316,9 +336,13 @@ struct Round {
         // CPU is the notifications' too, and the latency run starts from an idle relay, not on that backlog.
         let settled = try await relay.waitUntilIdle()
         let cpu = relay.cpuSeconds() - cpuBefore
+        let brokerCPU = brokerCPUBefore.flatMap { before in relay.broker.map { $0.cpuSeconds() - before } }
         let seconds = Double(last - start) / 1e9
         let busy = (machineAfter.busy - machineBefore.busy) / max(1, machineAfter.total - machineBefore.total)
-        return (Double(count) / seconds, Double(count) / (Double(max(settled, last) - start) / 1e9), cpu / Double(count) * 1e6, relay.peakRSS(), busy)
+        return (
+            Double(count) / seconds, Double(count) / (Double(max(settled, last) - start) / 1e9), cpu / Double(count) * 1e6, relay.peakRSS(), busy,
+            brokerCPU.map { $0 / Double(count) * 1e6 }
+        )
     }
 
     /// `rate` notifications per second for `seconds`, each POST at its time (open loop): POST → first webhook, in

@@ -5,12 +5,17 @@ import Logging
 import RelayApp
 import RelayConfig
 import RelayCore
+import RelayKafka
 
 /// `revenue-relay dev`'s process (the bench's `e2e-relay`, the same code), its stdout read for the addresses.
 final class RelayChild: @unchecked Sendable {
     let ingest: String
     let logPath: String
+    /// On `kafka`, the Kafka-protocol broker in a process of its own, as a deployment's Kafka is: the relay's CPU
+    /// and memory are then its own, not the broker's too.
+    let broker: BrokerChild?
     private let process: Process
+    private let stats: ChildStats
     private let directory: String
 
     /// - Parameter history: an events store to start from (`e2e --recorded`).
@@ -29,28 +34,27 @@ final class RelayChild: @unchecked Sendable {
         try Data(configuration.utf8).write(to: URL(fileURLWithPath: folder + "/relay.yaml"))
         logPath = folder + "/relay.log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let broker = kind == .kafka ? try BrokerChild(configuration: folder + "/relay.yaml", log: folder + "/broker.log") : nil
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["e2e-relay", "--config", folder + "/relay.yaml"] + (kind == .kafka ? ["--kafka"] : ["--data", folder + "/data"])
+        process.arguments =
+            ["e2e-relay", "--config", folder + "/relay.yaml"]
+            + (broker.map { ["--bootstrap-servers", $0.bootstrapServers] } ?? ["--data", folder + "/data"])
         process.currentDirectoryURL = URL(fileURLWithPath: folder)
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: logPath)
-        try process.runWithSignalsUnblocked()
-        var ingest: String?
-        let handle = output.fileHandleForReading
-        var line = ""
-        while ingest == nil {
-            let byte = handle.readData(ofLength: 1)
-            guard !byte.isEmpty else { throw ValidationError("the relay did not start; its log: \(logPath)") }
-            line += String(decoding: byte, as: UTF8.self)
-            if line.hasSuffix("\n") {
-                if line.hasPrefix("ingest: ") { ingest = String(line.dropFirst("ingest: ".count).dropLast()) }
-                line = ""
-            }
+        do {
+            try process.runWithSignalsUnblocked()
+            ingest = try readAnnouncement("ingest: ", from: output, what: "the relay", log: logPath)
+        } catch {
+            if process.isRunning { process.terminate(); process.waitUntilExit() }
+            broker?.stop()
+            throw error
         }
-        self.ingest = ingest!
+        self.broker = broker
         self.process = process
+        stats = ChildStats(process.processIdentifier)
         self.directory = folder
     }
 
@@ -75,28 +79,18 @@ final class RelayChild: @unchecked Sendable {
     }
 
     /// The relay's user and system CPU time so far, seconds.
-    func cpuSeconds() -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return 0 }
-        // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
-        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
-    }
+    func cpuSeconds() -> Double { stats.cpuSeconds() }
 
     /// The relay's peak resident memory so far (VmHWM), bytes.
-    func peakRSS() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
-        else { return 0 }
-        return (Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) * 1024
-    }
+    func peakRSS() -> Int { stats.peakRSS() }
 
+    /// The relay, then its broker (on `kafka`).
     func stop() {
-        guard process.isRunning else { return }
-        process.terminate()
-        process.waitUntilExit()
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        broker?.stop()
     }
 
     /// Its data and log; kept when a round failed, for the log.
@@ -106,26 +100,139 @@ final class RelayChild: @unchecked Sendable {
 }
 
 /// `revenue-relay dev` for `e2e` (hidden): the same process setup, so the bench needs no second build product.
+/// On the embedded log in `--data`; with `--bootstrap-servers`, on that Kafka-protocol broker (`e2e-broker`'s)
+/// with `dev --kafka`'s settings, the broker outside this process.
 struct E2ERelay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "e2e-relay", abstract: "The relay of `e2e`.", shouldDisplay: false)
 
     @Option var config: String
     @Option var data: String?
-    @Flag var kafka = false
+    @Option var bootstrapServers: String?
 
     func run() async throws {
         // As `revenue-relay` logs (the repeat limit included): its lines cost what the service's do.
         bootstrapLogging()
-        let configuration = try RelayConfiguration.load(path: config)
-        let environment = try DevEnvironment(configuration: configuration, dataDirectory: data, kafka: kafka, logger: Logger(label: "revenue-relay"))
+        var configuration = try RelayConfiguration.load(path: config)
+        let logger = Logger(label: "revenue-relay")
+        let process: RelayProcess
+        var environment: DevEnvironment?
+        if let bootstrapServers {
+            configuration.log.kind = .kafka
+            // As `dev --kafka` sets it: the mock broker holds each fetch this long even when records wait.
+            if configuration.kafka.properties["fetch.wait.max.ms"] == nil { configuration.kafka.properties["fetch.wait.max.ms"] = "5" }
+            process = try RelayProcess(
+                configuration: configuration, roles: Role.defaultRoles + [.backend], bootstrapServers: bootstrapServers, logger: logger)
+        } else {
+            environment = try DevEnvironment(configuration: configuration, dataDirectory: data, logger: logger)
+            process = environment!.process
+        }
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await environment.process.run() }
+            group.addTask { try await process.run() }
             group.addTask {
-                let port = await environment.process.waitForHTTPPort()
-                _ = await environment.process.backendAddress.value()
+                let port = await process.waitForHTTPPort()
+                _ = await process.backendAddress.value()
                 FileHandle.standardOutput.write(Data("ingest: http://127.0.0.1:\(port)\n".utf8))
             }
             try await group.waitForAll()
         }
+        withExtendedLifetime(environment) {}
+    }
+}
+
+/// `e2e`'s Kafka-protocol broker (hidden): `dev --kafka`'s in-memory cluster (three brokers, each topic of the
+/// configuration with `dev`'s partitions), in a process of its own until it is terminated.
+struct E2EBroker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "e2e-broker", abstract: "The Kafka-protocol broker of `e2e`.", shouldDisplay: false)
+
+    @Option var config: String
+
+    func run() async throws {
+        bootstrapLogging()
+        let configuration = try RelayConfiguration.load(path: config)
+        let cluster = try EmbeddedKafkaCluster(brokers: 3, logger: Logger(label: "e2e-broker"))
+        for topic in configuration.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
+            try cluster.createTopic(topic, partitions: DevEnvironment.partitions)
+        }
+        FileHandle.standardOutput.write(Data("kafka: \(cluster.bootstrapServers)\n".utf8))
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+}
+
+/// `e2e-broker` in a child process.
+final class BrokerChild: @unchecked Sendable {
+    let bootstrapServers: String
+    private let process: Process
+    private let stats: ChildStats
+
+    init(configuration: String, log: String) throws {
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["e2e-broker", "--config", configuration]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle(forWritingAtPath: log)
+        try process.runWithSignalsUnblocked()
+        do {
+            bootstrapServers = try readAnnouncement("kafka: ", from: output, what: "the broker", log: log)
+        } catch {
+            process.terminate()
+            process.waitUntilExit()
+            throw error
+        }
+        self.process = process
+        stats = ChildStats(process.processIdentifier)
+    }
+
+    /// The broker's user and system CPU time so far, seconds.
+    func cpuSeconds() -> Double { stats.cpuSeconds() }
+
+    /// The broker's peak resident memory so far (VmHWM), bytes.
+    func peakRSS() -> Int { stats.peakRSS() }
+
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
+
+/// What a child process prints first on a line starting with `prefix` (the rest of that line), read byte by byte
+/// from its stdout; an error naming its log when it exits first.
+private func readAnnouncement(_ prefix: String, from output: Pipe, what: String, log: String) throws -> String {
+    let handle = output.fileHandleForReading
+    var line = ""
+    while true {
+        let byte = handle.readData(ofLength: 1)
+        guard !byte.isEmpty else { throw ValidationError("\(what) did not start; its log: \(log)") }
+        line += String(decoding: byte, as: UTF8.self)
+        if line.hasSuffix("\n") {
+            if line.hasPrefix(prefix) { return String(line.dropFirst(prefix.count).dropLast()) }
+            line = ""
+        }
+    }
+}
+
+/// A child process's CPU time and peak memory, from /proc.
+struct ChildStats {
+    let pid: Int32
+
+    init(_ pid: Int32) { self.pid = pid }
+
+    /// User and system CPU time so far, seconds.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
+        // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
+    }
+
+    /// Peak resident memory so far (VmHWM), bytes.
+    func peakRSS() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
+        else { return 0 }
+        return (Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) * 1024
     }
 }
