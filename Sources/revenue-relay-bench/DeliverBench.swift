@@ -293,6 +293,8 @@ struct ReceiverCounter {
 final class ReceiverProcess {
     let port: Int
     private let process: Process
+    /// The receiver's stdin, held open for its life: it exits when this process does.
+    private let input = Pipe()
 
     init(delayMilliseconds: Int) throws {
         let process = Process()
@@ -300,9 +302,10 @@ final class ReceiverProcess {
         if !FileManager.default.isExecutableFile(atPath: process.executableURL!.path) {
             process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         }
-        process.arguments = ["receiver", "--delay-ms", String(delayMilliseconds)]
+        process.arguments = ["receiver", "--delay-ms", String(delayMilliseconds), "--exit-when-stdin-closes"]
         let output = Pipe()
         process.standardOutput = output
+        process.standardInput = input
         try process.runWithSignalsUnblocked()
         var line = ""
         let handle = output.fileHandleForReading
@@ -334,7 +337,12 @@ struct Receiver: AsyncParsableCommand {
     @Option(help: "Event loop threads.")
     var threads = 1
 
+    @Flag(help: .hidden)
+    var exitWhenStdinCloses = false
+
     func run() async throws {
+        // Started by a bench (`ReceiverProcess`): gone with it.
+        if exitWhenStdinCloses { exitWhenStandardInputCloses() }
         let received = Atomic<Int>(0)
         // Each POST's `webhook-id` and wall-clock arrival (ns), for `e2e`'s latencies: GET /arrivals?from=N.
         let arrivals = Mutex<[(id: String, nanoseconds: Int64)]>([])

@@ -159,15 +159,9 @@ struct E2EBench: AsyncParsableCommand {
                     perSecond: throughput.perSecond, settledPerSecond: throughput.settledPerSecond, cpuMicroseconds: throughput.cpuMicroseconds, peakRSS: throughput.peakRSS,
                     machineBusy: throughput.machineBusy, p50: latency.p50, p99: latency.p99, max: latency.max,
                     steadyCPUMicroseconds: latency.cpuMicroseconds, brokerCPUMicroseconds: throughput.brokerCPUMicroseconds,
-                    brokerPeakRSS: relay.broker?.peakRSS())
+                    brokerPeakRSS: throughput.brokerPeakRSS)
                 results.append(result)
-                let inV = verifyRate.map { String(format: " (%.3f V)", result.perSecond / $0) } ?? ""
-                let settledInV = verifyRate.map { String(format: " (%.3f V)", result.settledPerSecond / $0) } ?? ""
-                let inVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.cpuMicroseconds * $0 / 1_000_000) } ?? ""
-                let steadyInVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.steadyCPUMicroseconds * $0 / 1_000_000) } ?? ""
-                print(
-                    "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end\(inV), all recorded at \(Int(result.settledPerSecond))/s\(settledInV), \(Int(result.cpuMicroseconds)) µs relay CPU per notification\(inVerifications), peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(fmt(result.p50)) ms, p99 \(fmt(result.p99)) ms, max \(fmt(result.max)) ms, relay CPU \(Int(result.steadyCPUMicroseconds)) µs per notification\(steadyInVerifications)\(Self.brokerSummary(result))"
-                )
+                print(Self.roundLine(kind: kind, round: round, result: result, rate: rate, verifyRate: verifyRate))
                 relay.stop()
                 relay.removeFiles()
             }
@@ -177,6 +171,7 @@ struct E2EBench: AsyncParsableCommand {
 
         print("")
         var goals: [String] = []
+        var notes: [String] = []
         print(
             "| log | notifications/s end to end | all recorded | p50 / p99 / max at \(rate)/s (ms) | relay CPU per notification | relay CPU at \(rate)/s | relay peak RSS | machine CPU busy |"
         )
@@ -201,31 +196,41 @@ struct E2EBench: AsyncParsableCommand {
                     "\(name): end to end \(String(format: "%.3f", median(rates) / verifyRate)) V (goal ≥ 0.12 V), all recorded \(String(format: "%.3f", median(settled) / verifyRate)) V; relay CPU \(String(format: "%.1f", median(cpu) * verifyRate / 1_000_000)) verifications per notification (goal ≤ 10), \(String(format: "%.1f", median(steadyCPU) * verifyRate / 1_000_000)) at \(rate)/s; p99 \(fmt(median(p99))) ms at \(String(format: "%.3f", Double(rate) / verifyRate)) V offered (goal < 50 ms at 0.03 V); peak RSS \(Int(median(rss))) MiB (goal < 100)"
                 )
             }
+            let brokerCPU = results.compactMap(\.brokerCPUMicroseconds)
+            let brokerRSS = results.compactMap { $0.brokerPeakRSS.map { Double($0) / 1_048_576 } }
+            if !brokerCPU.isEmpty, !brokerRSS.isEmpty {
+                notes.append(
+                    "\(name): the broker, in its own process, not in the relay's figures: \(Int(median(brokerCPU))) µs CPU per notification in the throughput run\(range(brokerCPU) { "\(Int($0))" }), its memory at most \(Int(median(brokerRSS))) MiB\(range(brokerRSS) { "\(Int($0))" })"
+                )
+            }
             print(
                 "| \(name) | \(Int(median(rates)))\(range(rates) { "\(Int($0))" }) | \(Int(median(settled)))\(range(settled) { "\(Int($0))" }) | \(fmt(median(p50))) / \(fmt(median(p99))) / \(fmt(median(max)))\(range(p99) { fmt($0) }) | \(Int(median(cpu))) µs\(range(cpu) { "\(Int($0))" }) | \(Int(median(steadyCPU))) µs\(range(steadyCPU) { "\(Int($0))" }) | \(Int(median(rss))) MiB\(range(rss) { "\(Int($0))" }) | \(Int(median(busy)))%\(range(busy) { "\(Int($0))" }) |"
             )
         }
-        if !goals.isEmpty {
+        if !goals.isEmpty || !notes.isEmpty {
             print("")
-            for line in goals { print(line) }
-        }
-        for (_, results) in summaries {
-            let cpu = results.compactMap(\.brokerCPUMicroseconds).sorted()
-            let rss = results.compactMap(\.brokerPeakRSS).sorted()
-            guard !cpu.isEmpty, !rss.isEmpty else { continue }
-            print(
-                "Kafka protocol (mock cluster): the broker, in its own process beside the relay's: \(Int(cpu[cpu.count / 2])) µs CPU per notification in the throughput run (\(Int(cpu.first!))–\(Int(cpu.last!))), peak RSS \(rss[rss.count / 2] / 1_048_576) MiB; not in the relay's figures"
-            )
+            for line in goals + notes { print(line) }
         }
     }
 
-    /// The round line's end on `kafka`: the broker's CPU and memory, after the relay's (which `ab` reads first).
-    static func brokerSummary(_ result: RoundResult) -> String {
-        guard let cpu = result.brokerCPUMicroseconds, let rss = result.brokerPeakRSS else { return "" }
-        return "; the broker (its own process): \(Int(cpu)) µs CPU per notification, peak RSS \(rss / 1_048_576) MiB"
+    /// A round's line, as `ab` reads it (`ABBench.Round`). On `kafka` the broker's figures come last, after
+    /// the relay's, and name no figure `ab` reads.
+    static func roundLine(kind: LogKind, round: Int, result: RoundResult, rate: Int, verifyRate: Double?) -> String {
+        let inV = verifyRate.map { String(format: " (%.3f V)", result.perSecond / $0) } ?? ""
+        let settledInV = verifyRate.map { String(format: " (%.3f V)", result.settledPerSecond / $0) } ?? ""
+        let inVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.cpuMicroseconds * $0 / 1_000_000) } ?? ""
+        let steadyInVerifications = verifyRate.map { String(format: " (%.1f verifications)", result.steadyCPUMicroseconds * $0 / 1_000_000) } ?? ""
+        var broker = ""
+        if let cpu = result.brokerCPUMicroseconds, let rss = result.brokerPeakRSS {
+            broker = "; the broker (its own process): \(Int(cpu)) µs CPU per notification in the throughput run, its memory at most \(rss / 1_048_576) MiB"
+        }
+        return
+            "\(kind.rawValue) round \(round): \(Int(result.perSecond)) notifications/s end to end\(inV), all recorded at \(Int(result.settledPerSecond))/s\(settledInV), \(Int(result.cpuMicroseconds)) µs relay CPU per notification\(inVerifications), peak RSS \(result.peakRSS / 1_048_576) MiB, machine CPU \(Int(result.machineBusy * 100))% busy; at \(rate)/s: p50 \(format(result.p50)) ms, p99 \(format(result.p99)) ms, max \(format(result.max)) ms, relay CPU \(Int(result.steadyCPUMicroseconds)) µs per notification\(steadyInVerifications)\(broker)"
     }
 
-    func fmt(_ milliseconds: Double) -> String { String(format: milliseconds < 10 ? "%.1f" : "%.0f", milliseconds) }
+    func fmt(_ milliseconds: Double) -> String { Self.format(milliseconds) }
+
+    static func format(_ milliseconds: Double) -> String { String(format: milliseconds < 10 ? "%.1f" : "%.0f", milliseconds) }
 
     struct RoundResult {
         var perSecond: Double
@@ -306,7 +311,10 @@ struct Round {
     /// to the relay idle again, everything recorded (`settledPerSecond`); the relay's CPU until it is idle.
     mutating func throughput(
         startIndex: Int, count: Int, perKind: [Int], relay: RelayChild
-    ) async throws -> (perSecond: Double, settledPerSecond: Double, cpuMicroseconds: Double, peakRSS: Int, machineBusy: Double, brokerCPUMicroseconds: Double?) {
+    ) async throws -> (
+        perSecond: Double, settledPerSecond: Double, cpuMicroseconds: Double, peakRSS: Int, machineBusy: Double, brokerCPUMicroseconds: Double?,
+        brokerPeakRSS: Int?
+    ) {
         let notifications = (0..<count).map { factory.make(index: startIndex + $0, kind: $0 % factory.kinds) }
         let keys = Set(notifications.map(\.key))
         let expectedWebhooks = notifications.reduce(0) { $0 + perKind[$1.kind] }
@@ -341,7 +349,7 @@ struct Round {
         let busy = (machineAfter.busy - machineBefore.busy) / max(1, machineAfter.total - machineBefore.total)
         return (
             Double(count) / seconds, Double(count) / (Double(max(settled, last) - start) / 1e9), cpu / Double(count) * 1e6, relay.peakRSS(), busy,
-            brokerCPU.map { $0 / Double(count) * 1e6 }
+            brokerCPU.map { $0 / Double(count) * 1e6 }, relay.broker?.peakRSS()
         )
     }
 

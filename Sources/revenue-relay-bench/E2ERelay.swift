@@ -5,9 +5,9 @@ import Logging
 import RelayApp
 import RelayConfig
 import RelayCore
-import RelayKafka
 
-/// `revenue-relay dev`'s process (the bench's `e2e-relay`, the same code), its stdout read for the addresses.
+/// `revenue-relay dev`'s process (the bench's `e2e-relay`, the same code), its stdout read for the addresses; on
+/// `kafka` beside its broker (`BrokerChild`).
 final class RelayChild: @unchecked Sendable {
     let ingest: String
     let logPath: String
@@ -15,6 +15,8 @@ final class RelayChild: @unchecked Sendable {
     /// and memory are then its own, not the broker's too.
     let broker: BrokerChild?
     private let process: Process
+    /// The relay's stdin, held open for its life: it exits when this process does.
+    private let input: Pipe
     private let stats: ChildStats
     private let directory: String
 
@@ -35,20 +37,22 @@ final class RelayChild: @unchecked Sendable {
         logPath = folder + "/relay.log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let broker = kind == .kafka ? try BrokerChild(configuration: folder + "/relay.yaml", log: folder + "/broker.log") : nil
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments =
+        let arguments =
             ["e2e-relay", "--config", folder + "/relay.yaml"]
             + (broker.map { ["--bootstrap-servers", $0.bootstrapServers] } ?? ["--data", folder + "/data"])
-        process.currentDirectoryURL = URL(fileURLWithPath: folder)
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: logPath)
+        let process: Process
         do {
-            try process.runWithSignalsUnblocked()
-            ingest = try readAnnouncement("ingest: ", from: output, what: "the relay", log: logPath)
+            let started = try startChild(arguments, log: logPath, directory: folder)
+            (process, input) = (started.0, started.input)
+            do {
+                ingest = try readAnnouncement(
+                    "ingest: ", from: started.output, what: "the relay", log: broker == nil ? logPath : "\(logPath) (its broker's: \(folder)/broker.log)")
+            } catch {
+                process.terminate()
+                process.waitUntilExit()
+                throw error
+            }
         } catch {
-            if process.isRunning { process.terminate(); process.waitUntilExit() }
             broker?.stop()
             throw error
         }
@@ -99,9 +103,9 @@ final class RelayChild: @unchecked Sendable {
     }
 }
 
-/// `revenue-relay dev` for `e2e` (hidden): the same process setup, so the bench needs no second build product.
-/// On the embedded log in `--data`; with `--bootstrap-servers`, on that Kafka-protocol broker (`e2e-broker`'s)
-/// with `dev --kafka`'s settings, the broker outside this process.
+/// `revenue-relay dev` for `e2e` (hidden): the same process setup (`DevEnvironment`), so the bench needs no
+/// second build product. On the embedded log in `--data`; with `--bootstrap-servers`, `dev --kafka`'s relay on
+/// the broker there (`e2e-broker`'s, in its own process). It exits when the bench does (its stdin closes).
 struct E2ERelay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "e2e-relay", abstract: "The relay of `e2e`.", shouldDisplay: false)
 
@@ -110,69 +114,86 @@ struct E2ERelay: AsyncParsableCommand {
     @Option var bootstrapServers: String?
 
     func run() async throws {
+        exitWhenStandardInputCloses()
         // As `revenue-relay` logs (the repeat limit included): its lines cost what the service's do.
         bootstrapLogging()
-        var configuration = try RelayConfiguration.load(path: config)
+        let configuration = try RelayConfiguration.load(path: config)
         let logger = Logger(label: "revenue-relay")
-        let process: RelayProcess
-        var environment: DevEnvironment?
-        if let bootstrapServers {
-            configuration.log.kind = .kafka
-            // As `dev --kafka` sets it: the mock broker holds each fetch this long even when records wait.
-            if configuration.kafka.properties["fetch.wait.max.ms"] == nil { configuration.kafka.properties["fetch.wait.max.ms"] = "5" }
-            process = try RelayProcess(
-                configuration: configuration, roles: Role.defaultRoles + [.backend], bootstrapServers: bootstrapServers, logger: logger)
-        } else {
-            environment = try DevEnvironment(configuration: configuration, dataDirectory: data, logger: logger)
-            process = environment!.process
-        }
+        let environment =
+            if let bootstrapServers {
+                try DevEnvironment(configuration: configuration, bootstrapServers: bootstrapServers, logger: logger)
+            } else {
+                try DevEnvironment(configuration: configuration, dataDirectory: data, logger: logger)
+            }
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await process.run() }
+            group.addTask { try await environment.process.run() }
             group.addTask {
-                let port = await process.waitForHTTPPort()
-                _ = await process.backendAddress.value()
+                guard let port = await environment.process.httpPort(), await environment.process.backendAddress.valueUnlessCancelled() != nil
+                else { return }
                 FileHandle.standardOutput.write(Data("ingest: http://127.0.0.1:\(port)\n".utf8))
             }
-            try await group.waitForAll()
+            // As `dev`: a relay that fails to start ends this process (and the bench's wait for its line) at once.
+            while try await group.next() != nil {}
         }
-        withExtendedLifetime(environment) {}
     }
 }
 
-/// `e2e`'s Kafka-protocol broker (hidden): `dev --kafka`'s in-memory cluster (three brokers, each topic of the
-/// configuration with `dev`'s partitions), in a process of its own until it is terminated.
+/// `e2e`'s Kafka-protocol broker (hidden): `dev --kafka`'s in-memory cluster (`DevEnvironment.makeCluster`), in
+/// a process of its own until it is terminated or the bench exits (its stdin closes).
 struct E2EBroker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "e2e-broker", abstract: "The Kafka-protocol broker of `e2e`.", shouldDisplay: false)
 
     @Option var config: String
 
     func run() async throws {
+        exitWhenStandardInputCloses()
         bootstrapLogging()
         let configuration = try RelayConfiguration.load(path: config)
-        let cluster = try EmbeddedKafkaCluster(brokers: 3, logger: Logger(label: "e2e-broker"))
-        for topic in configuration.topics.all(retrySteps: configuration.delivery.retrySchedule.count) {
-            try cluster.createTopic(topic, partitions: DevEnvironment.partitions)
-        }
+        let cluster = try DevEnvironment.makeCluster(for: configuration, logger: Logger(label: "e2e-broker"))
         FileHandle.standardOutput.write(Data("kafka: \(cluster.bootstrapServers)\n".utf8))
         while true { try await Task.sleep(for: .seconds(3600)) }
     }
+}
+
+/// A bench child's stdin is a pipe whose other end only the bench holds (`startChild`, `ReceiverProcess`): when
+/// it reads end of file the bench has gone (killed, crashed, interrupted), and the child exits rather than keep
+/// its ports and memory.
+func exitWhenStandardInputCloses() {
+    let thread = Thread {
+        var byte: UInt8 = 0
+        while read(STDIN_FILENO, &byte, 1) > 0 {}
+        exit(0)
+    }
+    thread.name = "parent-watch"
+    thread.start()
+}
+
+/// Starts this executable with `arguments`, its stderr to `log`; returns it with its stdout and the write end
+/// of its stdin, which the caller keeps open for the child's life (`exitWhenStandardInputCloses`).
+private func startChild(_ arguments: [String], log: String, directory: String? = nil) throws -> (Process, output: Pipe, input: Pipe) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    process.arguments = arguments
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let (output, input) = (Pipe(), Pipe())
+    process.standardOutput = output
+    process.standardInput = input
+    process.standardError = FileHandle(forWritingAtPath: log)
+    try process.runWithSignalsUnblocked()
+    return (process, output, input)
 }
 
 /// `e2e-broker` in a child process.
 final class BrokerChild: @unchecked Sendable {
     let bootstrapServers: String
     private let process: Process
+    /// The broker's stdin, held open for its life: it exits when this process does.
+    private let input: Pipe
     private let stats: ChildStats
 
     init(configuration: String, log: String) throws {
         _ = FileManager.default.createFile(atPath: log, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["e2e-broker", "--config", configuration]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: log)
-        try process.runWithSignalsUnblocked()
+        let (process, output, input) = try startChild(["e2e-broker", "--config", configuration], log: log)
         do {
             bootstrapServers = try readAnnouncement("kafka: ", from: output, what: "the broker", log: log)
         } catch {
@@ -181,6 +202,7 @@ final class BrokerChild: @unchecked Sendable {
             throw error
         }
         self.process = process
+        self.input = input
         stats = ChildStats(process.processIdentifier)
     }
 
