@@ -294,31 +294,27 @@ final class ReceiverProcess {
     let port: Int
     private let process: Process
     /// The receiver's stdin, held open for its life: it exits when this process does.
-    private let input = Pipe()
+    private let input: Pipe
 
     init(delayMilliseconds: Int) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
-        if !FileManager.default.isExecutableFile(atPath: process.executableURL!.path) {
-            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        let (process, output, input) = try startChild(
+            ["receiver", "--delay-ms", String(delayMilliseconds), "--exit-when-stdin-closes"], log: nil)
+        let line: String
+        do {
+            line = try readAnnouncement("port: ", from: output, what: "the receiver", log: nil)
+        } catch {
+            process.terminate()
+            process.waitUntilExit()
+            throw error
         }
-        process.arguments = ["receiver", "--delay-ms", String(delayMilliseconds), "--exit-when-stdin-closes"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = input
-        try process.runWithSignalsUnblocked()
-        var line = ""
-        let handle = output.fileHandleForReading
-        while !line.hasSuffix("\n") {
-            let byte = handle.readData(ofLength: 1)
-            guard !byte.isEmpty else { throw ValidationError("the receiver did not start") }
-            line += String(decoding: byte, as: UTF8.self)
-        }
-        guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "port: ", with: "")) else {
-            throw ValidationError("the receiver printed \(line)")
+        guard let port = Int(line) else {
+            process.terminate()
+            process.waitUntilExit()
+            throw ValidationError("the receiver printed port: \(line)")
         }
         self.port = port
         self.process = process
+        self.input = input
     }
 
     func stop() {

@@ -168,9 +168,9 @@ func exitWhenStandardInputCloses() {
     thread.start()
 }
 
-/// Starts this executable with `arguments`, its stderr to `log`; returns it with its stdout and the write end
-/// of its stdin, which the caller keeps open for the child's life (`exitWhenStandardInputCloses`).
-private func startChild(_ arguments: [String], log: String, directory: String? = nil) throws -> (Process, output: Pipe, input: Pipe) {
+/// Starts this executable with `arguments`, its stderr to `log` (nil: this process's); returns it with its stdout
+/// and the pipe of its stdin, which the caller keeps open for the child's life (`exitWhenStandardInputCloses`).
+func startChild(_ arguments: [String], log: String?, directory: String? = nil) throws -> (Process, output: Pipe, input: Pipe) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     process.arguments = arguments
@@ -178,7 +178,7 @@ private func startChild(_ arguments: [String], log: String, directory: String? =
     let (output, input) = (Pipe(), Pipe())
     process.standardOutput = output
     process.standardInput = input
-    process.standardError = FileHandle(forWritingAtPath: log)
+    if let log { process.standardError = FileHandle(forWritingAtPath: log) }
     try process.runWithSignalsUnblocked()
     return (process, output, input)
 }
@@ -220,13 +220,13 @@ final class BrokerChild: @unchecked Sendable {
 }
 
 /// What a child process prints first on a line starting with `prefix` (the rest of that line), read byte by byte
-/// from its stdout; an error naming its log when it exits first.
-private func readAnnouncement(_ prefix: String, from output: Pipe, what: String, log: String) throws -> String {
+/// from its stdout; an error naming its log, if it has one, when it exits first.
+func readAnnouncement(_ prefix: String, from output: Pipe, what: String, log: String?) throws -> String {
     let handle = output.fileHandleForReading
     var line = ""
     while true {
         let byte = handle.readData(ofLength: 1)
-        guard !byte.isEmpty else { throw ValidationError("\(what) did not start; its log: \(log)") }
+        guard !byte.isEmpty else { throw ValidationError("\(what) did not start\(log.map { "; its log: \($0)" } ?? "")") }
         line += String(decoding: byte, as: UTF8.self)
         if line.hasSuffix("\n") {
             if line.hasPrefix(prefix) { return String(line.dropFirst(prefix.count).dropLast()) }

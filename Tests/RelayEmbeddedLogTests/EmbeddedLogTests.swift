@@ -112,7 +112,7 @@ import Testing
         let position = try await producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("alone".utf8)))
         #expect(position.offset == 0)
         let waiting = Task { try await producer.produce(OutgoingRecord(topic: "t", key: nil, value: Array("next".utf8))) }
-        // Time for the append to be queued: the writer then waits for the hour to pass, or for `close`.
+        // Time for the append to be queued: the writer then waits for the 90 s to pass, or for `close`.
         try await Task.sleep(for: .milliseconds(200))
         await log.close()
         // Queued before the close, it is committed; had it come after, it would be refused as closed.
