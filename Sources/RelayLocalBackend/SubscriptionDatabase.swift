@@ -45,14 +45,16 @@ public final class SubscriptionDatabase: Sendable {
 
     /// The shortest time from one state commit's start to the next (`backend.commitInterval`).
     private let pacing: CommitPacing
-    /// `relay_backend_state_commits_total`: transactions of state writes (writes per commit shows the pacing).
+    /// `relay_backend_state_commits_total` and `relay_backend_state_writes_total`: transactions of state writes,
+    /// and the writes they carried (writes per commit shows the pacing).
     private let commits: Counter
+    private let committedWrites: Counter
 
     /// Opens (creating if needed) the database at `path` and the events file beside it, and migrates them,
     /// moving a store's events tables from before the split into the events file (`moveEvents`).
     /// - Parameters:
     ///   - commitInterval: the shortest time from one commit of state writes to the next (`CommitPacing`).
-    ///   - metrics: where `relay_backend_state_commits_total` is counted.
+    ///   - metrics: where `relay_backend_state_commits_total` and `relay_backend_state_writes_total` are counted.
     public init(path: String, commitInterval: Duration = CommitPacing.defaultInterval, metrics: any MetricsFactory = MetricsSystem.factory) throws {
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -94,6 +96,7 @@ public final class SubscriptionDatabase: Sendable {
         self.pool = pool
         self.pacing = CommitPacing(interval: commitInterval)
         commits = Counter(label: "relay_backend_state_commits_total", dimensions: [], factory: metrics)
+        committedWrites = Counter(label: "relay_backend_state_writes_total", dimensions: [], factory: metrics)
         self.checkpointer = checkpointer
         eventsPool = events.pool
         eventsCheckpointer = events.checkpointer
@@ -283,6 +286,7 @@ public final class SubscriptionDatabase: Sendable {
                     }
                 }
                 commits.increment()
+                committedWrites.increment(by: batch.count)
                 for (write, outcome) in zip(batch, outcomes) { write.continuation.resume(with: outcome) }
             } catch {
                 // The transaction itself failed (the disk): none of them was written.

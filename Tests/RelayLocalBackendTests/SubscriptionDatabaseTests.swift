@@ -243,6 +243,7 @@ import Testing
         }
         #expect(clock.now - start >= interval)
         #expect(metrics.value(of: "relay_backend_state_commits_total", []) == 2)
+        #expect(metrics.value(of: "relay_backend_state_writes_total", []) == 6)
         #expect(outcomes.allSatisfy { if case .written(let stored) = $0 { stored.version == 1 } else { false } })
         #expect(try await database.subscription(store: .apple, originalTransactionId: "next-1")?.version == 1)
     }
