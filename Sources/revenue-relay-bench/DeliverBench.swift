@@ -297,24 +297,12 @@ final class ReceiverProcess {
     private let input: Pipe
 
     init(delayMilliseconds: Int) throws {
-        let (process, output, input) = try startChild(
-            ["receiver", "--delay-ms", String(delayMilliseconds), "--exit-when-stdin-closes"], log: nil)
-        let line: String
-        do {
-            line = try readAnnouncement("port: ", from: output, what: "the receiver", log: nil)
-        } catch {
-            process.terminate()
-            process.waitUntilExit()
-            throw error
+        (process, input, port) = try startChild(
+            ["receiver", "--delay-ms", String(delayMilliseconds), "--exit-when-stdin-closes"], announcing: "port: ", what: "the receiver", log: nil
+        ) { line in
+            guard let port = Int(line) else { throw ValidationError("the receiver printed port: \(line)") }
+            return port
         }
-        guard let port = Int(line) else {
-            process.terminate()
-            process.waitUntilExit()
-            throw ValidationError("the receiver printed port: \(line)")
-        }
-        self.port = port
-        self.process = process
-        self.input = input
     }
 
     func stop() {

@@ -42,16 +42,9 @@ final class RelayChild: @unchecked Sendable {
             + (broker.map { ["--bootstrap-servers", $0.bootstrapServers] } ?? ["--data", folder + "/data"])
         let process: Process
         do {
-            let started = try startChild(arguments, log: logPath, directory: folder)
-            (process, input) = (started.0, started.input)
-            do {
-                ingest = try readAnnouncement(
-                    "ingest: ", from: started.output, what: "the relay", log: broker == nil ? logPath : "\(logPath) (its broker's: \(folder)/broker.log)")
-            } catch {
-                process.terminate()
-                process.waitUntilExit()
-                throw error
-            }
+            (process, input, ingest) = try startChild(
+                arguments, announcing: "ingest: ", what: "the relay", log: logPath,
+                logs: broker == nil ? nil : "\(logPath) (its broker's: \(folder)/broker.log)", directory: folder)
         } catch {
             broker?.stop()
             throw error
@@ -155,7 +148,7 @@ struct E2EBroker: AsyncParsableCommand {
     }
 }
 
-/// A bench child's stdin is a pipe whose other end only the bench holds (`startChild`, `ReceiverProcess`): when
+/// A bench child's stdin is a pipe whose other end only the bench holds (`startChild`): when
 /// it reads end of file the bench has gone (killed, crashed, interrupted), and the child exits rather than keep
 /// its ports and memory.
 func exitWhenStandardInputCloses() {
@@ -168,9 +161,14 @@ func exitWhenStandardInputCloses() {
     thread.start()
 }
 
-/// Starts this executable with `arguments`, its stderr to `log` (nil: this process's); returns it with its stdout
-/// and the pipe of its stdin, which the caller keeps open for the child's life (`exitWhenStandardInputCloses`).
-func startChild(_ arguments: [String], log: String?, directory: String? = nil) throws -> (Process, output: Pipe, input: Pipe) {
+/// Starts this executable with `arguments`, its stderr to `log` (nil: this process's), and reads the line it
+/// announces itself with (`prefix`, then what `parse` makes of the rest). Returns it with that and the pipe of
+/// its stdin, which the caller keeps open for the child's life (`exitWhenStandardInputCloses`). A child that
+/// exits first, or whose line `parse` refuses, is stopped, and the error names `logs` (default: `log`).
+func startChild<Announced>(
+    _ arguments: [String], announcing prefix: String, what: String, log: String?, logs: String? = nil, directory: String? = nil,
+    parse: (String) throws -> Announced = { $0 }
+) throws -> (Process, input: Pipe, announced: Announced) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     process.arguments = arguments
@@ -180,7 +178,23 @@ func startChild(_ arguments: [String], log: String?, directory: String? = nil) t
     process.standardInput = input
     if let log { process.standardError = FileHandle(forWritingAtPath: log) }
     try process.runWithSignalsUnblocked()
-    return (process, output, input)
+    do {
+        // Byte by byte: nothing after the line is read from the pipe.
+        let handle = output.fileHandleForReading
+        var line = ""
+        while true {
+            let byte = handle.readData(ofLength: 1)
+            guard !byte.isEmpty else { throw ValidationError("\(what) did not start\((logs ?? log).map { "; its log: \($0)" } ?? "")") }
+            line += String(decoding: byte, as: UTF8.self)
+            guard line.hasSuffix("\n") else { continue }
+            if line.hasPrefix(prefix) { return (process, input, try parse(String(line.dropFirst(prefix.count).dropLast()))) }
+            line = ""
+        }
+    } catch {
+        process.terminate()
+        process.waitUntilExit()
+        throw error
+    }
 }
 
 /// `e2e-broker` in a child process.
@@ -193,16 +207,7 @@ final class BrokerChild: @unchecked Sendable {
 
     init(configuration: String, log: String) throws {
         _ = FileManager.default.createFile(atPath: log, contents: nil)
-        let (process, output, input) = try startChild(["e2e-broker", "--config", configuration], log: log)
-        do {
-            bootstrapServers = try readAnnouncement("kafka: ", from: output, what: "the broker", log: log)
-        } catch {
-            process.terminate()
-            process.waitUntilExit()
-            throw error
-        }
-        self.process = process
-        self.input = input
+        (process, input, bootstrapServers) = try startChild(["e2e-broker", "--config", configuration], announcing: "kafka: ", what: "the broker", log: log)
         stats = ChildStats(process.processIdentifier)
     }
 
@@ -216,22 +221,6 @@ final class BrokerChild: @unchecked Sendable {
         guard process.isRunning else { return }
         process.terminate()
         process.waitUntilExit()
-    }
-}
-
-/// What a child process prints first on a line starting with `prefix` (the rest of that line), read byte by byte
-/// from its stdout; an error naming its log, if it has one, when it exits first.
-func readAnnouncement(_ prefix: String, from output: Pipe, what: String, log: String?) throws -> String {
-    let handle = output.fileHandleForReading
-    var line = ""
-    while true {
-        let byte = handle.readData(ofLength: 1)
-        guard !byte.isEmpty else { throw ValidationError("\(what) did not start\(log.map { "; its log: \($0)" } ?? "")") }
-        line += String(decoding: byte, as: UTF8.self)
-        if line.hasSuffix("\n") {
-            if line.hasPrefix(prefix) { return String(line.dropFirst(prefix.count).dropLast()) }
-            line = ""
-        }
     }
 }
 
